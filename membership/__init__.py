@@ -1,0 +1,1 @@
+"""SWIM member-list: a pure protocol core and a network runtime."""

@@ -1,0 +1,1 @@
+"""Protobuf schemas, gRPC servicers and the client library."""

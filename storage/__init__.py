@@ -1,0 +1,1 @@
+"""One replica's partition log: a segmented log in LMDB."""

@@ -1,0 +1,152 @@
+"""Dependencies point one way (DEVELOPERS.md): this test fails when a module imports what its layer must not.
+
+Every import statement counts, including ones inside functions and ``TYPE_CHECKING`` blocks, because a
+lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+OURS = ("multiraft", "storage", "rpc", "membership", "spark_connector", "tests", "benchmarks", "scripts")
+
+# layer (module prefix) -> module prefixes it must not import. The most specific layer wins.
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "storage": ("multiraft", "rpc", "membership", "spark_connector", "tests", "benchmarks"),
+    "membership": ("multiraft", "storage", "rpc", "spark_connector", "tests", "benchmarks"),
+    # The Raft core is sans-IO: none of our other packages, and nothing that touches sockets, files,
+    # clocks, threads or global randomness (a seeded generator is injected).
+    "multiraft.raft": (
+        "multiraft.",
+        "storage",
+        "rpc",
+        "membership",
+        "spark_connector",
+        "tests",
+        "benchmarks",
+        "socket",
+        "ssl",
+        "selectors",
+        "asyncio",
+        "threading",
+        "multiprocessing",
+        "subprocess",
+        "concurrent",
+        "time",
+        "datetime",
+        "random",
+        "secrets",
+        "os",
+        "io",
+        "pathlib",
+        "shutil",
+        "tempfile",
+        "signal",
+        "lmdb",
+        "grpc",
+    ),
+    "multiraft": ("spark_connector", "tests", "benchmarks"),
+    "rpc": ("spark_connector", "tests", "benchmarks"),
+    # The client library must stay importable without the node runtime.
+    "rpc.client": ("multiraft.node", "multiraft.controller", "multiraft.raft", "rpc.servicers", "membership"),
+    "spark_connector": ("multiraft.", "storage", "rpc.", "membership", "tests", "benchmarks"),
+}
+# Exceptions to a forbidden prefix for a layer: the connector may use the public client API only.
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "multiraft.raft": ("multiraft.raft",),
+    "spark_connector": ("multiraft.client",),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> Iterator[tuple[int, str]]:
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            yield node.lineno, target
+            for alias in node.names:  # `from multiraft import raft` imports multiraft.raft
+                yield node.lineno, f"{target}.{alias.name}"
+
+
+def _matches(name: str, prefix: str) -> bool:
+    if prefix.endswith("."):
+        return name.startswith(prefix)
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _layer(module: str) -> str | None:
+    candidates = [layer for layer in FORBIDDEN if _matches(module, layer)]
+    return max(candidates, key=len) if candidates else None
+
+
+def _source_files() -> list[Path]:
+    files: list[Path] = []
+    for package in OURS[:5]:
+        files.extend(p for p in (ROOT / package).rglob("*.py") if "_generated" not in p.parts)
+    return sorted(files)
+
+
+def _violations(path: Path) -> list[str]:
+    module = _module_name(path)
+    layers = [layer for layer in FORBIDDEN if _matches(module, layer)]
+    if not layers:
+        return []
+    forbidden = [rule for layer in layers for rule in FORBIDDEN[layer]]
+    allowed = [module, *(a for layer in layers for a in ALLOWED.get(layer, ()))]
+    found: list[str] = []
+    reported_lines: set[int] = set()
+    for lineno, name in _imports(path):
+        if lineno in reported_lines or any(_matches(name, a) for a in allowed):
+            continue
+        if any(_matches(name, rule) for rule in forbidden):
+            reported_lines.add(lineno)
+            found.append(f"{path.relative_to(ROOT)}:{lineno}: {module} ({_layer(module)}) imports {name}")
+    return found
+
+
+@pytest.mark.parametrize("path", _source_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_imports_only_what_its_layer_allows(path: Path) -> None:
+    assert _violations(path) == []
+
+
+def test_the_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
+    bad = ROOT / "storage" / "_layering_probe.py"
+    bad.write_text("def f():\n    from multiraft.node import x\n")
+    try:
+        assert _violations(bad) == [
+            "storage/_layering_probe.py:2: storage._layering_probe (storage) imports multiraft.node"
+        ]
+    finally:
+        bad.unlink()
+
+
+def test_the_raft_core_may_not_read_the_clock(tmp_path: Path) -> None:
+    bad = ROOT / "multiraft" / "raft" / "_layering_probe.py"
+    bad.write_text("import time\nfrom . import log\nfrom multiraft.raft import node\n")
+    try:
+        assert _violations(bad) == [
+            "multiraft/raft/_layering_probe.py:1: multiraft.raft._layering_probe (multiraft.raft) imports time"
+        ]
+    finally:
+        bad.unlink()
