@@ -1,6 +1,7 @@
 """Structured logging, configured once per process.
 
-Library modules only call ``structlog.get_logger(__name__)``; entry points (the CLI, a node process, a
+Library modules log through :func:`get_logger` (structlog events carried by stdlib ``logging``, so a
+library user who configures nothing sees nothing on stdout); entry points (the CLI, a node process, a
 benchmark) call :func:`configure_logging` once. Humans get ``key=value`` lines on stderr; machines get one
 JSON object per line with ``json=True`` (or ``MULTIRAFT_LOG_FORMAT=json``). Records from the standard
 ``logging`` module (grpc, py4j) go through the same renderer.
@@ -15,7 +16,9 @@ from typing import TextIO
 
 import structlog
 
-__all__ = ["configure_logging"]
+from storage._logging import get_logger
+
+__all__ = ["configure_logging", "get_logger"]
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 

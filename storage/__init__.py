@@ -1,1 +1,90 @@
-"""One replica's partition log: a segmented log in LMDB."""
+"""One replica's partition log: a segmented log in LMDB.
+
+The Raft log *is* the partition log: a :class:`SegmentedLog` stores Raft entries, and a data entry's payload
+is a record batch (:mod:`storage.batch`) that the log gives offsets to and indexes by offset and time. All
+logs of a node live in one :class:`LogStore` so that one fsync commits every partition (group commit).
+"""
+
+from storage.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    Compression,
+    decode_batches,
+    encode_arrow_batch,
+    encode_batch,
+    first_offset_at_or_after,
+    headers_type,
+    iter_batches,
+    read_header,
+    record_schema,
+    validate_batch,
+)
+from storage.check import CheckReport, Dropped, LogCheck, Problem, RepairReport, check_store, repair_store
+from storage.config import StorageConfig
+from storage.errors import (
+    BatchFormatError,
+    CompactedError,
+    CorruptionError,
+    EntryTooLargeError,
+    InvalidArgumentError,
+    InvalidEntryError,
+    LogClosedError,
+    SegmentFileError,
+    SegmentNotFoundError,
+    StorageConfigError,
+    StorageError,
+    StorageFullError,
+    UnavailableError,
+)
+from storage.log import Entry, EntryKind, EntryLike, HardState, LogStore, ReadResult, SegmentedLog, SegmentInfo
+from storage.segment_file import SegmentFileInfo, read_segment_file_info
+
+__all__ = [
+    # the log
+    "LogStore",
+    "SegmentedLog",
+    "StorageConfig",
+    "Entry",
+    "EntryKind",
+    "EntryLike",
+    "HardState",
+    "SegmentInfo",
+    "ReadResult",
+    "SegmentFileInfo",
+    "read_segment_file_info",
+    # record batches
+    "BatchHeader",
+    "Compression",
+    "HEADER_SIZE",
+    "headers_type",
+    "record_schema",
+    "encode_batch",
+    "encode_arrow_batch",
+    "decode_batches",
+    "iter_batches",
+    "read_header",
+    "validate_batch",
+    "first_offset_at_or_after",
+    # check and repair
+    "check_store",
+    "repair_store",
+    "CheckReport",
+    "LogCheck",
+    "Problem",
+    "RepairReport",
+    "Dropped",
+    # errors
+    "StorageError",
+    "StorageConfigError",
+    "InvalidArgumentError",
+    "LogClosedError",
+    "InvalidEntryError",
+    "EntryTooLargeError",
+    "BatchFormatError",
+    "CompactedError",
+    "UnavailableError",
+    "SegmentNotFoundError",
+    "SegmentFileError",
+    "CorruptionError",
+    "StorageFullError",
+]

@@ -1,0 +1,52 @@
+"""The ``multiraft`` command: one typer app, one sub-app per concern.
+
+Errors from our packages print one line on stderr and exit non-zero; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from multiraft import __version__
+from multiraft.cli._common import state
+from multiraft.cli._storage import storage_app
+from multiraft.logging import configure_logging
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    help="multiraft: a Raft-replicated, partitioned message log.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(storage_app, name="storage")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"multiraft {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
+    log_json: bool = typer.Option(False, "--log-json", help="Write logs to stderr as JSON lines."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """multiraft: a Raft-replicated, partitioned message log."""
+    state.debug = debug
+    configure_logging("debug" if debug else None, json=log_json or None)
+
+
+def main() -> None:
+    try:
+        app()
+    except Exception as exc:  # the one place that turns an error into an exit status
+        if state.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)

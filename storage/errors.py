@@ -1,0 +1,99 @@
+"""Errors raised by :mod:`storage`.
+
+Every error the package raises derives from :class:`StorageError`; errors from lmdb and the OS are mapped at
+the boundary (``raise ... from exc``) so callers never see a foreign exception::
+
+    StorageError
+    ├── StorageConfigError        a config field is wrong (names the field); also a ValueError
+    ├── InvalidArgumentError      a bad argument (log name, range, size); also a ValueError
+    ├── LogClosedError            the log or store was used after close()
+    ├── InvalidEntryError         bad input to append(): index gap, term going back, unknown kind, bad batch
+    │   └── EntryTooLargeError    an entry larger than StorageConfig.max_entry_bytes
+    ├── BatchFormatError          a record batch is malformed: bad length, version, codec or CRC; also a ValueError
+    ├── CompactedError            the requested index or offset was removed by retention or a snapshot
+    ├── UnavailableError          the requested index or offset is beyond the end of the log
+    ├── SegmentNotFoundError      no sealed segment starts at the given index
+    ├── SegmentFileError          an exported segment file is malformed, truncated or fails its checksum
+    ├── CorruptionError           data read from disk fails a check; names the file and the entry index
+    └── StorageFullError          the disk or the LMDB map is full
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "StorageError",
+    "StorageConfigError",
+    "InvalidArgumentError",
+    "LogClosedError",
+    "InvalidEntryError",
+    "EntryTooLargeError",
+    "BatchFormatError",
+    "CompactedError",
+    "UnavailableError",
+    "SegmentNotFoundError",
+    "SegmentFileError",
+    "CorruptionError",
+    "StorageFullError",
+]
+
+
+class StorageError(Exception):
+    """Base of every error raised by the storage package."""
+
+
+class StorageConfigError(StorageError, ValueError):
+    """A configuration field has a wrong value; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class InvalidArgumentError(StorageError, ValueError):
+    """A bad argument: a log name, an index range, a size."""
+
+
+class LogClosedError(StorageError):
+    """The log or its store was used after close()."""
+
+
+class InvalidEntryError(StorageError):
+    """append() was given entries that would break the log; nothing was written."""
+
+
+class EntryTooLargeError(InvalidEntryError):
+    """An entry is larger than ``StorageConfig.max_entry_bytes``."""
+
+
+class BatchFormatError(StorageError, ValueError):
+    """A record batch is malformed (length, version, codec, checksum or body layout)."""
+
+
+class CompactedError(StorageError):
+    """The requested index or offset has been removed by retention or replaced by a snapshot."""
+
+
+class UnavailableError(StorageError):
+    """The requested index or offset is beyond the last one in the log."""
+
+
+class SegmentNotFoundError(StorageError):
+    """No sealed segment starts at the requested index."""
+
+
+class SegmentFileError(StorageError):
+    """An exported segment file is malformed, truncated or fails its checksum."""
+
+
+class CorruptionError(StorageError):
+    """Data read from disk failed a consistency check. ``path`` and ``index`` say where."""
+
+    def __init__(self, message: str, *, path: str, index: int | None = None) -> None:
+        where = f"{path}" if index is None else f"{path} at index {index}"
+        super().__init__(f"{message} ({where})")
+        self.path = path
+        self.index = index
+
+
+class StorageFullError(StorageError):
+    """No space left: the disk is full or the LMDB map size was reached."""
