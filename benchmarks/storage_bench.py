@@ -123,22 +123,41 @@ def median_of(runs: int, measure: Callable[[], Any]) -> Any:
 
 
 def bench_append(directory: Path, quick: bool) -> dict[str, Any]:
+    """Raw and log runs alternate within each repetition, so that drift of the disk hits both alike."""
     out: dict[str, Any] = {}
-    for label, size, count in (("64KiB", 64 * 1024, 300 if quick else 3000), ("1MiB", MiB, 30 if quick else 300)):
+    repetitions = 1 if quick else 5
+    for label, size, count in (("64KiB", 64 * 1024, 300 if quick else 2000), ("1MiB", MiB, 30 if quick else 200)):
         batches = make_batches(size, count)
-        raw = median_of(1 if quick else RUNS, lambda b=batches: raw_append(directory, b))
-        log = median_of(1 if quick else RUNS, lambda b=batches: log_append(directory, b))
-        grouped = median_of(1 if quick else RUNS, lambda b=batches: log_append(directory, b, per_sync=16))
+        runs: dict[str, list[float]] = {
+            "raw": [],
+            "log": [],
+            "wa_io": [],
+            "wa_file": [],
+            "grouped": [],
+            "grouped_wa": [],
+        }
+        for _ in range(repetitions):
+            runs["raw"].append(raw_append(directory, batches))
+            single = log_append(directory, batches)
+            runs["log"].append(single["mb_per_s"])
+            runs["wa_io"].append(single["write_amplification_io"])
+            runs["wa_file"].append(single["write_amplification_file"])
+            grouped = log_append(directory, batches, per_sync=16)
+            runs["grouped"].append(grouped["mb_per_s"])
+            runs["grouped_wa"].append(grouped["write_amplification_io"])
+        ratios = [log / raw for log, raw in zip(runs["log"], runs["raw"], strict=True)]
         out[label] = {
             "batch_bytes": len(batches[0]),
             "batches": count,
-            "raw_mb_per_s": raw,
-            "log_mb_per_s": log["mb_per_s"],
-            "ratio_log_to_raw": log["mb_per_s"] / raw,
-            "write_amplification_io": log["write_amplification_io"],
-            "write_amplification_file": log["write_amplification_file"],
-            "group_commit_16_mb_per_s": grouped["mb_per_s"],
-            "group_commit_16_write_amplification_io": grouped["write_amplification_io"],
+            "repetitions": repetitions,
+            "raw_mb_per_s": statistics.median(runs["raw"]),
+            "log_mb_per_s": statistics.median(runs["log"]),
+            "ratio_log_to_raw": statistics.median(ratios),
+            "ratio_min_max": [min(ratios), max(ratios)],
+            "write_amplification_io": statistics.median(runs["wa_io"]),
+            "write_amplification_file": statistics.median(runs["wa_file"]),
+            "group_commit_16_mb_per_s": statistics.median(runs["grouped"]),
+            "group_commit_16_write_amplification_io": statistics.median(runs["grouped_wa"]),
         }
     return out
 

@@ -36,13 +36,24 @@ from storage.errors import (
     StorageFullError,
     UnavailableError,
 )
-from storage.log import Entry, EntryKind, EntryLike, HardState, LogStore, ReadResult, SegmentedLog, SegmentInfo
+from storage.log import (
+    ENTRY_OVERHEAD_BYTES,
+    Entry,
+    EntryKind,
+    EntryLike,
+    HardState,
+    LogStore,
+    ReadResult,
+    SegmentedLog,
+    SegmentInfo,
+)
 from storage.segment_file import SegmentFileInfo, read_segment_file_info
 
 __all__ = [
     # the log
     "LogStore",
     "SegmentedLog",
+    "ENTRY_OVERHEAD_BYTES",
     "StorageConfig",
     "Entry",
     "EntryKind",

@@ -1,24 +1,26 @@
 """On-disk layout of the log store: LMDB keys and values. Internal to :mod:`storage`.
 
 One LMDB environment per data directory holds every log of the node, so one write transaction (one group
-commit) covers every partition that changed in a scheduling round. Named databases:
+commit) covers every partition that changed in a scheduling round.
 
-``meta``
-    ``version``                      -> u32 store format version
-    ``ids``                          -> u32 next log id, u32 next slot
-    ``L`` + name                     -> u32 log id              (name is ``<topic>/<partition>``)
-    ``h`` + log id                   -> hard state: u64 term, u64 vote, u64 commit
-    ``c`` + log id                   -> compaction point: u64 index, u64 term (entries <= index are gone)
-    ``s`` + log id + u64 base index  -> segment record (``SEGMENT``)
-    ``a`` + log id + attribute name  -> attribute bytes
-``d<slot>``  one segment's entries:  u64 index (big-endian) -> ``ENTRY_HEADER`` + payload
-``i<slot>``  one segment's indexes:  ``o`` + u64 base offset -> ``OFFSET_VALUE``
-                                     ``t`` + u64 running max record timestamp -> ``TIME_VALUE``
+LMDB's main database holds the metadata, every key prefixed with a zero byte (named databases are
+registered in the main database too, under their printable names)::
 
-Segments live in reusable "slots" (a pair of named databases) rather than databases named after the segment:
-dropping a segment empties its slot instead of deleting the database, so a reader in another thread never
-holds a closed LMDB handle, and the number of named databases stays bounded by ``max_segments``.
+    \0version                           -> u32 store format version
+    \0ids                               -> u32 next log id, u32 next slot
+    \0L + name                          -> u32 log id              (name is ``<topic>/<partition>``)
+    \0h + log id                        -> hard state: u64 term, u64 vote, u64 commit
+    \0c + log id                        -> compaction point: u64 index, u64 term (entries <= index are gone)
+    \0s + log id + u64 base index       -> segment record (``SEGMENT``)
+    \0a + log id + attribute name       -> attribute bytes
 
+Each segment lives in a named database ``d<slot>``: u64 index (big-endian) -> ``ENTRY_HEADER`` + payload.
+Slots are reused: dropping a segment empties its database instead of deleting it, so a reader in another
+thread never holds a closed LMDB handle, and the number of named databases stays bounded.
+
+Entries describe themselves, so the log needs no index database (one fewer B-tree to copy on every commit):
+the header carries the log's next offset after the entry and the segment's running maximum record
+timestamp, both non-decreasing within a segment, and offset or time lookups are binary searches over keys.
 An entry's CRC (crc32c) covers its big-endian index, the header fields before the CRC, and the payload.
 """
 
@@ -33,34 +35,53 @@ import crc32c
 STORE_FORMAT_VERSION = 1
 ENV_DIRNAME = "log.lmdb"
 
-ENTRY_HEADER = struct.Struct("<QBqI")  # term, kind, timestamp_ms, crc
+ENTRY_HEADER = struct.Struct("<QBqqqI")  # term, kind, timestamp_ms, next_offset, segment max record ts, crc
 ENTRY_HEADER_SIZE = ENTRY_HEADER.size
-_CRC_AT = 17
+_CRC_AT = 33
+_NEXT_OFFSET = struct.Struct("<q")
+_NEXT_OFFSET_AT = 17
+_MAX_RECORD_TS_AT = 25
 INDEX_KEY = struct.Struct(">Q")
 U32 = struct.Struct("<I")
 IDS = struct.Struct("<II")
 HARD_STATE = struct.Struct("<QQQ")
 COMPACTION = struct.Struct("<QQ")
 SEGMENT = struct.Struct("<IQQqqqqqQQ")
-OFFSET_VALUE = struct.Struct("<QIq")  # entry index, record count, batch max timestamp
-TIME_VALUE = struct.Struct("<Qq")  # entry index, batch base offset
 TERM_ONLY = struct.Struct("<Q")
 
+META = b"\x00"
+VERSION_KEY = META + b"version"
+IDS_KEY = META + b"ids"
+LOG_NAMES = META + b"L"
+SEGMENTS = META + b"s"
 
-def log_key(prefix: bytes, log_id: int) -> bytes:
-    return prefix + U32.pack(log_id)
+
+def log_name_key(name: str) -> bytes:
+    return LOG_NAMES + name.encode()
+
+
+def log_key(tag: bytes, log_id: int) -> bytes:
+    return META + tag + U32.pack(log_id)
 
 
 def segment_key(log_id: int, base_index: int) -> bytes:
-    return b"s" + U32.pack(log_id) + INDEX_KEY.pack(base_index)
+    return SEGMENTS + U32.pack(log_id) + INDEX_KEY.pack(base_index)
 
 
-def offset_key(offset: int) -> bytes:
-    return b"o" + INDEX_KEY.pack(offset)
+def slot_name(slot: int) -> bytes:
+    return b"d%d" % slot
 
 
-def time_key(timestamp_ms: int) -> bytes:
-    return b"t" + INDEX_KEY.pack(timestamp_ms)
+def next_offset_of(value: bytes | memoryview) -> int:
+    """The log's next offset after this entry (a data entry's batch ends just before it)."""
+    offset: int = _NEXT_OFFSET.unpack_from(value, _NEXT_OFFSET_AT)[0]
+    return offset
+
+
+def max_record_ts_of(value: bytes | memoryview) -> int:
+    """The largest record timestamp in this entry's segment up to and including it (-1 if none)."""
+    timestamp: int = _NEXT_OFFSET.unpack_from(value, _MAX_RECORD_TS_AT)[0]
+    return timestamp
 
 
 def entry_crc(key: bytes, value: bytes | bytearray | memoryview) -> int:
@@ -68,9 +89,33 @@ def entry_crc(key: bytes, value: bytes | bytearray | memoryview) -> int:
     return crc32c.crc32c(view[ENTRY_HEADER_SIZE:], crc32c.crc32c(view[:_CRC_AT], crc32c.crc32c(key)))
 
 
-def seal_value(key: bytes, value: bytearray) -> None:
-    """Write the CRC into a value whose header fields and payload are final."""
-    U32.pack_into(value, _CRC_AT, entry_crc(key, value))
+Buffer = bytes | bytearray | memoryview
+_HEAD = struct.Struct("<QBqqq")  # the header fields before the CRC
+_BASE_OFFSET = struct.Struct("<q")
+
+
+def build_value(
+    key: bytes,
+    term: int,
+    kind: int,
+    timestamp_ms: int,
+    payload: Buffer,
+    *,
+    base_offset: int | None,
+    next_offset: int,
+    max_record_ts: int,
+) -> bytes:
+    """The stored value of an entry, built with one copy of the payload: the CRC is computed over the parts,
+    and a data entry's batch gets ``base_offset`` in its first 8 bytes (outside the batch's own CRC)."""
+    head = _HEAD.pack(term, kind, timestamp_ms, next_offset, max_record_ts)
+    crc = crc32c.crc32c(head, crc32c.crc32c(key))
+    if base_offset is None:
+        body: tuple[Buffer, ...] = (payload,)
+    else:
+        body = (_BASE_OFFSET.pack(base_offset), memoryview(payload)[8:])
+    for part in body:
+        crc = crc32c.crc32c(part, crc)
+    return b"".join((head, U32.pack(crc), *body))
 
 
 def value_crc_ok(key: bytes, value: bytes | bytearray | memoryview) -> bool:
@@ -84,6 +129,8 @@ class EntryHeader(NamedTuple):
     term: int
     kind: int
     timestamp_ms: int
+    next_offset: int
+    max_record_ts: int
     crc: int
 
 
@@ -98,7 +145,7 @@ class SegmentRecord:
     next_offset: int
     first_timestamp_ms: int  # first entry timestamp > 0 in the segment, -1 if none
     max_timestamp_ms: int  # largest entry timestamp, -1 if none
-    max_record_timestamp_ms: int  # running max of record timestamps over the log up to this segment's end
+    max_record_timestamp_ms: int  # largest record timestamp in the segment, -1 if none
     size_bytes: int  # sum of stored value sizes
     entry_count: int
 

@@ -146,16 +146,12 @@ class _Walker:
 
     def __init__(self, env: lmdb.Environment, txn: lmdb.Transaction, data_file: str, damaged: set[str]) -> None:
         self.env, self.txn, self.data_file, self.damaged = env, txn, data_file, damaged
-        self.meta = env.open_db(b"meta", txn=txn, create=False)
+        self.meta = env.open_db(txn=txn)
 
     def logs(self) -> list[tuple[str, int]]:
         found = []
-        cursor = self.txn.cursor(db=self.meta)
-        if cursor.set_range(b"L"):
-            for key, value in cursor.iternext():
-                if key[:1] != b"L":
-                    break
-                found.append((bytes(key[1:]).decode(), fmt.U32.unpack(value)[0]))
+        for key, value in self._prefixed(fmt.LOG_NAMES):
+            found.append((bytes(key[len(fmt.LOG_NAMES) :]).decode(), fmt.U32.unpack(value)[0]))
         return found
 
     def log_state(self, log_id: int) -> tuple[HardState, tuple[int, int], list[fmt.SegmentRecord], dict[str, bytes]]:
@@ -173,26 +169,18 @@ class _Walker:
         cursor = self.txn.cursor(db=self.meta)
         if cursor.set_range(prefix):
             for key, value in cursor.iternext():
-                if key[: len(prefix)] != prefix:
+                if not bytes(key).startswith(prefix):
                     break
                 yield key, value
 
     def segment_values(self, record: fmt.SegmentRecord) -> Iterator[tuple[int, Any]]:
-        """(index, value) of a segment in key order; raises if its trees are damaged."""
-        names = (f"d{record.slot}", f"i{record.slot}")
-        if self.damaged.intersection(names):
-            raise _SegmentDamagedError(f"segment databases {'/'.join(names)} failed the structural check")
-        db = self.env.open_db(names[0].encode(), txn=self.txn, create=False)
+        """(index, value) of a segment in key order; raises if its tree is damaged."""
+        name = fmt.slot_name(record.slot)
+        if name.decode() in self.damaged:
+            raise _SegmentDamagedError(f"segment database {name.decode()} failed the structural check")
+        db = self.env.open_db(name, txn=self.txn, create=False)
         for key, value in self.txn.cursor(db=db).iternext():
             yield fmt.INDEX_KEY.unpack(key)[0], value
-
-    def offset_index(self, record: fmt.SegmentRecord) -> dict[int, int]:
-        db = self.env.open_db(f"i{record.slot}".encode(), txn=self.txn, create=False)
-        index: dict[int, int] = {}
-        for key, value in self.txn.cursor(db=db).iternext():
-            if key[:1] == b"o":
-                index[fmt.INDEX_KEY.unpack(key[1:])[0]] = fmt.OFFSET_VALUE.unpack(value)[0]
-        return index
 
 
 class _SegmentDamagedError(Exception):
@@ -244,7 +232,7 @@ def _walk_log(walker: _Walker, name: str, log_id: int) -> _ValidPrefix:
         if record.base_offset != expected_offset:
             return fail(f"segment starts at offset {record.base_offset}, expected {expected_offset}", record.base_index)
         kept = size = 0
-        data_offsets: dict[int, int] = {}
+        max_record_ts = -1
         partial[:] = [(record, 0)]
         try:
             for index, value in walker.segment_values(record):
@@ -252,7 +240,7 @@ def _walk_log(walker: _Walker, name: str, log_id: int) -> _ValidPrefix:
                     return fail(f"entry {expected_index} is missing", expected_index)
                 if not fmt.value_crc_ok(fmt.INDEX_KEY.pack(index), value):
                     return fail("entry CRC mismatch", index)
-                entry_term, kind, _, _ = fmt.ENTRY_HEADER.unpack_from(value)
+                entry_term, kind, _, header_next_offset, header_max_ts, _ = fmt.ENTRY_HEADER.unpack_from(value)
                 if entry_term < term:
                     return fail(f"term {entry_term} is lower than the previous entry's {term}", index)
                 if kind not in {int(k) for k in EntryKind}:
@@ -264,8 +252,10 @@ def _walk_log(walker: _Walker, name: str, log_id: int) -> _ValidPrefix:
                         return fail(f"record batch: {exc}", index)
                     if batch.base_offset != expected_offset or batch.length != len(value) - fmt.ENTRY_HEADER_SIZE:
                         return fail(f"batch at offset {batch.base_offset}, expected {expected_offset}", index)
-                    data_offsets[expected_offset] = index
                     expected_offset += batch.record_count
+                    max_record_ts = max(max_record_ts, batch.max_timestamp)
+                if (header_next_offset, header_max_ts) != (expected_offset, max_record_ts):
+                    return fail("entry header's offset or timestamp disagrees with the entries before it", index)
                 term = entry_term
                 expected_index += 1
                 kept += 1
@@ -286,8 +276,6 @@ def _walk_log(walker: _Walker, name: str, log_id: int) -> _ValidPrefix:
                 f"{record.next_offset}, found {kept}/{size}/{expected_offset}",
                 record.base_index,
             )
-        elif walker.offset_index(record) != data_offsets:
-            metadata_problem("offset index does not match the segment's batches", record.base_index)
     return prefix
 
 

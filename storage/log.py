@@ -25,7 +25,7 @@ import bisect
 import errno
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
@@ -36,7 +36,7 @@ import lmdb
 
 from storage import _format as fmt
 from storage._logging import get_logger
-from storage.batch import first_offset_at_or_after, read_header, set_base_offset
+from storage.batch import first_offset_at_or_after, read_header
 from storage.config import StorageConfig
 from storage.errors import (
     BatchFormatError,
@@ -60,6 +60,7 @@ from storage.segment_file import (
 )
 
 __all__ = [
+    "ENTRY_OVERHEAD_BYTES",
     "EntryKind",
     "Entry",
     "EntryLike",
@@ -71,6 +72,9 @@ __all__ = [
 ]
 
 log = get_logger(__name__)
+
+ENTRY_OVERHEAD_BYTES = fmt.ENTRY_HEADER_SIZE
+"""Bytes the log stores per entry besides its payload; they count toward ``segment_bytes``."""
 
 _PUBLISH_WAIT_S = 0.05
 _READ_ATTEMPTS = 200
@@ -215,7 +219,7 @@ class LogStore:
         self.config = config
         self._env = env
         self._data_file = path / fmt.ENV_DIRNAME / "data.mdb"
-        self._slot_dbs: dict[int, tuple[Any, Any]] = {}
+        self._slot_dbs: dict[int, Any] = {}
         self._txn: lmdb.Transaction | None = None
         self._txn_new_slots: list[int] = []
         self._dirty: dict[int, SegmentedLog] = {}
@@ -226,17 +230,20 @@ class LogStore:
         # Every handle is opened here, in a write txn: py-lmdb keeps handles opened in a committed write txn
         # only, and opening one later from a reader thread could block on the writer lock.
         with _lmdb_errors(self._data_file), env.begin(write=True) as txn:
-            self._meta = env.open_db(b"meta", txn=txn, create=False)
-            ids = txn.get(b"ids", db=self._meta)
+            self._meta = env.open_db(txn=txn)  # LMDB's main database
+            ids = txn.get(fmt.IDS_KEY, db=self._meta)
             self._next_log_id: int
             self._next_slot: int
             self._next_log_id, self._next_slot = fmt.IDS.unpack(ids) if ids else (1, 0)
             used: set[int] = set()
-            for key, value in txn.cursor(db=self._meta).iternext():
-                if key[:1] == b"s":
+            cursor = txn.cursor(db=self._meta)
+            if cursor.set_range(fmt.SEGMENTS):
+                for key, value in cursor.iternext():
+                    if not key.startswith(fmt.SEGMENTS):
+                        break
                     used.add(fmt.SegmentRecord.unpack(value).slot)
             for slot in range(self._next_slot):
-                self._slot_dbs[slot] = self._open_slot(slot, txn, create=False)
+                self._slot_dbs[slot] = env.open_db(fmt.slot_name(slot), txn=txn, create=False)
         self._published_txn = env.info()["last_txnid"]
         self._free_slots = sorted(set(range(self._next_slot)) - used, reverse=True)
         self._committed_ids = (self._next_log_id, self._next_slot, list(self._free_slots))
@@ -262,7 +269,7 @@ class LogStore:
             env = lmdb.open(
                 str(env_dir),
                 map_size=config.map_size_bytes,
-                max_dbs=2 * config.max_segments + 1,
+                max_dbs=config.max_segments,
                 max_readers=1024,
                 max_spare_txns=4,
                 meminit=False,
@@ -270,10 +277,10 @@ class LogStore:
         try:
             _check_file_length(env, data_file)
             with _lmdb_errors(data_file), env.begin(write=True) as txn:
-                meta = env.open_db(b"meta", txn=txn)
-                version = txn.get(b"version", db=meta)
+                meta = env.open_db(txn=txn)
+                version = txn.get(fmt.VERSION_KEY, db=meta)
                 if version is None:
-                    txn.put(b"version", fmt.U32.pack(fmt.STORE_FORMAT_VERSION), db=meta)
+                    txn.put(fmt.VERSION_KEY, fmt.U32.pack(fmt.STORE_FORMAT_VERSION), db=meta)
                 elif fmt.U32.unpack(version)[0] != fmt.STORE_FORMAT_VERSION:
                     raise StorageError(f"{data_file}: unsupported store format {fmt.U32.unpack(version)[0]}")
             store = cls(root, env, config)
@@ -316,7 +323,7 @@ class LogStore:
         if existing is not None:
             return existing
         with self._read_txn() as txn:
-            raw = txn.get(b"L" + name.encode(), db=self._meta)
+            raw = txn.get(fmt.log_name_key(name), db=self._meta)
         if raw is None:
             if not create:
                 raise InvalidArgumentError(f"no log named {name}")
@@ -333,11 +340,11 @@ class LogStore:
         names: list[tuple[str, int]] = []
         with self._read_txn() as txn:
             cursor = txn.cursor(db=self._meta)
-            if cursor.set_range(b"L"):
+            if cursor.set_range(fmt.LOG_NAMES):
                 for key in cursor.iternext(values=False):
-                    if key[:1] != b"L":
+                    if not bytes(key).startswith(fmt.LOG_NAMES):
                         break
-                    topic, _, partition = bytes(key[1:]).decode().rpartition("/")
+                    topic, _, partition = bytes(key[len(fmt.LOG_NAMES) :]).decode().rpartition("/")
                     names.append((topic, int(partition)))
         return names
 
@@ -351,10 +358,10 @@ class LogStore:
         for prefix in (b"h", b"c", b"s", b"a"):
             key_prefix = fmt.log_key(prefix, segmented.log_id)
             if cursor.set_range(key_prefix):
-                while cursor.key()[: len(key_prefix)] == key_prefix:
+                while bytes(cursor.key()).startswith(key_prefix):
                     if not cursor.delete():
                         break
-        txn.delete(b"L" + segmented.name.encode(), db=self._meta)
+        txn.delete(fmt.log_name_key(segmented.name), db=self._meta)
         segmented._closed = True
         segmented._deleted = True
         self._dirty[segmented.log_id] = segmented
@@ -364,7 +371,7 @@ class LogStore:
         txn = self._write_txn()
         log_id = self._next_log_id
         self._next_log_id += 1
-        txn.put(b"L" + name.encode(), fmt.U32.pack(log_id), db=self._meta)
+        txn.put(fmt.log_name_key(name), fmt.U32.pack(log_id), db=self._meta)
         segmented = SegmentedLog(self, name, log_id)
         segmented._init_empty(base_index=1, base_offset=0, compaction_term=0)
         return segmented
@@ -422,7 +429,7 @@ class LogStore:
     def _write_ids(self, txn: lmdb.Transaction) -> None:
         ids = fmt.IDS.pack(self._next_log_id, self._next_slot)
         if (self._next_log_id, self._next_slot) != self._committed_ids[:2]:
-            txn.put(b"ids", ids, db=self._meta)
+            txn.put(fmt.IDS_KEY, ids, db=self._meta)
 
     # ------------------------------------------------------------------------------------ transactions
 
@@ -470,18 +477,12 @@ class LogStore:
 
     # ---------------------------------------------------------------------------------------------- slots
 
-    def _slot(self, slot: int) -> tuple[Any, Any]:
-        """Handles of a slot's data and index databases (opened at store open or when the slot was made)."""
+    def _slot(self, slot: int) -> Any:
+        """Handle of a slot's database (opened at store open, or when the slot was made)."""
         try:
             return self._slot_dbs[slot]
         except KeyError:
             raise CorruptionError(f"segment slot {slot} does not exist", path=str(self._data_file)) from None
-
-    def _open_slot(self, slot: int, txn: lmdb.Transaction, *, create: bool) -> tuple[Any, Any]:
-        return (
-            self._env.open_db(b"d%d" % slot, txn=txn, create=create),
-            self._env.open_db(b"i%d" % slot, txn=txn, create=create),
-        )
 
     def _acquire_slot(self) -> int:
         txn = self._write_txn()
@@ -492,31 +493,24 @@ class LogStore:
         slot = self._next_slot
         self._next_slot += 1
         with _lmdb_errors(self._data_file):
-            self._slot_dbs[slot] = self._open_slot(slot, txn, create=True)
+            self._slot_dbs[slot] = self._env.open_db(fmt.slot_name(slot), txn=txn, create=True)
         self._txn_new_slots.append(slot)
         return slot
 
     def _release_slot(self, slot: int) -> None:
         txn = self._write_txn()
-        data_db, index_db = self._slot(slot)
         with _lmdb_errors(self._data_file):
-            txn.drop(data_db, delete=False)
-            txn.drop(index_db, delete=False)
+            txn.drop(self._slot(slot), delete=False)
         self._free_slots.append(slot)
 
     def _clear_orphan_slots(self) -> None:
         """Empty free slots that hold data: what an interrupted import left behind."""
-        orphans = []
         with self._env.begin() as txn:
-            for slot in self._free_slots:
-                data_db, index_db = self._slot(slot)
-                if txn.stat(data_db)["entries"] or txn.stat(index_db)["entries"]:
-                    orphans.append(slot)
+            orphans = [slot for slot in self._free_slots if txn.stat(self._slot(slot))["entries"]]
         if orphans:
             with _lmdb_errors(self._data_file), self._env.begin(write=True) as txn:
                 for slot in orphans:
-                    for db in self._slot(slot):
-                        txn.drop(db, delete=False)
+                    txn.drop(self._slot(slot), delete=False)
             log.warning("emptied orphaned segment slots", slots=orphans, path=str(self.path))
 
     def _mark_dirty(self, segmented: SegmentedLog) -> lmdb.Transaction:
@@ -731,7 +725,7 @@ class SegmentedLog:
         record = self._segment_for_index(index)
         key = fmt.INDEX_KEY.pack(index)
         with self._store._read_txn() as txn:
-            value = txn.get(key, db=self._store._slot(record.slot)[0])
+            value = txn.get(key, db=self._store._slot(record.slot))
             if value is None:
                 raise CorruptionError(f"entry missing from {self.name}", path=str(self._store._data_file), index=index)
             if not fmt.value_crc_ok(key, value):
@@ -764,7 +758,7 @@ class SegmentedLog:
                 if out and max_bytes is not None and size + payload_size > max_bytes:
                     break
                 size += payload_size
-                term, kind, timestamp_ms, _ = fmt.ENTRY_HEADER.unpack_from(value)
+                term, kind, timestamp_ms, _, _, _ = fmt.ENTRY_HEADER.unpack_from(value)
                 index = fmt.INDEX_KEY.unpack(key)[0]
                 out.append(Entry(index, term, EntryKind(kind), timestamp_ms, bytes(value[fmt.ENTRY_HEADER_SIZE :])))
         return out
@@ -781,7 +775,7 @@ class SegmentedLog:
                 return
             if record.entry_count == 0 or record.last_index < expected:
                 continue
-            cursor = txn.cursor(db=store._slot(record.slot)[0])
+            cursor = txn.cursor(db=store._slot(record.slot))
             if not cursor.set_key(fmt.INDEX_KEY.pack(expected)):
                 raise CorruptionError(f"entry missing from {self.name}", path=str(store._data_file), index=expected)
             for raw_key, value in cursor.iternext():
@@ -820,7 +814,7 @@ class SegmentedLog:
         store = self._store
         config = store.config
         record = self._segments[-1]
-        data_db, index_db = store._slot(record.slot)
+        data_db = store._slot(record.slot)
         (slot, base_index, last_index, base_offset, next_offset, first_ts, max_ts, max_record_ts, size, count) = (
             record.slot,
             record.base_index,
@@ -851,28 +845,22 @@ class SegmentedLog:
                     slot, base_index, base_offset = new.slot, new.base_index, new.base_offset
                     first_ts = max_ts = max_record_ts = -1
                     size = count = 0
-                    data_db, index_db = store._slot(slot)
+                    data_db = store._slot(slot)
                 key = fmt.INDEX_KEY.pack(entry.index)
-                value = bytearray(value_size)
-                value[fmt.ENTRY_HEADER_SIZE :] = payload
-                fmt.ENTRY_HEADER.pack_into(value, 0, entry.term, entry.kind, timestamp_ms, 0)
                 if entry.kind == EntryKind.DATA:
                     batch = read_header(payload)
-                    set_base_offset(value, next_offset, fmt.ENTRY_HEADER_SIZE)
-                    txn.put(
-                        fmt.offset_key(next_offset),
-                        fmt.OFFSET_VALUE.pack(entry.index, batch.record_count, batch.max_timestamp),
-                        db=index_db,
-                    )
-                    if batch.max_timestamp > max_record_ts:
-                        max_record_ts = batch.max_timestamp
-                        txn.put(
-                            fmt.time_key(max_record_ts),
-                            fmt.TIME_VALUE.pack(entry.index, next_offset),
-                            db=index_db,
-                        )
+                    base = next_offset
                     next_offset += batch.record_count
-                fmt.seal_value(key, value)
+                    max_record_ts = max(max_record_ts, batch.max_timestamp)
+                    value = fmt.build_value(
+                        key, entry.term, entry.kind, timestamp_ms, payload,
+                        base_offset=base, next_offset=next_offset, max_record_ts=max_record_ts,
+                    )  # fmt: skip
+                else:
+                    value = fmt.build_value(
+                        key, entry.term, entry.kind, timestamp_ms, payload,
+                        base_offset=None, next_offset=next_offset, max_record_ts=max_record_ts,
+                    )  # fmt: skip
                 if not txn.put(key, value, db=data_db, append=True):
                     raise CorruptionError("segment holds an entry past the log's end", path=str(store._data_file))
                 if timestamp_ms > 0:
@@ -985,12 +973,12 @@ class SegmentedLog:
         self._last_term = self._read_last_term()
 
     def _truncate_segment(self, txn: lmdb.Transaction, record: fmt.SegmentRecord, from_index: int) -> fmt.SegmentRecord:
-        data_db, index_db = self._store._slot(record.slot)
+        data_db = self._store._slot(record.slot)
         cursor = txn.cursor(db=data_db)
         if cursor.set_key(fmt.INDEX_KEY.pack(from_index)):
             while cursor.delete():
                 pass
-        # Recompute the segment's stats from what remains (truncations are rare and short-lived at the tail).
+        # Recompute the segment's stats from the headers that remain (truncations are rare, at the tail).
         first_ts = max_ts = max_record_ts = -1
         next_offset = record.base_offset
         size = count = 0
@@ -1001,23 +989,13 @@ class SegmentedLog:
                 raise CorruptionError(
                     f"entry CRC mismatch in {self.name}", path=str(self._store._data_file), index=index
                 )
-            _, kind, timestamp_ms, _ = fmt.ENTRY_HEADER.unpack_from(value)
-            if kind == EntryKind.DATA:
-                batch = read_header(value, fmt.ENTRY_HEADER_SIZE)
-                next_offset = batch.base_offset + batch.record_count
-                max_record_ts = max(max_record_ts, batch.max_timestamp)
-            if timestamp_ms > 0:
-                first_ts = timestamp_ms if first_ts < 0 else first_ts
-                max_ts = max(max_ts, timestamp_ms)
+            header = fmt.EntryHeader._make(fmt.ENTRY_HEADER.unpack_from(value))
+            next_offset, max_record_ts = header.next_offset, header.max_record_ts
+            if header.timestamp_ms > 0:
+                first_ts = header.timestamp_ms if first_ts < 0 else first_ts
+                max_ts = max(max_ts, header.timestamp_ms)
             size += len(value)
             count += 1
-        index_cursor = txn.cursor(db=index_db)
-        if index_cursor.set_range(fmt.offset_key(next_offset)) and bytes(index_cursor.key()[:1]) == b"o":
-            while bytes(index_cursor.key()[:1]) == b"o" and index_cursor.delete():
-                pass
-        if index_cursor.set_range(fmt.time_key(max_record_ts + 1)):
-            while index_cursor.delete():
-                pass  # time keys above the remaining maximum point at removed batches
         truncated = fmt.SegmentRecord(
             record.slot, record.base_index, from_index - 1, record.base_offset, next_offset, first_ts, max_ts,
             max_record_ts, size, count,
@@ -1124,57 +1102,81 @@ class SegmentedLog:
             for _, value in self._iter_values(txn, view.segments, entry_index, last_index + 1):
                 if value[_KIND_AT] != EntryKind.DATA:
                     continue
-                header = read_header(value, fmt.ENTRY_HEADER_SIZE)
-                if header.next_offset > limit:
+                batch_end = fmt.next_offset_of(value)
+                if batch_end > limit:
                     break  # a batch is visible only once all of it is below the limit
                 batch = value[fmt.ENTRY_HEADER_SIZE :]
                 if parts and total + len(batch) > max_bytes:
                     break
+                if not parts and not read_header(batch).base_offset <= offset < batch_end:
+                    raise CorruptionError(
+                        f"entry does not hold offset {offset}", path=str(self._store._data_file), index=entry_index
+                    )
                 parts.append(batch)
                 total += len(batch)
-                next_offset = header.next_offset
+                next_offset = batch_end
             return ReadResult(b"".join(parts), len(parts), next_offset, start, end)
         finally:
             txn.abort()
 
+    def _first_index_where(
+        self, txn: lmdb.Transaction, record: fmt.SegmentRecord, reached: Callable[[Any], bool]
+    ) -> int | None:
+        """Binary search of a segment: the first index whose header satisfies ``reached`` (which must be
+        monotonic along the segment), or None. Probes read headers only; callers CRC-check what they serve."""
+        db = self._store._slot(record.slot)
+        lo, hi = record.base_index, record.last_index + 1
+        while lo < hi:
+            middle = (lo + hi) // 2
+            value = txn.get(fmt.INDEX_KEY.pack(middle), db=db)
+            if value is None or len(value) < fmt.ENTRY_HEADER_SIZE:
+                raise CorruptionError(f"entry missing from {self.name}", path=str(self._store._data_file), index=middle)
+            if reached(value):
+                hi = middle
+            else:
+                lo = middle + 1
+        return lo if lo <= record.last_index else None
+
     def _index_of_offset(self, txn: lmdb.Transaction, view: _View, offset: int) -> int:
-        """Index of the data entry whose batch holds ``offset``: the last batch starting at or before it."""
+        """Index of the data entry whose batch holds ``offset``: the first entry whose next offset is past it."""
         segments = view.segments
         position = max(bisect.bisect_right(segments, offset, key=lambda r: r.base_offset) - 1, 0)
         for record in segments[position:]:
             if record.next_offset <= offset:
                 continue  # no record at or after offset here (e.g. a segment of no-ops)
-            cursor = txn.cursor(db=self._store._slot(record.slot)[1])
-            wanted = fmt.offset_key(offset)
-            if cursor.set_range(wanted):
-                if bytes(cursor.key()) == wanted:
-                    return int(fmt.OFFSET_VALUE.unpack(cursor.value())[0])
-                moved = cursor.prev()
-            else:
-                moved = cursor.last()
-            if moved and bytes(cursor.key()[:1]) == b"o":
-                return int(fmt.OFFSET_VALUE.unpack(cursor.value())[0])
+            found = self._first_index_where(txn, record, lambda value: fmt.next_offset_of(value) > offset)
+            if found is not None:
+                return found
             raise CorruptionError(
-                f"offset index of {self.name} has no batch for offset {offset}", path=str(self._store._data_file)
+                f"segment of {self.name} has no batch for offset {offset}", path=str(self._store._data_file)
             )
         raise UnavailableError(f"offset {offset} is beyond the end of {self.name}")
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """Offset of the first record whose timestamp is >= ``timestamp_ms``, or None if there is none
-        (*any thread*, synced data only)."""
+        (*any thread*, synced data only).
+
+        Like Kafka's time index: the first segment whose largest record timestamp reaches the target, then
+        the first entry there whose running maximum does, then that batch's timestamp column.
+        """
         txn, view = self._store._snapshot(self)
         try:
             for record in view.segments:
                 if record.max_record_timestamp_ms < timestamp_ms or record.entry_count == 0:
                     continue
-                cursor = txn.cursor(db=self._store._slot(record.slot)[1])
-                if not cursor.set_range(fmt.time_key(max(timestamp_ms, 0))) or bytes(cursor.key()[:1]) != b"t":
+                index = self._first_index_where(txn, record, lambda value: fmt.max_record_ts_of(value) >= timestamp_ms)
+                if index is None:
                     continue
-                entry_index = fmt.TIME_VALUE.unpack(cursor.value())[0]
-                for _, value in self._iter_values(txn, view.segments, entry_index, entry_index + 1):
-                    found = first_offset_at_or_after(value[fmt.ENTRY_HEADER_SIZE :], timestamp_ms)
-                    if found is not None:
-                        return found
+                for _, value in self._iter_values(txn, view.segments, index, index + 1):
+                    if value[_KIND_AT] == EntryKind.DATA:
+                        found = first_offset_at_or_after(value[fmt.ENTRY_HEADER_SIZE :], timestamp_ms)
+                        if found is not None:
+                            return found
+                raise CorruptionError(
+                    f"time lookup in {self.name} found no record at or after {timestamp_ms}",
+                    path=str(self._store._data_file),
+                    index=index,
+                )
             return None
         finally:
             txn.abort()
@@ -1293,7 +1295,7 @@ class SegmentedLog:
         values: Iterable[tuple[int, bytes | memoryview]],
         data_file: str,
     ) -> tuple[fmt.SegmentRecord, int]:
-        data_db, index_db = self._store._slot(slot)
+        data_db = self._store._slot(slot)
         term = prev_term
         next_offset = base_offset
         first_ts = max_ts = max_record_ts = -1
@@ -1307,11 +1309,12 @@ class SegmentedLog:
                 key = fmt.INDEX_KEY.pack(index)
                 if not fmt.value_crc_ok(key, value):
                     raise CorruptionError("entry CRC mismatch in segment file", path=data_file, index=index)
-                entry_term, kind, timestamp_ms, _ = fmt.ENTRY_HEADER.unpack_from(value)
-                if entry_term < term or kind not in _KINDS:
+                header = fmt.EntryHeader._make(fmt.ENTRY_HEADER.unpack_from(value))
+                timestamp_ms = header.timestamp_ms
+                if header.term < term or header.kind not in _KINDS:
                     raise CorruptionError("entry term goes back or kind is unknown", path=data_file, index=index)
-                term = entry_term
-                if kind == EntryKind.DATA:
+                term = header.term
+                if header.kind == EntryKind.DATA:
                     try:
                         batch = read_header(value, fmt.ENTRY_HEADER_SIZE)
                     except BatchFormatError as exc:
@@ -1320,15 +1323,12 @@ class SegmentedLog:
                         raise CorruptionError(
                             f"batch offset {batch.base_offset}, expected {next_offset}", path=data_file, index=index
                         )
-                    txn.put(
-                        fmt.offset_key(next_offset),
-                        fmt.OFFSET_VALUE.pack(index, batch.record_count, batch.max_timestamp),
-                        db=index_db,
-                    )
-                    if batch.max_timestamp > max_record_ts:
-                        max_record_ts = batch.max_timestamp
-                        txn.put(fmt.time_key(max_record_ts), fmt.TIME_VALUE.pack(index, next_offset), db=index_db)
                     next_offset += batch.record_count
+                    max_record_ts = max(max_record_ts, batch.max_timestamp)
+                if (header.next_offset, header.max_record_ts) != (next_offset, max_record_ts):
+                    raise CorruptionError(
+                        "entry header disagrees with the entries before it", path=data_file, index=index
+                    )
                 if timestamp_ms > 0:
                     first_ts = timestamp_ms if first_ts < 0 else first_ts
                     max_ts = max(max_ts, timestamp_ms)

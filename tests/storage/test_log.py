@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from storage import (
+    ENTRY_OVERHEAD_BYTES,
     CompactedError,
     Entry,
     EntryKind,
@@ -61,7 +62,7 @@ def test_data_entries_get_consecutive_offsets_written_into_their_batches(store: 
 
 def test_a_segment_rolls_before_an_entry_would_exceed_segment_bytes(store: LogStore) -> None:
     log = store.log("t", 0)
-    entry_size = 21 + len(batch())
+    entry_size = ENTRY_OVERHEAD_BYTES + len(batch())
     per_segment = SMALL.segment_bytes // entry_size
     log.append([data(i) for i in range(1, 3 * per_segment + 1)])
     segments = log.segments()

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from storage import (
+    ENTRY_OVERHEAD_BYTES,
     CompactedError,
     Entry,
     EntryKind,
@@ -31,7 +32,7 @@ from storage import (
 
 CONFIG = StorageConfig(segment_bytes=1500, segment_ms=100)
 KINDS = [EntryKind.DATA] * 4 + [EntryKind.NOOP, EntryKind.CONTROL]
-HEADER = 21
+HEADER = ENTRY_OVERHEAD_BYTES
 
 
 @dataclass
