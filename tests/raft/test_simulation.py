@@ -1,0 +1,128 @@
+"""Deterministic simulation: thousands of seeded random schedules, Raft's safety checked after every step.
+
+Replay one seed exactly (with the event trace on stderr)::
+
+    RAFT_SIM_SEED=1234 RAFT_SIM_TRACE=1 .venv/bin/python -m pytest \
+        tests/raft/test_simulation.py::test_replay_one_seed -s
+
+or by its test id: ``pytest 'tests/raft/test_simulation.py::test_random_schedule_is_safe_and_live[seed-1234]'``.
+The 100,000-schedule run is marked slow: ``pytest tests/raft/test_simulation.py -m slow -n 2``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+
+from multiraft.raft import EntryKind, Message, _raft
+
+from .simulation import Simulation, run_seed
+
+CI_SEEDS = 2000
+SLOW_SEEDS = 100_000
+SLOW_CHUNK = 1000
+
+_exercised: Counter[str] = Counter()
+
+
+@pytest.mark.parametrize("seed", range(CI_SEEDS), ids=lambda seed: f"seed-{seed}")
+def test_random_schedule_is_safe_and_live(seed: int) -> None:
+    result = run_seed(seed)
+    _exercised.update(result.stats)
+
+
+def test_the_random_schedules_exercise_every_fault_and_feature() -> None:
+    if _exercised["schedules"] < CI_SEEDS:
+        pytest.skip("needs the full seeded run of this module")
+    for what in (
+        "crashes",
+        "crashes losing an unsynced ready",
+        "partitions",
+        "snapshots installed",
+        "membership add learner",
+        "membership promote",
+        "membership remove voter",
+        "membership replace",
+        "membership demote",
+        "transfers",
+        "reads served",
+        "messages through the codec",
+        "quiesce heartbeats",
+    ):
+        assert _exercised[what] > 10, f"{what}: {_exercised[what]}"
+    assert _exercised["leaders elected"] > CI_SEEDS
+    assert _exercised["acknowledged writes"] > 50 * CI_SEEDS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunk", range(SLOW_SEEDS // SLOW_CHUNK), ids=lambda c: f"seeds-{CI_SEEDS + c * SLOW_CHUNK}")
+def test_100k_random_schedules_are_safe_and_live(chunk: int) -> None:
+    first = CI_SEEDS + chunk * SLOW_CHUNK
+    for seed in range(first, first + SLOW_CHUNK):
+        run_seed(seed)
+
+
+def test_replay_one_seed() -> None:
+    seed = os.environ.get("RAFT_SIM_SEED")
+    if seed is None:
+        pytest.skip("set RAFT_SIM_SEED=<seed> to replay one schedule")
+    result = run_seed(int(seed))
+    print(f"seed {seed}: {result}")
+
+
+def test_a_seed_replays_exactly() -> None:
+    def run(seed: int) -> tuple[list[str], object]:
+        sim = Simulation(seed, trace=True)
+        sim.trace = type(sim.trace)(maxlen=None)
+        result = sim.run()
+        return list(sim.trace), (result.committed, result.acked, result.steps, result.liveness_ticks)
+
+    for seed in (3, 11, 42):
+        assert run(seed) == run(seed)
+
+
+# The checker is only as good as the bugs it finds: break the core on purpose and expect a failing seed.
+# (Committing old-term entries by counting replicas needs the precise Figure 8 interleaving, which random
+# schedules almost never produce; test_replication.py's Figure 8 scenario covers it.)
+
+
+def _failing_seed(seeds: range) -> int | None:
+    for seed in seeds:
+        try:
+            Simulation(seed).run()
+        except AssertionError:
+            return seed
+    return None
+
+
+def test_the_checker_catches_a_core_that_votes_twice_in_a_term(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = _raft.Raft._handle_vote_request
+
+    def vote_for_anyone(self: _raft.Raft, m: Message) -> None:
+        self.vote = 0  # forget the vote: grant every up-to-date candidate
+        original(self, m)
+
+    monkeypatch.setattr(_raft.Raft, "_handle_vote_request", vote_for_anyone)
+    assert _failing_seed(range(200)) is not None
+
+
+def test_the_checker_catches_a_leader_that_counts_its_copy_before_persisting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    original = _raft.Raft._append
+
+    def count_at_once(self: _raft.Raft, kind: EntryKind, payload: bytes | memoryview, ts: int) -> int:
+        index = original(self, kind, payload, ts)
+        pr = self.tracker.progress.get(self.id)
+        if pr is not None:
+            pr.maybe_update(index)
+            self._maybe_commit()
+        return index
+
+    monkeypatch.setattr(_raft.Raft, "_append", count_at_once)
+    # Seeds 219, 425, 463 and 496 expose it today (a crash loses the leader's unsynced entry after it was
+    # counted); a change to the schedule generator moves them: search again and move this window.
+    seeds = range(200, 240)
+    assert _failing_seed(seeds) is not None, f"no seed in {seeds} exposes the mutant any more"
