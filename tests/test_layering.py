@@ -50,6 +50,36 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "lmdb",
         "grpc",
     ),
+    # The controller's state machine is pure too: the node runtime does its I/O.
+    "multiraft.controller": (
+        "multiraft.",
+        "storage",
+        "rpc",
+        "membership",
+        "spark_connector",
+        "tests",
+        "benchmarks",
+        "socket",
+        "ssl",
+        "selectors",
+        "asyncio",
+        "threading",
+        "multiprocessing",
+        "subprocess",
+        "concurrent",
+        "time",
+        "datetime",
+        "random",
+        "secrets",
+        "os",
+        "io",
+        "pathlib",
+        "shutil",
+        "tempfile",
+        "signal",
+        "lmdb",
+        "grpc",
+    ),
     "multiraft": ("spark_connector", "tests", "benchmarks"),
     "rpc": ("spark_connector", "tests", "benchmarks"),
     # The client library must stay importable without the node runtime.
@@ -59,6 +89,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 # Exceptions to a forbidden prefix for a layer: the connector may use the public client API only.
 ALLOWED: dict[str, tuple[str, ...]] = {
     "multiraft.raft": ("multiraft.raft",),
+    "multiraft.controller": ("multiraft.controller",),
     "spark_connector": ("multiraft.client",),
 }
 

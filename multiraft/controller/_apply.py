@@ -1,0 +1,262 @@
+"""apply(): the deterministic transition function of the controller's replicated state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ._model import (
+    AllocateProducerIds,
+    AlterTopicConfigs,
+    ClusterState,
+    Command,
+    CreateTopic,
+    DeleteTopic,
+    NodeInfo,
+    NodeState,
+    PartitionState,
+    RegisterNode,
+    SetNodeState,
+    SetPartitionReplicas,
+    Topic,
+    check_node_info,
+)
+from .errors import (
+    ControllerError,
+    InvalidArgumentError,
+    InvalidAssignmentError,
+    InvalidConfigError,
+    InvalidNodeError,
+    InvalidPartitionCountError,
+    NodeHasReplicasError,
+    OutOfOrderApplyError,
+    StaleAssignmentError,
+    TopicExistsError,
+    UnknownNodeError,
+)
+from .topic_config import config_key, validate_topic_configs, validate_topic_name
+
+__all__ = ["ProducerIdBlock", "Outcome", "ApplyResult", "apply", "MAX_PRODUCER_ID_BLOCK"]
+
+MAX_PRODUCER_ID = 2**63 - 1
+MAX_PRODUCER_ID_BLOCK = 1_000_000
+
+
+@dataclass(frozen=True)
+class ProducerIdBlock:
+    """Producer ids ``first`` .. ``first + count - 1``, reserved for one node to hand out."""
+
+    first: int
+    count: int
+
+    @property
+    def last(self) -> int:
+        return self.first + self.count - 1
+
+
+Outcome = NodeInfo | Topic | PartitionState | ProducerIdBlock | None
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What applying one command did: its outcome, or the error that made it a no-op.
+
+    Outcomes: RegisterNode and SetNodeState give the stored NodeInfo; CreateTopic, AlterTopicConfigs and
+    DeleteTopic the Topic (the deleted one for DeleteTopic); SetPartitionReplicas the PartitionState;
+    AllocateProducerIds a ProducerIdBlock. ``changed`` is False for failures and for commands that found the
+    state already as asked.
+    """
+
+    index: int
+    command: Command
+    outcome: Outcome = None
+    error: ControllerError | None = None
+    changed: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def unwrap(self) -> Outcome:
+        """The outcome, or raise the error (for the proposer that waits on its command)."""
+        if self.error is not None:
+            raise self.error
+        return self.outcome
+
+
+def apply(state: ClusterState, index: int, command: Command) -> tuple[ClusterState, ApplyResult]:
+    """Apply the command committed at Raft ``index``; return the new state and what happened.
+
+    A command that fails leaves everything but ``applied_index`` unchanged and reports its error in the
+    result: every replica reaches the same verdict, so the failure is part of the replicated history.
+    ``index`` must be above ``state.applied_index`` (gaps are fine: not every Raft entry is a command);
+    otherwise :class:`OutOfOrderApplyError` is raised and nothing is applied.
+    """
+    if index <= state.applied_index:
+        raise OutOfOrderApplyError(f"index {index} is not after the applied index {state.applied_index}")
+    handler = _HANDLERS.get(type(command))
+    if handler is None:
+        raise TypeError(f"not a controller command: {type(command).__name__}")
+    try:
+        changes, outcome = handler(state, command)
+    except ControllerError as exc:
+        return replace(state, applied_index=index), ApplyResult(index, command, error=exc)
+    changed = bool(changes)
+    new_state = replace(state, applied_index=index, version=state.version + changed, **changes)
+    return new_state, ApplyResult(index, command, outcome, changed=changed)
+
+
+_Changes = dict[str, Any]
+
+
+def _register_node(state: ClusterState, command: RegisterNode) -> tuple[_Changes, Outcome]:
+    node = command.node
+    check_node_info(node)
+    existing = state.nodes.get(node.node_id)
+    if node.state is NodeState.REMOVED:
+        raise InvalidNodeError("state", "a node cannot register as removed")
+    if existing is not None and existing.state is not NodeState.REMOVED:
+        # Re-registration updates addresses and capacity; a restart must not end a drain.
+        node = replace(node, state=existing.state)
+    if node == existing:
+        return {}, node
+    return {"nodes": {**state.nodes, node.node_id: node}}, node
+
+
+def _create_topic(state: ClusterState, command: CreateTopic) -> tuple[_Changes, Outcome]:
+    validate_topic_name(command.name, internal=command.internal)
+    if command.name in state.topics:
+        raise TopicExistsError(command.name)
+    configs = validate_topic_configs(command.configs, creating=True)
+    if not command.assignments:
+        raise InvalidPartitionCountError(0)
+    if command.created_ms < 0:
+        raise InvalidArgumentError("created_ms", f"must be >= 0, got {command.created_ms}")
+    partitions = []
+    for number, (replicas, preferred_leader) in enumerate(command.assignments):
+        _check_assignment(state, replicas, (), preferred_leader)
+        group_id = state.next_group_id + number
+        partitions.append(PartitionState(command.name, number, group_id, tuple(replicas), (), preferred_leader))
+    topic = Topic(command.name, tuple(partitions), configs, command.internal, command.created_ms)
+    changes = {"topics": {**state.topics, topic.name: topic}, "next_group_id": state.next_group_id + len(partitions)}
+    return changes, topic
+
+
+def _check_assignment(
+    state: ClusterState,
+    replicas: tuple[int, ...],
+    learners: tuple[int, ...],
+    preferred_leader: int,
+) -> None:
+    if not replicas:
+        raise InvalidAssignmentError("replicas", "a partition needs at least one replica")
+    _check_distinct("replicas", replicas)
+    _check_distinct("learners", learners)
+    overlap = sorted(set(replicas) & set(learners))
+    if overlap:
+        raise InvalidAssignmentError("learners", f"node {overlap[0]} is both a voter and a learner")
+    if preferred_leader not in replicas:
+        raise InvalidAssignmentError("preferred_leader", f"node {preferred_leader} is not one of {replicas}")
+    for node_id in (*replicas, *learners):
+        node = state.nodes.get(node_id)
+        if node is None:
+            raise UnknownNodeError(node_id)
+        # Draining nodes are accepted: a command planned before the drain began may land after it, and the
+        # drain then moves the replica again. Refusing would strand a half-done move.
+        if node.state is NodeState.REMOVED:
+            raise UnknownNodeError(node_id, f"node {node_id} is removed")
+
+
+def _check_distinct(name: str, nodes: tuple[int, ...]) -> None:
+    seen: set[int] = set()
+    for node in nodes:
+        if node in seen:
+            raise InvalidAssignmentError(name, f"node {node} appears twice in {nodes}")
+        seen.add(node)
+
+
+def _delete_topic(state: ClusterState, command: DeleteTopic) -> tuple[_Changes, Outcome]:
+    topic = state.topic(command.name)
+    if topic.internal and not command.internal:
+        raise InvalidArgumentError("name", f"{command.name!r} is an internal topic and cannot be deleted")
+    topics = {name: t for name, t in state.topics.items() if name != command.name}
+    return {"topics": topics}, topic
+
+
+def _alter_topic_configs(state: ClusterState, command: AlterTopicConfigs) -> tuple[_Changes, Outcome]:
+    topic = state.topic(command.name)
+    both = sorted(set(command.set) & set(command.delete))
+    if both:
+        raise InvalidConfigError(both[0], "is both set and deleted")
+    to_set = dict(command.set)
+    for key in sorted(command.set):
+        spec = config_key(key)
+        # Re-stating a fixed key's current value is allowed so that declarative tools can send everything.
+        if not spec.alterable and spec.normalize(command.set[key]) == topic.configs.get(key):
+            del to_set[key]
+    normalized = validate_topic_configs(to_set, creating=False)
+    for key in command.delete:
+        if not config_key(key).alterable:
+            raise InvalidConfigError(key, "cannot be altered after the topic is created")
+    configs = {k: v for k, v in topic.configs.items() if k not in command.delete}
+    configs = dict(sorted({**configs, **normalized}.items()))
+    if configs == topic.configs:
+        return {}, topic
+    altered = replace(topic, configs=configs)
+    return {"topics": {**state.topics, topic.name: altered}}, altered
+
+
+def _set_partition_replicas(state: ClusterState, command: SetPartitionReplicas) -> tuple[_Changes, Outcome]:
+    current = state.partition(command.topic, command.partition)
+    if (command.expected_replicas is not None and command.expected_replicas != current.replicas) or (
+        command.expected_learners is not None and command.expected_learners != current.learners
+    ):
+        raise StaleAssignmentError(
+            f"{command.topic}/{command.partition} has replicas {current.replicas} learners {current.learners}, "
+            f"not the expected {command.expected_replicas} {command.expected_learners}"
+        )
+    replicas, learners = tuple(command.replicas), tuple(command.learners)
+    _check_assignment(state, replicas, learners, command.preferred_leader)
+    updated = replace(current, replicas=replicas, learners=learners, preferred_leader=command.preferred_leader)
+    if updated == current:
+        return {}, current
+    topic = state.topics[command.topic]
+    partitions = tuple(updated if p.partition == command.partition else p for p in topic.partitions)
+    return {"topics": {**state.topics, topic.name: replace(topic, partitions=partitions)}}, updated
+
+
+def _set_node_state(state: ClusterState, command: SetNodeState) -> tuple[_Changes, Outcome]:
+    node = state.nodes.get(command.node_id)
+    if node is None:
+        raise UnknownNodeError(command.node_id)
+    if node.state is command.state:
+        return {}, node
+    if node.state is NodeState.REMOVED:
+        raise InvalidNodeError("state", f"node {command.node_id} is removed; it must register again")
+    if command.state is NodeState.REMOVED:
+        hosted = len(state.partitions_on_node(command.node_id))
+        if hosted:
+            raise NodeHasReplicasError(command.node_id, hosted)
+    updated = replace(node, state=command.state)
+    return {"nodes": {**state.nodes, node.node_id: updated}}, updated
+
+
+def _allocate_producer_ids(state: ClusterState, command: AllocateProducerIds) -> tuple[_Changes, Outcome]:
+    if not 1 <= command.count <= MAX_PRODUCER_ID_BLOCK:
+        raise InvalidArgumentError("count", f"must be in [1, {MAX_PRODUCER_ID_BLOCK}], got {command.count}")
+    block = ProducerIdBlock(state.next_producer_id, command.count)
+    if block.last > MAX_PRODUCER_ID:
+        raise InvalidArgumentError("count", "the producer id space is exhausted")
+    return {"next_producer_id": block.last + 1}, block
+
+
+_HANDLERS: dict[type, Callable[[ClusterState, Any], tuple[_Changes, Outcome]]] = {
+    RegisterNode: _register_node,
+    CreateTopic: _create_topic,
+    DeleteTopic: _delete_topic,
+    AlterTopicConfigs: _alter_topic_configs,
+    SetPartitionReplicas: _set_partition_replicas,
+    SetNodeState: _set_node_state,
+    AllocateProducerIds: _allocate_producer_ids,
+}
