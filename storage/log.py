@@ -315,8 +315,20 @@ class LogStore:
 
     # ------------------------------------------------------------------------------------------------ logs
 
-    def log(self, topic: str, partition: int, *, create: bool = True) -> SegmentedLog:
-        """The log of ``topic``/``partition``; created (empty, starting at index 1) if missing and ``create``."""
+    def log(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        create: bool = True,
+        segment_bytes: int | None = None,
+        segment_ms: int | None = None,
+    ) -> SegmentedLog:
+        """The log of ``topic``/``partition``; created (empty, starting at index 1) if missing and ``create``.
+
+        ``segment_bytes`` and ``segment_ms`` override the store's for a log being created, and are kept with
+        it: they cannot change later, so every replica cuts its segments at the same entries.
+        """
         self._check_open()
         name = _name_of(topic, partition)
         existing = self._logs.get(name)
@@ -328,6 +340,8 @@ class LogStore:
             if not create:
                 raise InvalidArgumentError(f"no log named {name}")
             segmented = self._create_log(name)
+            if segment_bytes is not None or segment_ms is not None:
+                segmented._set_limits(segment_bytes or self.config.segment_bytes, segment_ms or self.config.segment_ms)
         else:
             segmented = SegmentedLog(self, name, fmt.U32.unpack(raw)[0])
             segmented._load()
@@ -564,6 +578,8 @@ class SegmentedLog:
         self._view: _View | None = None
         self._closed = False
         self._deleted = False
+        self._segment_bytes = store.config.segment_bytes
+        self._segment_ms = store.config.segment_ms
 
     def __repr__(self) -> str:
         return f"SegmentedLog({self.name!r}, first={self.first_index()}, last={self.last_index()})"
@@ -600,8 +616,24 @@ class SegmentedLog:
                     self._segments.append(fmt.SegmentRecord.unpack(value))
             if not self._segments:
                 raise CorruptionError(f"log {self.name} has no segments", path=str(store._data_file))
+            limits = txn.get(fmt.log_key(b"a", self.log_id) + _LIMITS.encode(), db=store._meta)
+            if limits is not None:
+                self._segment_bytes, self._segment_ms = fmt.COMPACTION.unpack(limits)
         self._last_term = self._read_last_term()
         self._view = self._make_view(store._published_txn)
+
+    def _set_limits(self, segment_bytes: int, segment_ms: int) -> None:
+        if segment_bytes < 1024 or segment_ms < 1:
+            raise InvalidArgumentError(
+                f"segment_bytes must be >= 1024 and segment_ms >= 1, got {segment_bytes}, {segment_ms}"
+            )
+        self.set_attribute(_LIMITS, fmt.COMPACTION.pack(segment_bytes, segment_ms))
+        self._segment_bytes, self._segment_ms = segment_bytes, segment_ms
+
+    @property
+    def segment_limits(self) -> tuple[int, int]:
+        """(segment_bytes, segment_ms) this log rolls by."""
+        return self._segment_bytes, self._segment_ms
 
     def _read_last_term(self) -> int:
         last = self._segments[-1]
@@ -721,6 +753,18 @@ class SegmentedLog:
             return self._last_term
         return self._term_from_disk(index)
 
+    def offset_after(self, index: int) -> int:
+        """The log's next offset right after the entry at ``index``: where a data entry's batch ends."""
+        self._check_open()
+        if index == self._compaction_index:
+            return self._segments[0].base_offset
+        record = self._segment_for_index(index)
+        with self._store._read_txn() as txn:
+            value = txn.get(fmt.INDEX_KEY.pack(index), db=self._store._slot(record.slot))
+            if value is None or index > record.last_index:
+                raise UnavailableError(f"index {index} is not in {self.name}")
+            return fmt.next_offset_of(value)
+
     def _term_from_disk(self, index: int) -> int:
         record = self._segment_for_index(index)
         key = fmt.INDEX_KEY.pack(index)
@@ -812,7 +856,7 @@ class SegmentedLog:
             self.truncate_suffix(first)
         txn = self._store._mark_dirty(self)
         store = self._store
-        config = store.config
+        segment_bytes, segment_ms = self._segment_bytes, self._segment_ms
         record = self._segments[-1]
         data_db = store._slot(record.slot)
         (slot, base_index, last_index, base_offset, next_offset, first_ts, max_ts, max_record_ts, size, count) = (
@@ -833,8 +877,8 @@ class SegmentedLog:
                 timestamp_ms = entry.timestamp_ms
                 value_size = fmt.ENTRY_HEADER_SIZE + len(payload)
                 if count and (
-                    size + value_size > config.segment_bytes
-                    or (timestamp_ms > 0 and first_ts > 0 and timestamp_ms - first_ts >= config.segment_ms)
+                    size + value_size > segment_bytes
+                    or (timestamp_ms > 0 and first_ts > 0 and timestamp_ms - first_ts >= segment_ms)
                 ):
                     self._segments[-1] = fmt.SegmentRecord(
                         slot, base_index, last_index, base_offset, next_offset, first_ts, max_ts, max_record_ts,
@@ -1353,4 +1397,5 @@ class SegmentedLog:
 
 
 _KINDS = frozenset(int(kind) for kind in EntryKind)
+_LIMITS = "storage.segment_limits"
 _KIND_AT = 8  # byte of the entry header that holds the kind

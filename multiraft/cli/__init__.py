@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import sys
 
+import click
 import typer
 
 from multiraft import __version__
 from multiraft.cli._common import state
 from multiraft.cli._storage import storage_app
+from multiraft.launcher import cluster_app
 from multiraft.logging import configure_logging
 
 __all__ = ["app", "main"]
@@ -23,6 +25,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(storage_app, name="storage")
+app.add_typer(cluster_app, name="cluster")
 
 
 def _version(value: bool) -> None:
@@ -43,8 +46,19 @@ def _root(
 
 
 def main() -> None:
+    from multiraft.cli._node import node_group
+
+    command = typer.main.get_group(app)
+    command.add_command(node_group)  # type: ignore[arg-type]  # typer groups take plain click commands
     try:
-        app()
+        command(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)
     except Exception as exc:  # the one place that turns an error into an exit status
         if state.debug:
             raise

@@ -1,0 +1,316 @@
+"""A node's configuration: one frozen dataclass, read from TOML, then ``MULTIRAFT_*`` variables, then flags.
+
+Every field documents its unit and default (``docs/configuration.md`` is generated from them by
+``multiraft node config-reference``). A wrong key or value stops start-up with a message that names it.
+
+    node_id = 1
+    data_dir = "/var/lib/multiraft"
+    client_address = "127.0.0.1:7000"
+    peer_address = "127.0.0.1:7100"
+    initial_cluster = ["1=127.0.0.1:7100", "2=127.0.0.1:7101", "3=127.0.0.1:7102"]
+
+A key ``some_key`` is overridden by the variable ``MULTIRAFT_SOME_KEY`` and by the flag ``--some-key``.
+Lists in variables and flags are comma-separated.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from multiraft.errors import ConfigError
+
+__all__ = ["NodeConfig", "load_config", "parse_address", "config_reference"]
+
+ENV_PREFIX = "MULTIRAFT_"
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+def _setting(default: Any, unit: str, doc: str) -> Any:
+    return field(default=default, metadata={"unit": unit, "doc": doc})
+
+
+def parse_address(value: str, key: str) -> tuple[str, int]:
+    """``host:port`` -> (host, port); raises ConfigError naming ``key``."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(key, f"expected host:port, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Everything a node needs to start. Only ``node_id`` and ``data_dir`` have no usable default."""
+
+    node_id: int = _setting(0, "id", "This node's id, an integer >= 1, unique and permanent in the cluster. Required.")
+    data_dir: str = _setting("", "path", "Directory of the node's log store and metadata. Required.")
+    cluster_id: str = _setting(
+        "multiraft", "name", "Name of the cluster; nodes refuse peers and gossip from another cluster."
+    )
+    client_address: str = _setting("127.0.0.1:7000", "host:port", "gRPC listen address for clients.")
+    peer_address: str = _setting(
+        "127.0.0.1:7100",
+        "host:port",
+        "Listen address of the Raft transport between nodes (length-prefixed binary frames over TCP). Clients "
+        "and peers use separate ports so that client load cannot delay Raft heartbeats.",
+    )
+    gossip_address: str = _setting(
+        "127.0.0.1:7200", "host:port", "SWIM member-list address (UDP for probes and gossip, TCP for state sync)."
+    )
+    advertise_client_address: str = _setting(
+        "", "host:port", "Client address other nodes and clients should use; defaults to client_address."
+    )
+    advertise_peer_address: str = _setting(
+        "", "host:port", "Peer address other nodes should use; defaults to peer_address."
+    )
+    initial_cluster: tuple[str, ...] = _setting(
+        (),
+        "list of ID=host:port",
+        "The nodes that form a new cluster and their peer addresses, identical on each of them. The first "
+        "controller_replicas ids (in order) replicate the cluster metadata. Empty on a node that joins a "
+        "running cluster through seeds.",
+    )
+    seeds: tuple[str, ...] = _setting(
+        (), "list of host:port", "Gossip addresses of running nodes to join through (member-list seeds)."
+    )
+    rack: str = _setting("", "name", "Failure domain; replicas of a partition go to different racks when possible.")
+    capacity: float = _setting(1.0, "weight", "Relative capacity used when placing replicas; > 0.")
+    controller_replicas: int = _setting(
+        3, "nodes", "Voters of the cluster metadata group (odd, 1..7); other nodes follow it as learners."
+    )
+
+    tick_ms: int = _setting(50, "ms", "Length of one Raft tick.")
+    election_ticks: int = _setting(
+        10, "ticks", "Election timeout base; each election waits a random time in [1x, 2x) of this."
+    )
+    heartbeat_ticks: int = _setting(2, "ticks", "Leader heartbeat interval (coalesced per peer node).")
+    max_inflight_bytes: int = _setting(
+        32 * MiB, "bytes", "Most unacknowledged append bytes a leader sends one follower of one group."
+    )
+    max_append_bytes: int = _setting(4 * MiB, "bytes", "Largest append message a leader sends.")
+    max_frame_bytes: int = _setting(
+        64 * MiB, "bytes", "Largest frame accepted on the peer transport; larger frames close the connection."
+    )
+
+    max_batch_bytes: int = _setting(
+        16 * MiB,
+        "bytes",
+        "Ceiling on a record batch for any topic (a topic's max.message.bytes may only be lower); also the gRPC "
+        "message limit.",
+    )
+    produce_timeout_ms: int = _setting(
+        30_000, "ms", "How long Produce waits for a commit when the request sets no timeout."
+    )
+    fetch_max_bytes: int = _setting(1 * MiB, "bytes", "Fetch size when the request sets none.")
+    fetch_max_wait_ms: int = _setting(30_000, "ms", "Ceiling on a Fetch long-poll.")
+    default_replication_factor: int = _setting(3, "replicas", "Replication factor of topics created without one.")
+    default_partitions: int = _setting(1, "partitions", "Partition count of topics created without one.")
+    retention_check_ms: int = _setting(
+        1_000,
+        "ms",
+        "How often each partition leader checks retention and segment age (then proposes drops and rolls).",
+    )
+    leader_balance_ms: int = _setting(
+        5_000, "ms", "How often the controller moves leadership back to healthy preferred leaders."
+    )
+
+    map_size_bytes: int = _setting(1024 * GiB, "bytes", "LMDB map size: the most the log store may grow to.")
+    max_segments: int = _setting(65536, "segments", "Most segments in the node's log store at once.")
+
+    replica_replace_after_ms: int = _setting(
+        30_000, "ms", "How long a node is dead before its replicas are re-created on other nodes."
+    )
+    max_concurrent_moves: int = _setting(4, "moves", "Replica moves in flight at once across the cluster.")
+    move_bandwidth_mb_s: float = _setting(
+        50.0, "MB/s", "Cluster-wide budget for copying segments to new replicas (0 = unlimited)."
+    )
+
+    log_level: str = _setting("info", "level", "debug, info, warning or error.")
+    log_format: str = _setting("text", "format", "text (key=value) or json.")
+
+    # ------------------------------------------------------------------------------------------ derived
+
+    @property
+    def advertised_client_address(self) -> str:
+        return self.advertise_client_address or self.client_address
+
+    @property
+    def advertised_peer_address(self) -> str:
+        return self.advertise_peer_address or self.peer_address
+
+    def initial_members(self) -> dict[int, str]:
+        """node id -> peer address of the initial cluster, in the configured order."""
+        members: dict[int, str] = {}
+        for item in self.initial_cluster:
+            node_id, sep, address = item.partition("=")
+            if not sep or not node_id.strip().isdigit():
+                raise ConfigError("initial_cluster", f"expected ID=host:port, got {item!r}")
+            parse_address(address.strip(), "initial_cluster")
+            members[int(node_id)] = address.strip()
+        return members
+
+    def validate(self) -> NodeConfig:
+        """Return self, or raise :class:`ConfigError` naming the first wrong key."""
+        if self.node_id < 1:
+            raise ConfigError("node_id", f"must be an integer >= 1, got {self.node_id}")
+        if not self.data_dir:
+            raise ConfigError("data_dir", "is required")
+        for key in ("client_address", "peer_address", "gossip_address"):
+            parse_address(getattr(self, key), key)
+        for key in ("advertise_client_address", "advertise_peer_address"):
+            if getattr(self, key):
+                parse_address(getattr(self, key), key)
+        for seed in self.seeds:
+            parse_address(seed, "seeds")
+        members = self.initial_members()
+        if len(members) != len(self.initial_cluster):
+            raise ConfigError("initial_cluster", "lists a node id twice")
+        if members and self.node_id in members and members[self.node_id] != self.advertised_peer_address:
+            raise ConfigError(
+                "initial_cluster",
+                f"says node {self.node_id} is at {members[self.node_id]}, but its peer address is "
+                f"{self.advertised_peer_address}",
+            )
+        if not self.cluster_id or len(self.cluster_id) > 64:
+            raise ConfigError("cluster_id", "must be 1..64 characters")
+        if self.capacity <= 0:
+            raise ConfigError("capacity", f"must be > 0, got {self.capacity}")
+        if self.controller_replicas not in (1, 3, 5, 7):
+            raise ConfigError("controller_replicas", f"must be 1, 3, 5 or 7, got {self.controller_replicas}")
+        ranges: dict[str, tuple[float, float]] = {
+            "tick_ms": (1, 10_000),
+            "election_ticks": (3, 1_000),
+            "heartbeat_ticks": (1, 1_000),
+            "max_inflight_bytes": (64 * KiB, 4 * GiB),
+            "max_append_bytes": (64 * KiB, 1 * GiB),
+            "max_frame_bytes": (1 * MiB, 2 * GiB - 1),
+            "max_batch_bytes": (1 * KiB, 256 * MiB),
+            "produce_timeout_ms": (1, 3_600_000),
+            "fetch_max_bytes": (1, 1 * GiB),
+            "fetch_max_wait_ms": (0, 3_600_000),
+            "default_replication_factor": (1, 7),
+            "default_partitions": (1, 100_000),
+            "retention_check_ms": (10, 3_600_000),
+            "leader_balance_ms": (100, 3_600_000),
+            "map_size_bytes": (16 * MiB, 1 << 50),
+            "max_segments": (16, 1_000_000),
+            "replica_replace_after_ms": (0, 86_400_000),
+            "max_concurrent_moves": (1, 1_000),
+            "move_bandwidth_mb_s": (0, 100_000),
+        }
+        for key, (low, high) in ranges.items():
+            value = getattr(self, key)
+            if not low <= value <= high:
+                raise ConfigError(key, f"must be in [{low:g}, {high:g}], got {value}")
+        if self.heartbeat_ticks >= self.election_ticks:
+            raise ConfigError("heartbeat_ticks", "must be smaller than election_ticks")
+        if self.max_frame_bytes < self.max_append_bytes + self.max_batch_bytes:
+            raise ConfigError("max_frame_bytes", "must hold an append message of max_append_bytes plus one batch")
+        if self.log_level not in ("debug", "info", "warning", "error"):
+            raise ConfigError("log_level", f"must be debug, info, warning or error, got {self.log_level!r}")
+        if self.log_format not in ("text", "json"):
+            raise ConfigError("log_format", f"must be text or json, got {self.log_format!r}")
+        return self
+
+
+_FIELDS = {f.name: f for f in fields(NodeConfig)}
+
+
+def _convert(key: str, value: Any, from_text: bool) -> Any:
+    """Coerce a TOML, environment or flag value to the field's type, naming ``key`` on failure."""
+    kind = typing.get_type_hints(NodeConfig)[key]
+    origin = typing.get_origin(kind)
+    try:
+        if kind is bool:
+            if from_text:
+                lowered = str(value).strip().lower()
+                if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(value)
+                return lowered in ("true", "1", "yes")
+            if not isinstance(value, bool):
+                raise TypeError(value)
+            return value
+        if kind is int:
+            if isinstance(value, bool) or (not from_text and not isinstance(value, int)):
+                raise TypeError(value)
+            return int(str(value).replace("_", "")) if from_text else value
+        if kind is float:
+            if isinstance(value, bool):
+                raise TypeError(value)
+            return float(value)
+        if kind is str:
+            if not from_text and not isinstance(value, str):
+                raise TypeError(value)
+            return str(value)
+        if origin is tuple:
+            if from_text and isinstance(value, str):
+                return tuple(item.strip() for item in value.split(",") if item.strip())
+            if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+                raise TypeError(value)
+            return tuple(value)
+    except (TypeError, ValueError):
+        expected = "a list of strings" if origin is tuple else getattr(kind, "__name__", str(kind))
+        raise ConfigError(key, f"expected {expected}, got {value!r}") from None
+    raise ConfigError(key, f"unsupported type {kind}")  # pragma: no cover - every field is handled above
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> NodeConfig:
+    """TOML file, then ``MULTIRAFT_*`` variables, then ``overrides`` (flags); validated."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with Path(path).open("rb") as handle:
+                document = tomllib.load(handle)
+        except OSError as exc:
+            raise ConfigError("config", f"cannot read {path}: {exc.strerror or exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("config", f"{path} is not valid TOML: {exc}") from exc
+        for key, value in document.items():
+            if key not in _FIELDS:
+                raise ConfigError(key, f"unknown key in {path}")
+            values[key] = _convert(key, value, from_text=False)
+    environ = os.environ if environ is None else environ
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or name in _IGNORED_VARIABLES:
+            continue
+        key = name[len(ENV_PREFIX) :].lower()
+        if key not in _FIELDS:
+            raise ConfigError(key, f"unknown key (from the variable {name})")
+        values[key] = _convert(key, value, from_text=True)
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key not in _FIELDS:
+            raise ConfigError(key, "unknown key")
+        values[key] = _convert(key, value, from_text=isinstance(value, str))
+    return replace(NodeConfig(), **values).validate()
+
+
+# Variables of ours that are not node settings (the client library reads them).
+_IGNORED_VARIABLES = frozenset({"MULTIRAFT_BOOTSTRAP"})
+
+
+def config_reference() -> str:
+    """A Markdown table of every key: unit, default and meaning (for docs/configuration.md)."""
+    lines = [
+        "| key | unit | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    defaults = NodeConfig()
+    for f in fields(NodeConfig):
+        default = getattr(defaults, f.name)
+        shown = "(required)" if f.name in ("node_id", "data_dir") else repr(default)
+        lines.append(f"| `{f.name}` | {f.metadata['unit']} | `{shown}` | {f.metadata['doc']} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,212 @@
+"""Errors of multiraft, shared by the node and the client library.
+
+Each error has a stable machine-readable ``reason`` and the gRPC status code it travels with. The node raises
+them; the gRPC servicers turn them into a status whose ``google.rpc.ErrorInfo`` carries the reason and
+``metadata``; the client turns that status back into the same class. So a caller handles one hierarchy
+whichever side of the wire an error started on::
+
+    MultiraftError
+    ├── ConfigError                 a configuration key is wrong; ``field`` names it
+    ├── InvalidArgumentError        a request field is wrong; ``field`` names it
+    │   ├── RecordTooLargeError     a record batch above the topic's max.message.bytes
+    │   ├── CorruptBatchError       a record batch fails its header or CRC check
+    │   └── InvalidTopicError       a bad topic name or topic config
+    ├── NotFoundError
+    │   ├── UnknownTopicError
+    │   └── UnknownPartitionError
+    ├── TopicExistsError
+    ├── OffsetOutOfRangeError       below the log start or beyond the high watermark
+    ├── NotLeaderError              retry on ``leader_id`` / ``leader_address`` (may be unknown)
+    ├── ProducerError
+    │   ├── OutOfOrderSequenceError an idempotent producer skipped a sequence number
+    │   └── ProducerFencedError     a newer epoch of the producer id exists
+    ├── NotEnoughReplicasError      not enough live nodes for the replication factor or a write quorum
+    ├── RequestTimeoutError         the request did not complete within its deadline (outcome unknown)
+    ├── UnavailableError            the node or cluster cannot serve now; retry later
+    ├── ConnectionFailedError       the client could not reach any node
+    └── StorageFailureError         a node's storage failed (disk full, corruption)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import grpc
+
+__all__ = [
+    "MultiraftError",
+    "ConfigError",
+    "InvalidArgumentError",
+    "RecordTooLargeError",
+    "CorruptBatchError",
+    "InvalidTopicError",
+    "NotFoundError",
+    "UnknownTopicError",
+    "UnknownPartitionError",
+    "TopicExistsError",
+    "OffsetOutOfRangeError",
+    "NotLeaderError",
+    "ProducerError",
+    "OutOfOrderSequenceError",
+    "ProducerFencedError",
+    "NotEnoughReplicasError",
+    "RequestTimeoutError",
+    "UnavailableError",
+    "ConnectionFailedError",
+    "StorageFailureError",
+    "error_for_reason",
+]
+
+DOMAIN = "multiraft"
+
+
+class MultiraftError(Exception):
+    """Base of every multiraft error. ``metadata`` holds string details that travel over the wire."""
+
+    reason = "INTERNAL"
+    code = grpc.StatusCode.INTERNAL
+    retriable = False
+
+    def __init__(self, message: str, **metadata: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata: dict[str, str] = {k: str(v) for k, v in metadata.items() if v is not None}
+
+    @classmethod
+    def from_wire(cls, message: str, metadata: Mapping[str, str]) -> MultiraftError:
+        error = cls.__new__(cls)
+        MultiraftError.__init__(error, message, **metadata)
+        return error
+
+
+class ConfigError(MultiraftError, ValueError):
+    """A configuration key has a wrong value."""
+
+    reason = "INVALID_CONFIG"
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}", field=field)
+
+    @property
+    def field(self) -> str:
+        return self.metadata.get("field", "")
+
+
+class InvalidArgumentError(MultiraftError, ValueError):
+    """A request field is wrong; ``field`` names it."""
+
+    reason = "INVALID_ARGUMENT"
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+    @property
+    def field(self) -> str:
+        return self.metadata.get("field", "")
+
+
+class RecordTooLargeError(InvalidArgumentError):
+    reason = "RECORD_TOO_LARGE"
+
+
+class CorruptBatchError(InvalidArgumentError):
+    reason = "CORRUPT_BATCH"
+
+
+class InvalidTopicError(InvalidArgumentError):
+    reason = "INVALID_TOPIC"
+
+
+class NotFoundError(MultiraftError):
+    reason = "NOT_FOUND"
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class UnknownTopicError(NotFoundError):
+    reason = "UNKNOWN_TOPIC"
+
+
+class UnknownPartitionError(NotFoundError):
+    reason = "UNKNOWN_PARTITION"
+
+
+class TopicExistsError(MultiraftError):
+    reason = "TOPIC_EXISTS"
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class OffsetOutOfRangeError(MultiraftError):
+    """``log_start_offset`` and ``high_watermark`` in metadata say what is readable."""
+
+    reason = "OFFSET_OUT_OF_RANGE"
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
+class NotLeaderError(MultiraftError):
+    """This node does not lead the partition; ``leader_id`` (0 if unknown) and ``leader_address`` may help."""
+
+    reason = "NOT_LEADER"
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    retriable = True
+
+    @property
+    def leader_id(self) -> int:
+        return int(self.metadata.get("leader_id", "0"))
+
+    @property
+    def leader_address(self) -> str:
+        return self.metadata.get("leader_address", "")
+
+
+class ProducerError(MultiraftError):
+    reason = "PRODUCER_ERROR"
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class OutOfOrderSequenceError(ProducerError):
+    reason = "OUT_OF_ORDER_SEQUENCE"
+
+
+class ProducerFencedError(ProducerError):
+    reason = "PRODUCER_FENCED"
+
+
+class NotEnoughReplicasError(MultiraftError):
+    reason = "NOT_ENOUGH_REPLICAS"
+    code = grpc.StatusCode.UNAVAILABLE
+    retriable = True
+
+
+class RequestTimeoutError(MultiraftError):
+    reason = "TIMEOUT"
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+    retriable = True
+
+
+class UnavailableError(MultiraftError):
+    reason = "UNAVAILABLE"
+    code = grpc.StatusCode.UNAVAILABLE
+    retriable = True
+
+
+class ConnectionFailedError(UnavailableError):
+    reason = "CONNECTION_FAILED"
+
+
+class StorageFailureError(MultiraftError):
+    reason = "STORAGE_ERROR"
+    code = grpc.StatusCode.INTERNAL
+
+
+def _all_subclasses(base: type[MultiraftError]) -> list[type[MultiraftError]]:
+    found = [base]
+    for sub in base.__subclasses__():
+        found.extend(_all_subclasses(sub))
+    return found
+
+
+_BY_REASON: dict[str, type[MultiraftError]] = {cls.reason: cls for cls in _all_subclasses(MultiraftError)}
+
+
+def error_for_reason(reason: str, message: str, metadata: Mapping[str, str]) -> MultiraftError:
+    """The error a wire ``reason`` stands for (MultiraftError itself for reasons this version does not know)."""
+    return _BY_REASON.get(reason, MultiraftError).from_wire(message, metadata)

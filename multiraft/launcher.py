@@ -1,0 +1,419 @@
+"""Local clusters on 127.0.0.1: ``scripts/cluster up|down|status|kill|start`` and ``multiraft cluster``.
+
+A cluster lives in one directory::
+
+    DIR/cluster.json        nodes, their addresses and PIDs, and the bootstrap address
+    DIR/n<ID>/node.toml     the node's configuration (start it again with the same arguments)
+    DIR/n<ID>/data/         its log store
+    DIR/n<ID>/node.log      its stdout and stderr
+
+Processes are started in their own session and stopped by the PIDs recorded here, after checking that each
+PID still runs a multiraft node of this directory (a recycled PID is never signalled).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = [
+    "ClusterInfo",
+    "NodeProcess",
+    "cluster_up",
+    "cluster_down",
+    "cluster_status",
+    "kill_node",
+    "start_node",
+    "stop_node",
+    "load_cluster",
+    "cluster_app",
+]
+
+_STATE_FILE = "cluster.json"
+_READY_TIMEOUT_S = 60.0
+
+
+@dataclass
+class NodeProcess:
+    node_id: int
+    client_address: str
+    peer_address: str
+    gossip_address: str
+    directory: str
+    pid: int = 0
+
+    @property
+    def config_path(self) -> Path:
+        return Path(self.directory) / "node.toml"
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.directory) / "node.log"
+
+
+@dataclass
+class ClusterInfo:
+    directory: str
+    nodes: dict[int, NodeProcess] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.client_address for node in self.nodes.values())
+
+    def save(self) -> None:
+        document = {"nodes": [asdict(n) for n in self.nodes.values()], "settings": self.settings}
+        path = Path(self.directory) / _STATE_FILE
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(document, indent=2))
+        temporary.replace(path)
+
+
+def load_cluster(directory: str | os.PathLike[str]) -> ClusterInfo:
+    path = Path(directory) / _STATE_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"no cluster in {directory} (missing {_STATE_FILE})")
+    document = json.loads(path.read_text())
+    nodes = {int(n["node_id"]): NodeProcess(**n) for n in document["nodes"]}
+    return ClusterInfo(str(Path(directory).resolve()), nodes, document.get("settings", {}))
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def _write_config(node: NodeProcess, initial_cluster: list[str], settings: dict[str, Any]) -> None:
+    values: dict[str, Any] = {
+        "node_id": node.node_id,
+        "data_dir": str(Path(node.directory) / "data"),
+        "client_address": node.client_address,
+        "peer_address": node.peer_address,
+        "gossip_address": node.gossip_address,
+        "initial_cluster": initial_cluster,
+        **settings,
+    }
+    node.config_path.write_text("".join(f"{key} = {_toml_value(value)}\n" for key, value in values.items()))
+
+
+def _is_our_process(node: NodeProcess) -> bool:
+    if node.pid <= 0:
+        return False
+    try:
+        cmdline = Path(f"/proc/{node.pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(node.config_path).encode() in cmdline
+
+
+def start_node(cluster: ClusterInfo, node_id: int) -> NodeProcess:
+    """Start (or restart) one node with its recorded configuration and data."""
+    node = cluster.nodes[node_id]
+    if _is_our_process(node):
+        raise RuntimeError(f"node {node_id} is already running (pid {node.pid})")
+    log_file = node.log_path.open("ab")
+    command = [sys.executable, "-m", "multiraft.cli", "node", "start", "--config", str(node.config_path)]
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        env=environment,
+    )  # fmt: skip
+    log_file.close()
+    node.pid = process.pid
+    cluster.save()
+    return node
+
+
+def stop_node(cluster: ClusterInfo, node_id: int, *, timeout_s: float = 10.0) -> bool:
+    """SIGTERM the node, then SIGKILL it if it has not exited within ``timeout_s``; True if it was running."""
+    node = cluster.nodes[node_id]
+    if not _is_our_process(node):
+        return False
+    os.kill(node.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _is_our_process(node):
+        _reap(node.pid)
+        time.sleep(0.05)
+    if _is_our_process(node):
+        os.kill(node.pid, signal.SIGKILL)
+        _wait_gone(node)
+    return True
+
+
+def kill_node(cluster: ClusterInfo, node_id: int) -> bool:
+    """SIGKILL one node (a crash); True if it was running."""
+    node = cluster.nodes[node_id]
+    if not _is_our_process(node):
+        return False
+    os.kill(node.pid, signal.SIGKILL)
+    _wait_gone(node)
+    return True
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _exit_status(pid: int) -> str:
+    try:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return "not our child; status unknown"
+    if reaped == 0:
+        return "still running"
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit code {os.WEXITSTATUS(status)}"
+
+
+def _log_tail(node: NodeProcess, lines: int = 15) -> str:
+    try:
+        tail = node.log_path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return f"no log at {node.log_path}"
+    return f"last lines of {node.log_path}:\n" + "\n".join(tail)
+
+
+def _wait_gone(node: NodeProcess, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _is_our_process(node):
+        _reap(node.pid)
+        time.sleep(0.02)
+    _reap(node.pid)
+
+
+def node_serving(address: str, timeout_s: float = 1.0) -> bool:
+    """True once the node answers the standard gRPC health check with SERVING (it is registered)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        try:
+            response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
+        except grpc.RpcError:
+            return False
+        return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def wait_serving(cluster: ClusterInfo, node_ids: list[int] | None = None, timeout_s: float = _READY_TIMEOUT_S) -> None:
+    """Wait until every (given) node is registered with a controller that has a leader."""
+    pending = set(node_ids if node_ids is not None else cluster.nodes)
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        for node_id in sorted(pending):
+            node = cluster.nodes[node_id]
+            if not _is_our_process(node):
+                raise RuntimeError(f"node {node_id} exited ({_exit_status(node.pid)}); {_log_tail(node)}")
+            if node_serving(node.client_address):
+                pending.discard(node_id)
+        if pending and time.monotonic() > deadline:
+            raise TimeoutError(f"nodes {sorted(pending)} not serving after {timeout_s:.0f}s; see their node.log")
+        if pending:
+            time.sleep(0.1)
+
+
+def cluster_up(
+    directory: str | os.PathLike[str], nodes: int = 3, settings: dict[str, Any] | None = None
+) -> ClusterInfo:
+    """Start a fresh ``nodes``-node cluster in ``directory`` and wait until it serves."""
+    root = Path(directory).resolve()
+    if (root / _STATE_FILE).exists():
+        existing = load_cluster(root)
+        if any(_is_our_process(n) for n in existing.nodes.values()):
+            raise RuntimeError(f"a cluster is already running in {root}; run `down` first")
+    root.mkdir(parents=True, exist_ok=True)
+    ports = _free_ports(3 * nodes)
+    cluster = ClusterInfo(str(root), settings=dict(settings or {}))
+    for position in range(nodes):
+        node_id = position + 1
+        node_dir = root / f"n{node_id}"
+        node_dir.mkdir(exist_ok=True)
+        cluster.nodes[node_id] = NodeProcess(
+            node_id=node_id,
+            client_address=f"127.0.0.1:{ports[3 * position]}",
+            peer_address=f"127.0.0.1:{ports[3 * position + 1]}",
+            gossip_address=f"127.0.0.1:{ports[3 * position + 2]}",
+            directory=str(node_dir),
+        )
+    initial = [f"{n.node_id}={n.peer_address}" for n in cluster.nodes.values()]
+    for node in cluster.nodes.values():
+        _write_config(node, initial, cluster.settings)
+    cluster.save()
+    try:
+        for node_id in cluster.nodes:
+            start_node(cluster, node_id)
+        wait_serving(cluster)
+    except BaseException:
+        cluster_down(root)
+        raise
+    return cluster
+
+
+def cluster_down(directory: str | os.PathLike[str]) -> list[int]:
+    """Stop every node of the cluster; returns the ids that were running."""
+    cluster = load_cluster(directory)
+    stopped = []
+    for node_id in cluster.nodes:
+        node = cluster.nodes[node_id]
+        if _is_our_process(node):
+            os.kill(node.pid, signal.SIGTERM)
+            stopped.append(node_id)
+    deadline = time.monotonic() + 15
+    for node_id in stopped:
+        node = cluster.nodes[node_id]
+        while time.monotonic() < deadline and _is_our_process(node):
+            _reap(node.pid)
+            time.sleep(0.05)
+        if _is_our_process(node):
+            os.kill(node.pid, signal.SIGKILL)
+            _wait_gone(node)
+    return stopped
+
+
+def cluster_status(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    cluster = load_cluster(directory)
+    rows = []
+    for node in cluster.nodes.values():
+        running = _is_our_process(node)
+        rows.append(
+            {
+                "node_id": node.node_id,
+                "pid": node.pid if running else None,
+                "running": running,
+                "serving": running and node_serving(node.client_address, 0.5),
+                "client_address": node.client_address,
+                "peer_address": node.peer_address,
+                "log": str(node.log_path),
+            }
+        )
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------- CLI
+
+cluster_app = typer.Typer(help="Local clusters on 127.0.0.1 (data, logs and PIDs under --dir).")
+_console = Console()
+
+
+def _settings(values: list[str]) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--set")
+        settings[key.strip()] = value.split(",") if key.strip() in ("seeds",) else _number_or_text(value)
+    return settings
+
+
+def _number_or_text(value: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return value
+
+
+@cluster_app.command("up")
+def up(
+    directory: Path = typer.Option(..., "--dir", help="Directory for the cluster's data, logs and PIDs."),
+    nodes: int = typer.Option(3, "--nodes", min=1, max=9, help="Number of nodes."),
+    set_: list[str] = typer.Option([], "--set", help="A node setting KEY=VALUE for every node (repeatable)."),
+) -> None:
+    """Start a cluster on free loopback ports, wait until it serves, print the bootstrap address."""
+    cluster = cluster_up(directory, nodes, _settings(set_))
+    typer.echo(cluster.bootstrap)
+
+
+@cluster_app.command("down")
+def down(directory: Path = typer.Option(..., "--dir")) -> None:
+    """Stop every node of the cluster (SIGTERM, then SIGKILL after 15 s)."""
+    stopped = cluster_down(directory)
+    _console.print(f"stopped nodes {stopped}" if stopped else "no node was running")
+
+
+@cluster_app.command("status")
+def status(directory: Path = typer.Option(..., "--dir"), as_json: bool = typer.Option(False, "--json")) -> None:
+    """One line per node: pid, running, serving, addresses."""
+    rows = cluster_status(directory)
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    table = Table()
+    for column in ("node", "pid", "running", "serving", "client address", "peer address"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            str(row["node_id"]),
+            str(row["pid"] or "-"),
+            "yes" if row["running"] else "[red]no",
+            "yes" if row["serving"] else "[red]no",
+            row["client_address"],
+            row["peer_address"],
+        )
+    _console.print(table)
+
+
+@cluster_app.command("kill")
+def kill(node_id: int = typer.Argument(...), directory: Path = typer.Option(..., "--dir")) -> None:
+    """SIGKILL one node."""
+    if not kill_node(load_cluster(directory), node_id):
+        raise typer.Exit(1)
+
+
+@cluster_app.command("start")
+def start(
+    node_id: int = typer.Argument(...),
+    directory: Path = typer.Option(..., "--dir"),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the node serves again."),
+) -> None:
+    """Start one node again with the same arguments and data."""
+    cluster = load_cluster(directory)
+    start_node(cluster, node_id)
+    if wait:
+        wait_serving(cluster, [node_id])
+
+
+@cluster_app.command("stop")
+def stop(node_id: int = typer.Argument(...), directory: Path = typer.Option(..., "--dir")) -> None:
+    """Stop one node cleanly (SIGTERM)."""
+    if not stop_node(load_cluster(directory), node_id):
+        raise typer.Exit(1)
+
+
+if __name__ == "__main__":
+    cluster_app()

@@ -1,0 +1,174 @@
+"""The controller group on a node: cluster metadata as a Raft group (group 0) hosted by every node.
+
+Up to ``controller_replicas`` nodes vote; the others follow as learners, so every node holds the whole
+cluster state. Committed commands are applied by :func:`multiraft.controller.apply` in log order; after
+each batch the node reconciles which partition groups it hosts (creating those newly assigned to it,
+removing those of deleted topics) and the event loop gets the new state.
+
+Requests that change metadata (create a topic, register a node...) are served by the controller *leader*:
+only it knows which nodes are alive, so it decides the placement and proposes the resulting command. Other
+nodes forward requests to it (see ``multiraft.node.node``). Requests and answers travel as JSON.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from multiraft import controller as ctl
+from multiraft import raft
+from multiraft.errors import MultiraftError, NotLeaderError, error_for_reason
+from multiraft.logging import get_logger
+from multiraft.node.scheduler import Completion, Group, Scheduler
+
+__all__ = ["ControllerMachine", "CONTROLLER_TOPIC", "controller_error", "SNAPSHOT_EVERY"]
+
+log = get_logger(__name__)
+
+CONTROLLER_TOPIC = "__cluster_metadata"
+SNAPSHOT_EVERY = 500  # applied commands between metadata snapshots (the log is compacted behind them)
+
+
+def controller_error(exc: ctl.ControllerError) -> MultiraftError:
+    """The shared error hierarchy's equivalent of a controller error (same reason on the wire)."""
+    return error_for_reason(exc.reason, str(exc), exc.metadata)
+
+
+@dataclass
+class ControllerMachine:
+    """State machine of the controller group (scheduler thread)."""
+
+    node_id: int
+    scheduler: Scheduler
+    on_state: Callable[[ctl.ClusterState, set[int], set[int]], None]  # new state, groups created, deleted
+    on_leader: Callable[[int], None]  # controller leader id (0 if unknown), on the scheduler thread
+    state: ctl.ClusterState = field(default_factory=ctl.ClusterState)
+    _snapshot_index: int = 0
+
+    def start(self, group: Group) -> None:
+        snapshot = group.storage.snapshot()
+        if snapshot.data:
+            self.state = ctl.decode_snapshot(snapshot.data)
+        self._snapshot_index = snapshot.meta.index
+        self.on_state(self.state, set(), set())
+
+    # ------------------------------------------------------------------------------------ StateMachine
+
+    def apply(self, group: Group, entries: Sequence[raft.Entry]) -> dict[int, Any]:
+        results: dict[int, Any] = {}
+        state = self.state
+        created: set[int] = set()
+        deleted: set[int] = set()
+        for entry in entries:
+            if entry.kind != raft.EntryKind.CONTROL or entry.index <= state.applied_index:
+                continue
+            try:
+                command = ctl.decode_command(bytes(entry.payload))
+            except ctl.UnsupportedVersionError as exc:
+                # A newer node wrote it: skipping it would make this replica's state diverge. Stop instead.
+                log.error("controller command from a newer version; upgrade this node", index=entry.index)
+                raise RuntimeError(f"controller command {entry.index} needs a newer multiraft: {exc}") from exc
+            except ctl.CommandDecodeError as exc:
+                # Every replica of this version reads the same bytes the same way, so all of them skip it.
+                log.error("skipping an undecodable controller command", index=entry.index, error=str(exc))
+                continue
+            state, result = ctl.apply(state, entry.index, command)
+            if result.ok and isinstance(result.outcome, ctl.Topic):
+                group_ids = {p.group_id for p in result.outcome.partitions}
+                if isinstance(command, ctl.CreateTopic):
+                    created |= group_ids
+                elif isinstance(command, ctl.DeleteTopic):
+                    deleted |= group_ids
+                    created -= group_ids
+            results[entry.index] = result.outcome if result.error is None else controller_error(result.error)
+        if state is not self.state:
+            self.state = state
+            self.on_state(state, created, deleted)
+            self._maybe_snapshot(group)
+        return results
+
+    def on_role_change(self, group: Group, soft_state: raft.SoftState) -> None:
+        self.on_leader(soft_state.leader_id)
+
+    def on_snapshot(self, group: Group, snapshot: raft.Snapshot) -> None:
+        previous = set(self.state.groups())
+        self.state = ctl.decode_snapshot(snapshot.data)
+        self._snapshot_index = snapshot.meta.index
+        # Topics deleted in the history the snapshot skipped are gone for good.
+        self.on_state(self.state, set(), previous - set(self.state.groups()))
+
+    def _maybe_snapshot(self, group: Group) -> None:
+        applied = self.state.applied_index
+        if applied - self._snapshot_index < SNAPSHOT_EVERY:
+            return
+        storage = group.storage
+        storage.create_snapshot(applied, group.raw.conf_state, ctl.encode_snapshot(self.state))
+        storage.compact(applied)
+        self._snapshot_index = applied
+        log.info("controller snapshot", index=applied)
+
+    # --------------------------------------------------------------------------------- leader requests
+
+    def handle(self, group: Group, request: dict[str, Any], completion: Completion) -> None:
+        """Serve a metadata request on the leader: decide, then propose the command (scheduler thread)."""
+        if not group.is_leader:
+            completion(None, NotLeaderError("not the controller leader", leader_id=group.raw.leader_id))
+            return
+        try:
+            command = self._command_for(group, request)
+        except ctl.ControllerError as exc:
+            completion(None, controller_error(exc))
+            return
+        except (KeyError, TypeError, ValueError) as exc:
+            completion(None, error_for_reason("INVALID_ARGUMENT", f"bad controller request: {exc!r}", {}))
+            return
+        self.scheduler.propose(group, ctl.encode_command(command), completion, kind=raft.EntryKind.CONTROL)
+
+    def _command_for(self, group: Group, request: dict[str, Any]) -> ctl.Command:
+        op = request["op"]
+        if op == "create_topic":
+            name = str(request["name"])
+            ctl.validate_topic_name(name, internal=bool(request.get("internal", False)))
+            if name in self.state.topics:
+                raise ctl.TopicExistsError(name)
+            configs = ctl.validate_topic_configs(request.get("configs", {}), creating=True)
+            live = self.live_nodes(group)
+            assignments = ctl.place_new_topic(
+                live, self.state, int(request["partitions"]), int(request["replication_factor"])
+            )
+            return ctl.CreateTopic(
+                name,
+                configs,
+                tuple((tuple(replicas), leader) for replicas, leader in assignments),
+                internal=bool(request.get("internal", False)),
+                created_ms=int(time.time() * 1000),
+            )
+        if op == "delete_topic":
+            return ctl.DeleteTopic(str(request["name"]), internal=bool(request.get("internal", False)))
+        if op == "alter_topic_configs":
+            return ctl.AlterTopicConfigs(
+                str(request["name"]), dict(request.get("set", {})), tuple(request.get("delete", ()))
+            )
+        if op == "register_node":
+            node = request["node"]
+            return ctl.RegisterNode(
+                ctl.NodeInfo(
+                    node_id=int(node["node_id"]),
+                    client_address=str(node["client_address"]),
+                    peer_address=str(node["peer_address"]),
+                    gossip_address=str(node["gossip_address"]),
+                    rack=str(node.get("rack", "")),
+                    capacity=float(node.get("capacity", 1.0)),
+                )
+            )
+        if op == "allocate_producer_ids":
+            return ctl.AllocateProducerIds(int(request["count"]))
+        raise ValueError(f"unknown controller operation {op!r}")
+
+    def live_nodes(self, group: Group) -> list[ctl.NodeInfo]:
+        """ACTIVE registered nodes this leader has heard from recently (itself included)."""
+        status = group.raw.status()
+        alive = {self.node_id} | {peer for peer, progress in status.progress.items() if progress.recent_active}
+        return [node for node in self.state.nodes_in_state(ctl.NodeState.ACTIVE) if node.node_id in alive]

@@ -1,0 +1,265 @@
+"""The Raft core's storage over a SegmentedLog: the Raft log *is* the partition log.
+
+:class:`RaftLogStorage` implements :class:`multiraft.raft.MutableStorage`, so the core reads and the node
+writes one replica's entries in the LMDB segmented log, and ``tests/raft/storage_conformance.py`` runs
+against it as against the in-memory reference.
+
+Payloads. A data entry's payload is a record batch. The log writes each batch's base offset into the stored
+copy, but Raft sees the batch as it was proposed, with a zero base offset: every replica derives offsets
+from the log itself, so the bytes that travel between replicas never depend on one replica's view.
+
+Snapshots. A group's snapshot says "everything up to index I is in place". For the controller group it is
+the cluster metadata at I. For a partition it marks where retention cut the log: the data before it is gone
+everywhere, and a follower that needs it gets the snapshot, whose data is a small manifest (the next offset
+at I, and the leader's sealed segments later replicas can copy). So a partition snapshot sits exactly at the
+log's compaction point, and the adapter keeps the configuration history needed to say which configuration
+was in force there. Metadata lives in the log's attributes, written in the same transaction as the entries.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from multiraft import raft
+from storage import (
+    CompactedError as StorageCompactedError,
+)
+from storage import (
+    HardState as StoredHardState,
+)
+from storage import (
+    SegmentedLog,
+    StorageError,
+)
+from storage import (
+    UnavailableError as StorageUnavailableError,
+)
+
+__all__ = ["RaftLogStorage", "SnapshotManifest", "encode_manifest", "decode_manifest"]
+
+_SNAPSHOT_META = "raft.snapshot"
+_COMPACTED = "raft.compacted"
+_SNAPSHOT_DATA = "raft.snapshot_data"
+_APPLIED = "raft.applied"
+_CONF_HISTORY = "raft.conf_history"
+_U64 = struct.Struct("<Q")
+_INDEX_TERM = struct.Struct("<QQ")
+_ZERO_OFFSET = bytes(8)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotManifest:
+    """The data of a partition snapshot: where the log resumes, and which sealed segments the leader has."""
+
+    next_offset: int
+    segments: tuple[tuple[int, int], ...] = ()  # (base index, last index) of sealed segments after it
+
+
+def encode_manifest(manifest: SnapshotManifest) -> bytes:
+    return json.dumps({"v": 1, "next_offset": manifest.next_offset, "segments": list(manifest.segments)}).encode()
+
+
+def decode_manifest(data: bytes) -> SnapshotManifest:
+    """Parse a manifest; any other snapshot data (the controller's) reads as "resume at offset 0"."""
+    try:
+        document: Any = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return SnapshotManifest(0)
+    if not isinstance(document, dict) or document.get("v") != 1:
+        return SnapshotManifest(0)
+    segments = tuple((int(s[0]), int(s[1])) for s in document.get("segments", []))
+    return SnapshotManifest(int(document["next_offset"]), segments)
+
+
+def _to_raft_error(exc: StorageError) -> raft.StorageError:
+    if isinstance(exc, StorageCompactedError):
+        return raft.CompactedError(str(exc))
+    if isinstance(exc, StorageUnavailableError):
+        return raft.UnavailableError(str(exc))
+    return raft.StorageError(str(exc))
+
+
+class RaftLogStorage:
+    """:class:`multiraft.raft.MutableStorage` over one :class:`storage.SegmentedLog` (owner thread only)."""
+
+    def __init__(self, log: SegmentedLog) -> None:
+        self.log = log
+        meta_bytes = log.attribute(_SNAPSHOT_META)
+        if meta_bytes is None:
+            index, term = log.compaction_point()
+            self._snapshot_meta = raft.SnapshotMeta(index, term, raft.ConfState())
+        else:
+            self._snapshot_meta = raft.decode_snapshot_meta(meta_bytes)
+        # Entries up to the compaction point are gone for Raft; the log may still hold some of them, since it
+        # drops whole segments only.
+        compacted = log.attribute(_COMPACTED)
+        self._compacted: tuple[int, int] = _INDEX_TERM.unpack(compacted) if compacted else log.compaction_point()
+        self._restart_applied: int | None = None
+        self._snapshot_data = log.attribute(_SNAPSHOT_DATA) or b""
+        history = log.attribute(_CONF_HISTORY)
+        self._conf_history: list[tuple[int, bytes]] = (
+            [(int(i), bytes.fromhex(c)) for i, c in json.loads(history)] if history else []
+        )
+
+    # ----------------------------------------------------------------------------------------------- reads
+
+    def initial_state(self) -> tuple[raft.HardState, raft.ConfState]:
+        stored = self.log.hard_state()
+        applied = self._restart_applied if self._restart_applied is not None else self.applied_index()
+        return raft.HardState(stored.term, stored.vote, stored.commit), self.conf_state_at(applied)
+
+    def restart_at(self, applied: int) -> None:
+        """The node restarts its state machine at ``applied`` (e.g. from a snapshot); ``initial_state`` then
+        reports the configuration of that index, which must match the ``applied`` given to the RawNode."""
+        self._restart_applied = applied
+
+    def applied_index(self) -> int:
+        """The last index the node's state machine had applied when this was persisted."""
+        raw = self.log.attribute(_APPLIED)
+        return _U64.unpack(raw)[0] if raw else self._snapshot_meta.index
+
+    def conf_state_at(self, index: int) -> raft.ConfState:
+        """The configuration in force at ``index`` (snapshot's, then the CONFIG entries applied up to it)."""
+        conf = self._snapshot_meta.conf_state
+        for at, encoded in self._conf_history:
+            if at <= index and at > self._snapshot_meta.index:
+                conf = raft.decode_conf_state(encoded)
+        return conf
+
+    def entries(self, lo: int, hi: int, max_size: int) -> list[raft.Entry]:
+        if lo <= self._compacted[0]:
+            raise raft.CompactedError(f"index {lo} is at or below the compaction point {self._compacted[0]}")
+        if hi > self.last_index() + 1:
+            raise raft.UnavailableError(f"index {hi - 1} is beyond the last index {self.last_index()}")
+        if lo >= hi:
+            return []
+        try:
+            stored = self.log.entries(lo, hi, max_size)
+        except StorageError as exc:
+            raise _to_raft_error(exc) from exc
+        data_kind = raft.EntryKind.DATA
+        out: list[raft.Entry] = []
+        for entry in stored:
+            kind = raft.EntryKind(entry.kind)
+            payload: bytes = entry.payload
+            if kind is data_kind:
+                payload = _ZERO_OFFSET + payload[8:]  # Raft sees the batch as proposed (see module docstring)
+            out.append(raft.Entry(entry.index, entry.term, kind, entry.timestamp_ms, payload))
+        return out
+
+    def term(self, index: int) -> int:
+        compacted_index, compacted_term = self._compacted
+        if index == compacted_index:
+            return compacted_term
+        if index < compacted_index:
+            raise raft.CompactedError(f"index {index} is below the compaction point {compacted_index}")
+        try:
+            return self.log.term(index)
+        except StorageError as exc:
+            raise _to_raft_error(exc) from exc
+
+    def first_index(self) -> int:
+        return self._compacted[0] + 1
+
+    def last_index(self) -> int:
+        return max(self.log.last_index(), self._compacted[0])
+
+    def snapshot(self) -> raft.Snapshot:
+        return raft.Snapshot(self._snapshot_meta, self._snapshot_data)
+
+    # ---------------------------------------------------------------------------------------------- writes
+
+    def set_hard_state(self, hard_state: raft.HardState) -> None:
+        self.log.set_hard_state(StoredHardState(hard_state.term, hard_state.vote, hard_state.commit))
+
+    def append(self, entries: Sequence[raft.Entry]) -> None:
+        compacted_index = self._compacted[0]
+        if entries and entries[0].index <= compacted_index:
+            entries = [e for e in entries if e.index > compacted_index]
+        if not entries:
+            return
+        if entries[0].index > self.last_index() + 1:
+            raise raft.UnavailableError(
+                f"entry {entries[0].index} would leave a gap after the last index {self.last_index()}"
+            )
+        try:
+            self.log.append(entries)
+        except StorageError as exc:
+            raise _to_raft_error(exc) from exc
+
+    def apply_snapshot(self, snapshot: raft.Snapshot) -> None:
+        """Replace the log by the snapshot: the log resumes after its index, at the manifest's offset."""
+        if snapshot.meta.index <= self._snapshot_meta.index:
+            raise raft.SnapshotOutOfDateError(
+                f"snapshot {snapshot.meta.index} is not newer than {self._snapshot_meta.index}"
+            )
+        manifest = decode_manifest(snapshot.data)
+        self.log.reset(snapshot.meta.index, snapshot.meta.term, manifest.next_offset)
+        self._conf_history = []
+        self._save_snapshot(snapshot.meta, snapshot.data)
+        self._set_compacted(snapshot.meta.index, snapshot.meta.term)
+        self.set_applied(snapshot.meta.index)
+
+    def create_snapshot(self, index: int, conf_state: raft.ConfState, data: bytes) -> raft.Snapshot:
+        if index <= self._snapshot_meta.index:
+            raise raft.SnapshotOutOfDateError(f"snapshot {index} is not newer than {self._snapshot_meta.index}")
+        if index > self.last_index():
+            raise raft.UnavailableError(f"index {index} is beyond the last index {self.last_index()}")
+        meta = raft.SnapshotMeta(index, self.term(index), conf_state)
+        self._save_snapshot(meta, data)
+        return raft.Snapshot(meta, data)
+
+    def compact(self, index: int) -> None:
+        """Forget entries up to ``index`` (which a snapshot must cover); whole segments below it are dropped."""
+        if index <= self._compacted[0]:
+            raise raft.CompactedError(f"already compacted up to {self._compacted[0]}")
+        if index > self.last_index():
+            raise raft.UnavailableError(f"index {index} is beyond the last index {self.last_index()}")
+        if index > self._snapshot_meta.index:
+            raise raft.UnavailableError(f"index {index} is not covered by the snapshot {self._snapshot_meta.index}")
+        self._set_compacted(index, self.term(index))
+        self.log.drop_before(index + 1)
+
+    def _set_compacted(self, index: int, term: int) -> None:
+        self._compacted = (index, term)
+        self.log.set_attribute(_COMPACTED, _INDEX_TERM.pack(index, term))
+
+    def snapshot_at_compaction_point(self, segments: Sequence[tuple[int, int]] = ()) -> raft.Snapshot:
+        """After retention dropped segments, make the snapshot the log's compaction point (partitions)."""
+        index, term = self.log.compaction_point()
+        if index <= self._snapshot_meta.index:
+            return self.snapshot()
+        manifest = SnapshotManifest(self.log.start_offset(), tuple(segments))
+        meta = raft.SnapshotMeta(index, term, self.conf_state_at(index))
+        data = encode_manifest(manifest)
+        self._save_snapshot(meta, data)
+        self._set_compacted(index, term)
+        return raft.Snapshot(meta, data)
+
+    # ------------------------------------------------------------------------------- application state
+
+    def set_applied(self, index: int, conf_state: raft.ConfState | None = None) -> None:
+        """Record the applied index (and the configuration, when a CONFIG entry changed it) in the same
+        transaction as this round's entries."""
+        self.log.set_attribute(_APPLIED, _U64.pack(index))
+        if conf_state is not None:
+            self._conf_history.append((index, raft.encode_conf_state(conf_state)))
+            self._save_conf_history()
+
+    def _save_snapshot(self, meta: raft.SnapshotMeta, data: bytes) -> None:
+        self._snapshot_meta = meta
+        self._snapshot_data = data
+        self.log.set_attribute(_SNAPSHOT_META, raft.encode_snapshot_meta(meta))
+        self.log.set_attribute(_SNAPSHOT_DATA, data)
+        # Keep the last configuration at or before the snapshot and everything after it.
+        before = [item for item in self._conf_history if item[0] <= meta.index]
+        self._conf_history = before[-1:] + [item for item in self._conf_history if item[0] > meta.index]
+        self._save_conf_history()
+
+    def _save_conf_history(self) -> None:
+        encoded = json.dumps([[i, c.hex()] for i, c in self._conf_history]).encode()
+        self.log.set_attribute(_CONF_HISTORY, encoded)

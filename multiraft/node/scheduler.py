@@ -1,0 +1,372 @@
+"""The scheduler: one thread that owns the log store and every Raft group of the node, and drives them in
+rounds.
+
+Each round:
+
+1. take what arrived (messages from peers, proposals, commands) and step it into the groups;
+2. tick the groups that are awake (quiescent groups cost nothing), every ``tick_ms``;
+3. collect a Ready from every group that has one;
+4. send each Ready's ``messages`` now: a leader's appends travel while it writes its own copy;
+5. write every group's snapshot, entries, hard state and applied index into ONE LMDB transaction;
+6. sync once: one commit, fsynced, for every partition in the round (group commit);
+7. send each Ready's ``persisted_messages`` (acks, votes), which may only follow the fsync;
+8. apply committed entries (offsets, high watermarks, answers to producers) and advance.
+
+Why a thread of its own: an LMDB write transaction belongs to the thread that began it, and the Raft core
+reads its storage while it steps messages; so the store and the cores live together on this thread. The
+asyncio loop (gRPC, peer connections) runs on another and keeps receiving while this one waits on fsync,
+which releases the GIL. The two meet in :meth:`Scheduler.submit` (loop -> scheduler) and
+``loop.call_soon_threadsafe`` (scheduler -> loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from multiraft import raft
+from multiraft.errors import MultiraftError, NotLeaderError, StorageFailureError, UnavailableError
+from multiraft.logging import get_logger
+from multiraft.node.raftlog import RaftLogStorage
+from storage import LogStore, StorageError
+
+__all__ = ["Scheduler", "Group", "StateMachine", "Completion", "Outbox"]
+
+log = get_logger(__name__)
+
+Completion = Callable[[Any, BaseException | None], None]
+"""Called on the scheduler thread with (result, error) when a proposal is applied or fails."""
+
+
+class StateMachine(Protocol):
+    """What applies a group's committed entries; lives on the scheduler thread."""
+
+    def apply(self, group: Group, entries: Sequence[raft.Entry]) -> dict[int, Any]:
+        """Apply committed entries in order; return results for the indexes that have one."""
+        ...
+
+    def on_role_change(self, group: Group, soft_state: raft.SoftState) -> None: ...
+
+    def on_snapshot(self, group: Group, snapshot: raft.Snapshot) -> None: ...
+
+
+class Outbox(Protocol):
+    """Where the scheduler hands messages for the network (implemented on the loop side)."""
+
+    def send(self, batches: dict[int, list[tuple[int, raft.Message]]]) -> None: ...
+
+
+@dataclass
+class _Pending:
+    term: int
+    completion: Completion
+
+
+@dataclass
+class Group:
+    """One Raft group hosted by this node."""
+
+    group_id: int
+    raw: raft.RawNode
+    storage: RaftLogStorage
+    machine: StateMachine
+    pending: dict[int, _Pending] = field(default_factory=dict)
+    leader_id: int = 0
+    role: raft.Role = raft.Role.FOLLOWER
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is raft.Role.LEADER
+
+    def fail_pending(self, error: BaseException) -> None:
+        pending, self.pending = self.pending, {}
+        for item in pending.values():
+            item.completion(None, error)
+
+
+class Scheduler:
+    """Owns the store and the groups; call :meth:`submit` from any thread to hand it work."""
+
+    def __init__(self, *, store_opener: Callable[[], LogStore], tick_ms: int, outbox: Outbox) -> None:
+        self._store_opener = store_opener
+        self._tick_s = tick_ms / 1000
+        self._outbox = outbox
+        self._inbox: collections.deque[Callable[[], None]] = collections.deque()
+        self._wakeup = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="multiraft-scheduler", daemon=True)
+        self._started = threading.Event()
+        self._failure: BaseException | None = None
+        self.store: LogStore | None = None
+        self.groups: dict[int, Group] = {}
+        self._awake: set[int] = set()  # groups to tick (not quiescent)
+        self._touched: set[int] = set()  # groups that may have a Ready
+        self._periodic: list[tuple[float, float, Callable[[], None]]] = []  # (interval, next due, action)
+        self.rounds = 0
+        self.syncs = 0
+
+    # ------------------------------------------------------------------------------------ thread plumbing
+
+    def start(self, on_started: Callable[[], None]) -> None:
+        """Start the thread; ``on_started`` runs on it once the store is open (to load groups)."""
+        self._on_started = on_started
+        self._thread.start()
+        self._started.wait()
+        if self._failure is not None:
+            raise self._failure
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stopping = True
+        self._wakeup.set()
+        self._thread.join(timeout_s)
+
+    def submit(self, work: Callable[[], None]) -> None:
+        """Run ``work`` on the scheduler thread before its next round (thread-safe)."""
+        self._inbox.append(work)
+        self._wakeup.set()
+
+    def every(self, interval_s: float, action: Callable[[], None]) -> None:
+        """Run ``action`` on the scheduler thread about every ``interval_s``."""
+        self._periodic.append((interval_s, time.monotonic() + interval_s, action))
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            self.store = self._store_opener()
+            self._on_started()
+        except BaseException as exc:
+            self._failure = exc
+            self._started.set()
+            return
+        self._started.set()
+        next_tick = time.monotonic() + self._tick_s
+        try:
+            while not self._stopping:
+                timeout = max(0.0, next_tick - time.monotonic())
+                if not self._inbox and not self._touched:
+                    self._wakeup.wait(timeout)
+                self._wakeup.clear()
+                self._drain_inbox()
+                now = time.monotonic()
+                if now >= next_tick:
+                    self._tick()
+                    next_tick = max(next_tick + self._tick_s, now)  # skip missed ticks, don't burst
+                    self._run_periodic(now)
+                self._round()
+        except BaseException as exc:  # the node cannot go on without its scheduler; say why loudly
+            log.exception("scheduler stopped on an error", error=repr(exc))
+            self._failure = exc
+        finally:
+            for group in self.groups.values():
+                group.fail_pending(UnavailableError("the node is shutting down"))
+            if self.store is not None:
+                try:
+                    self.store.close()
+                except StorageError as exc:
+                    log.error("closing the log store failed", error=str(exc))
+
+    def _drain_inbox(self) -> None:
+        inbox = self._inbox
+        while inbox:
+            work = inbox.popleft()
+            try:
+                work()
+            except MultiraftError:
+                raise
+            except raft.RaftError as exc:
+                log.warning("raft refused work", error=repr(exc))
+
+    def _run_periodic(self, now: float) -> None:
+        for position, (interval, due, action) in enumerate(self._periodic):
+            if now >= due:
+                self._periodic[position] = (interval, now + interval, action)
+                action()
+
+    # ----------------------------------------------------------------------------------------------- groups
+
+    def add_group(self, group: Group) -> None:
+        self.groups[group.group_id] = group
+        self.touch(group)
+
+    def remove_group(self, group_id: int) -> Group | None:
+        group = self.groups.pop(group_id, None)
+        self._awake.discard(group_id)
+        self._touched.discard(group_id)
+        if group is not None:
+            group.fail_pending(UnavailableError("the partition was removed from this node"))
+        return group
+
+    def touch(self, group: Group) -> None:
+        """The group got input: check it for a Ready this round and tick it while it is awake."""
+        self._touched.add(group.group_id)
+        self._awake.add(group.group_id)
+
+    def deliver(self, messages: Sequence[tuple[int, raft.Message]]) -> None:
+        """Step messages from a peer into their groups (scheduler thread)."""
+        groups = self.groups
+        for group_id, message in messages:
+            group = groups.get(group_id)
+            if group is None:
+                continue  # a group this node has not created yet, or just deleted: Raft will retry
+            try:
+                group.raw.step(message)
+            except raft.RaftError as exc:
+                log.debug("message refused", group=group_id, error=repr(exc))
+                continue
+            self.touch(group)
+
+    def propose(
+        self,
+        group: Group,
+        payload: bytes | memoryview,
+        completion: Completion,
+        *,
+        kind: raft.EntryKind = raft.EntryKind.DATA,
+    ) -> int | None:
+        """Propose on the group's leader; ``completion`` runs when the entry is applied (or fails)."""
+        try:
+            index = group.raw.propose(payload, kind=kind, timestamp_ms=int(time.time() * 1000))
+        except raft.NotLeader as exc:
+            completion(None, self.not_leader(group, exc.leader_id))
+            return None
+        except raft.ProposalDropped as exc:
+            completion(None, UnavailableError(f"proposal dropped: {exc}"))
+            return None
+        group.pending[index] = _Pending(group.raw.term, completion)
+        self.touch(group)
+        return index
+
+    def not_leader(self, group: Group, leader_hint: int | None) -> NotLeaderError:
+        leader = leader_hint or group.leader_id or group.raw.leader_id
+        return NotLeaderError(f"node {group.raw.id} does not lead group {group.group_id}", leader_id=leader)
+
+    # ------------------------------------------------------------------------------------------------ round
+
+    def _tick(self) -> None:
+        groups = self.groups
+        asleep = []
+        for group_id in self._awake:
+            group = groups.get(group_id)
+            if group is None or group.raw.quiescent:
+                asleep.append(group_id)
+                continue
+            group.raw.tick()
+            self._touched.add(group_id)
+        self._awake.difference_update(asleep)
+
+    def _round(self) -> None:
+        groups = self.groups
+        readies: list[tuple[Group, raft.Ready]] = []
+        for group_id in self._touched:
+            group = groups.get(group_id)
+            if group is not None and group.raw.has_ready():
+                readies.append((group, group.raw.ready()))
+        self._touched.clear()
+        if not readies:
+            return
+        self.rounds += 1
+        self._send(readies, persisted=False)
+        try:
+            self._persist(readies)
+        except StorageError as exc:
+            self._storage_failed(readies, exc)
+            return
+        self._send(readies, persisted=True)
+        for group, ready in readies:
+            self._apply(group, ready)
+            group.raw.advance(ready)
+            self.touch(group)
+
+    def _send(self, readies: list[tuple[Group, raft.Ready]], *, persisted: bool) -> None:
+        batches: dict[int, list[tuple[int, raft.Message]]] = {}
+        for group, ready in readies:
+            for message in ready.persisted_messages if persisted else ready.messages:
+                batch = batches.get(message.to)
+                if batch is None:
+                    batches[message.to] = batch = []
+                batch.append((group.group_id, message))
+        if batches:
+            self._outbox.send(batches)
+
+    def _persist(self, readies: list[tuple[Group, raft.Ready]]) -> None:
+        must_sync = False
+        for group, ready in readies:
+            storage = group.storage
+            if ready.snapshot is not None:
+                storage.apply_snapshot(ready.snapshot)
+            if ready.entries:
+                storage.append(ready.entries)
+            if ready.hard_state is not None:
+                storage.set_hard_state(ready.hard_state)
+            if ready.committed_entries:
+                storage.set_applied(ready.committed_entries[-1].index, ready.conf_state)
+            must_sync = must_sync or ready.must_sync
+        if must_sync:
+            assert self.store is not None
+            self.store.sync()
+            self.syncs += 1
+
+    def _storage_failed(self, readies: list[tuple[Group, raft.Ready]], exc: StorageError) -> None:
+        # Nothing of the round is durable: drop it, answer the producers, and let Raft retry from its state.
+        log.error("storage failed; the round is discarded", error=str(exc))
+        assert self.store is not None
+        self.store.rollback()
+        error = StorageFailureError(f"storage failed: {exc}")
+        for group, ready in readies:
+            group.fail_pending(error)
+            group.raw.advance(ready)  # the core must not wait forever on this Ready
+        raise exc
+
+    def _apply(self, group: Group, ready: raft.Ready) -> None:
+        if ready.soft_state is not None:
+            previous = group.role
+            group.leader_id, group.role = ready.soft_state.leader_id, ready.soft_state.role
+            if previous is raft.Role.LEADER and group.role is not raft.Role.LEADER:
+                group.fail_pending(self.not_leader(group, group.leader_id))
+            group.machine.on_role_change(group, ready.soft_state)
+        if ready.snapshot is not None:
+            group.machine.on_snapshot(group, ready.snapshot)
+        committed = ready.committed_entries
+        if not committed:
+            return
+        results = group.machine.apply(group, committed)
+        pending = group.pending
+        if not pending:
+            return
+        for entry in committed:
+            waiting = pending.pop(entry.index, None)
+            if waiting is None:
+                continue
+            if waiting.term != entry.term:  # another leader's entry took this index: ours was lost
+                waiting.completion(None, self.not_leader(group, group.leader_id))
+            else:
+                result = results.get(entry.index)
+                if isinstance(result, BaseException):
+                    waiting.completion(None, result)
+                else:
+                    waiting.completion(result, None)
+
+
+def loop_completion(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> Completion:
+    """A completion that resolves an asyncio future on its loop."""
+
+    def resolve(result: Any, error: BaseException | None) -> None:
+        def settle() -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        loop.call_soon_threadsafe(settle)
+
+    return resolve

@@ -1,0 +1,284 @@
+"""Connections to a cluster: bootstrap, a metadata cache, routing to partition leaders, and retries.
+
+:class:`ClusterClient` is the layer the public Producer, Consumer and Admin stand on. A call addressed to a
+partition goes to its leader; on ``NOT_LEADER`` it follows the leader hint (or refreshes metadata), on an
+unreachable node it refreshes metadata and tries again, until the call's deadline. The caller sees the
+answer or one typed :class:`multiraft.errors.MultiraftError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+
+from multiraft.errors import (
+    ConnectionFailedError,
+    MultiraftError,
+    NotLeaderError,
+    RequestTimeoutError,
+    UnavailableError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from rpc.proto import multiraft_pb2 as pb
+from rpc.proto import multiraft_pb2_grpc as pb_grpc
+from rpc.status import from_rpc_error
+
+__all__ = ["ClusterClient", "Metadata", "TopicMetadata", "PartitionMetadata", "parse_bootstrap"]
+
+Response = TypeVar("Response")
+
+_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+_BACKOFF_START_S = 0.02
+_BACKOFF_MAX_S = 0.5
+
+
+def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
+    """``"host:port,host:port"`` or a list of addresses -> addresses."""
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    addresses = [item.strip() for item in items if item.strip()]
+    if not addresses:
+        raise ValueError("bootstrap needs at least one host:port")
+    for address in addresses:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"bootstrap address must be host:port, got {address!r}")
+    return addresses
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    partition: int
+    leader: int  # 0 when unknown
+    replicas: tuple[int, ...]
+    preferred_leader: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    name: str
+    partitions: tuple[PartitionMetadata, ...]
+    configs: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    nodes: dict[int, str]  # node id -> client address
+    topics: dict[str, TopicMetadata]
+    controller_id: int
+    fetched_at: float
+
+
+class ClusterClient:
+    """Thread-safe. One gRPC channel per node, opened on first use."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        request_timeout_s: float = 30.0,
+        metadata_max_age_s: float = 300.0,
+    ) -> None:
+        self._bootstrap = parse_bootstrap(bootstrap)
+        self.request_timeout_s = request_timeout_s
+        self._metadata_max_age_s = metadata_max_age_s
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._metadata: Metadata | None = None
+        self._leaders: dict[tuple[str, int], int] = {}  # learned from NOT_LEADER hints
+        self._closed = False
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            channel.close()
+
+    def __enter__(self) -> ClusterClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------------------------- channels
+
+    def channel(self, address: str) -> grpc.Channel:
+        with self._lock:
+            if self._closed:
+                raise ConnectionFailedError("the client is closed")
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = grpc.insecure_channel(
+                    address,
+                    options=[
+                        ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                        ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+                    ],
+                )
+                self._channels[address] = channel
+            return channel
+
+    def log_stub(self, address: str) -> pb_grpc.LogStub:
+        return pb_grpc.LogStub(self.channel(address))
+
+    def admin_stub(self, address: str) -> pb_grpc.AdminStub:
+        return pb_grpc.AdminStub(self.channel(address))
+
+    # ----------------------------------------------------------------------------------------- metadata
+
+    def metadata(self, *, refresh: bool = False) -> Metadata:
+        """The cached cluster metadata, fetched from any reachable node when missing, stale or asked."""
+        cached = self._metadata
+        if cached is not None and not refresh and time.monotonic() - cached.fetched_at < self._metadata_max_age_s:
+            return cached
+        response = self.call_any(lambda stub, timeout: stub.Metadata(pb.MetadataRequest(), timeout=timeout))
+        metadata = Metadata(
+            nodes={node.node_id: node.client_address for node in response.nodes},
+            topics={
+                topic.name: TopicMetadata(
+                    topic.name,
+                    tuple(
+                        PartitionMetadata(p.partition, p.leader, tuple(p.replicas), p.preferred_leader)
+                        for p in topic.partitions
+                    ),
+                    dict(topic.configs),
+                )
+                for topic in response.topics
+            },
+            controller_id=response.controller_id,
+            fetched_at=time.monotonic(),
+        )
+        with self._lock:
+            self._metadata = metadata
+            self._leaders = {}
+        return metadata
+
+    def topic(self, name: str, *, refresh: bool = False) -> TopicMetadata:
+        metadata = self.metadata(refresh=refresh)
+        found = metadata.topics.get(name)
+        if found is None and not refresh:
+            found = self.metadata(refresh=True).topics.get(name)
+        if found is None:
+            raise UnknownTopicError(f"unknown topic {name!r}", topic=name)
+        return found
+
+    def partition_count(self, topic: str) -> int:
+        return len(self.topic(topic).partitions)
+
+    def _leader_address(self, topic: str, partition: int) -> str | None:
+        metadata = self.metadata()
+        leader = self._leaders.get((topic, partition))
+        if leader is None:
+            found = metadata.topics.get(topic)
+            if found is None:
+                found = self.topic(topic, refresh=True)
+                metadata = self.metadata()
+            if not 0 <= partition < len(found.partitions):
+                raise UnknownPartitionError(
+                    f"topic {topic!r} has {len(found.partitions)} partitions", topic=topic, partition=partition
+                )
+            leader = found.partitions[partition].leader or found.partitions[partition].preferred_leader
+        return metadata.nodes.get(leader)
+
+    def _learn_leader(self, topic: str, partition: int, error: NotLeaderError) -> None:
+        with self._lock:
+            if error.leader_id:
+                self._leaders[(topic, partition)] = error.leader_id
+            else:
+                self._leaders.pop((topic, partition), None)
+
+    # -------------------------------------------------------------------------------------------- calls
+
+    def call_leader(
+        self,
+        topic: str,
+        partition: int,
+        call: Callable[[pb_grpc.LogStub, float], Response],
+        *,
+        timeout_s: float | None = None,
+        max_attempts: int | None = None,
+    ) -> Response:
+        """Run ``call(stub, timeout)`` on the partition's leader, retrying through leader changes.
+
+        ``max_attempts`` bounds the sends: a write that is not idempotent must not be sent twice, since a
+        failure after the leader accepted it (it died before answering) does not say it was not written.
+        """
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.request_timeout_s)
+        backoff = _BACKOFF_START_S
+        last: MultiraftError | None = None
+        attempts = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RequestTimeoutError(f"{topic}/{partition}: no answer before the deadline ({last})")
+            if max_attempts is not None and attempts >= max_attempts and last is not None:
+                raise last
+            attempts += 1
+            address = self._leader_address(topic, partition)
+            try:
+                if address is None:
+                    raise UnavailableError(f"no known leader for {topic}/{partition}")
+                return call(self.log_stub(address), remaining)
+            except grpc.RpcError as exc:
+                last = from_rpc_error(exc)
+            except MultiraftError as exc:
+                last = exc
+            if isinstance(last, NotLeaderError):
+                self._learn_leader(topic, partition, last)
+                if not last.leader_id:
+                    self._refresh_quietly()
+            elif last.retriable:
+                self._refresh_quietly()
+            else:
+                raise last
+            time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
+            backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    def call_any(
+        self,
+        call: Callable[[pb_grpc.AdminStub, float], Response],
+        *,
+        timeout_s: float | None = None,
+        prefer: Iterable[str] = (),
+    ) -> Response:
+        """Run an admin call on any node that answers (known nodes first, then the bootstrap list)."""
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.request_timeout_s)
+        backoff = _BACKOFF_START_S
+        last: MultiraftError = ConnectionFailedError(f"no node of {self._bootstrap} answered")
+        while time.monotonic() < deadline:
+            for address in self._candidates(prefer):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    return call(self.admin_stub(address), min(remaining, max(1.0, remaining / 2)))
+                except grpc.RpcError as exc:
+                    last = from_rpc_error(exc)
+                if not last.retriable:
+                    raise last
+            time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
+            backoff = min(backoff * 2, _BACKOFF_MAX_S)
+        if isinstance(last, UnavailableError) and not isinstance(last, ConnectionFailedError):
+            raise ConnectionFailedError(f"no node of the cluster answered: {last.message}")
+        raise last
+
+    def _candidates(self, prefer: Iterable[str]) -> list[str]:
+        known = list(self._metadata.nodes.values()) if self._metadata is not None else []
+        random.shuffle(known)
+        ordered: list[str] = []
+        for address in [*prefer, *known, *self._bootstrap]:
+            if address not in ordered:
+                ordered.append(address)
+        return ordered
+
+    def _refresh_quietly(self) -> None:
+        with contextlib.suppress(MultiraftError):  # the caller's retry loop decides when to give up
+            self.metadata(refresh=True)

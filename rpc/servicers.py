@@ -1,0 +1,229 @@
+"""gRPC servicers: thin translations between protobuf messages and :class:`multiraft.node.Node` calls.
+
+Every handler maps a :class:`multiraft.errors.MultiraftError` to its gRPC status (``rpc.status``); anything
+unexpected is logged and answered INTERNAL, and the node keeps serving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import wraps
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+
+from multiraft.errors import InvalidArgumentError, MultiraftError
+from multiraft.logging import get_logger
+from rpc.proto import multiraft_pb2 as pb
+from rpc.proto import multiraft_pb2_grpc as pb_grpc
+from rpc.status import to_proto_error, to_status
+
+if TYPE_CHECKING:
+    from multiraft.node.node import Node, NodeDescription, TopicDescription
+
+__all__ = ["LogServicer", "AdminServicer"]
+
+log = get_logger(__name__)
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+Handler = Callable[[Any, Request, grpc.aio.ServicerContext[Request, Response]], Awaitable[Response]]
+
+
+def _mapped(handler: Handler[Request, Response]) -> Handler[Request, Response]:
+    @wraps(handler)
+    async def wrapper(self: Any, request: Request, context: grpc.aio.ServicerContext[Request, Response]) -> Response:
+        try:
+            return await handler(self, request, context)
+        except MultiraftError as exc:
+            error = exc
+        except Exception as exc:
+            log.exception("request failed unexpectedly", method=handler.__name__, error=repr(exc))
+            error = MultiraftError(f"internal error in {handler.__name__}: {exc!r}")
+        await context.abort_with_status(to_status(error))  # type: ignore[attr-defined]
+        raise AssertionError("abort_with_status returned")  # pragma: no cover
+
+    return wrapper
+
+
+def _topic_pb(topic: TopicDescription) -> pb.TopicInfo:
+    return pb.TopicInfo(
+        name=topic.name,
+        replication_factor=topic.replication_factor,
+        configs=topic.configs,
+        partitions=[
+            pb.PartitionInfo(
+                partition=p.partition,
+                leader=p.leader,
+                replicas=p.replicas,
+                in_sync_replicas=p.in_sync_replicas,
+                preferred_leader=p.preferred_leader,
+                high_watermark=p.high_watermark,
+                log_start_offset=p.log_start_offset,
+                leader_epoch=p.leader_epoch,
+                learners=p.learners,
+            )
+            for p in topic.partitions
+        ],
+    )
+
+
+def _node_pb(node: NodeDescription) -> pb.NodeInfo:
+    return pb.NodeInfo(
+        node_id=node.node_id,
+        client_address=node.client_address,
+        peer_address=node.peer_address,
+        rack=node.rack,
+        state=node.state,
+        capacity=node.capacity,
+    )
+
+
+class LogServicer(pb_grpc.LogServicer):
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    @_mapped
+    async def Produce(  # noqa: N802 - gRPC method names
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ProduceResponse:
+        ack = await self._node.produce(request.topic, request.partition, request.batch, request.timeout_ms)
+        return pb.ProduceResponse(
+            sequence=request.sequence,
+            base_offset=ack.base_offset,
+            log_append_time_ms=ack.log_append_time_ms,
+            log_start_offset=ack.log_start_offset,
+            duplicate=ack.duplicate,
+        )
+
+    @_mapped
+    async def Fetch(  # noqa: N802
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.FetchResponse:
+        result = await self._node.fetch(
+            request.topic, request.partition, request.offset, request.max_bytes, request.max_wait_ms, request.min_bytes
+        )
+        return pb.FetchResponse(
+            topic=request.topic,
+            partition=request.partition,
+            batches=result.batches,
+            high_watermark=result.high_watermark,
+            log_start_offset=result.log_start_offset,
+            next_offset=result.next_offset,
+        )
+
+    @_mapped
+    async def ListOffsets(  # noqa: N802
+        self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListOffsetsResponse:
+        spec = {pb.EARLIEST: "earliest", pb.LATEST: "latest", pb.TIMESTAMP: "timestamp"}.get(request.spec)
+        if spec is None:
+            raise _invalid("spec must be EARLIEST, LATEST or TIMESTAMP", "spec")
+        partitions = list(request.partitions) or list(range(self._node.partition_count(request.topic)))
+        offsets = []
+        for partition in partitions:
+            try:
+                offset = self._node.list_offset(request.topic, partition, spec, request.timestamp_ms)
+                offsets.append(pb.PartitionOffset(partition=partition, offset=offset))
+            except MultiraftError as exc:
+                offsets.append(pb.PartitionOffset(partition=partition, offset=-1, error=to_proto_error(exc)))
+        return pb.ListOffsetsResponse(topic=request.topic, offsets=offsets)
+
+    # Arrive with the client library (issue 5): answered UNIMPLEMENTED until then, as gRPC itself would.
+    async def ProduceStream(  # type: ignore[override]  # noqa: N802
+        self, request_iterator: Any, context: Any
+    ) -> Any:
+        await _unimplemented(context, "ProduceStream")
+
+    async def Subscribe(self, request: Any, context: Any) -> Any:  # type: ignore[override]  # noqa: N802
+        await _unimplemented(context, "Subscribe")
+
+    async def InitProducer(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await _unimplemented(context, "InitProducer")
+
+    async def CommitOffsets(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await _unimplemented(context, "CommitOffsets")
+
+    async def FetchOffsets(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await _unimplemented(context, "FetchOffsets")
+
+
+class AdminServicer(pb_grpc.AdminServicer):
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    @_mapped
+    async def Metadata(  # noqa: N802
+        self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.MetadataResponse:
+        nodes, topics = self._node.metadata(request.topics)
+        return pb.MetadataResponse(
+            cluster_id=self._node.config.cluster_id,
+            controller_id=self._node.controller_leader,
+            nodes=[_node_pb(n) for n in nodes],
+            topics=[_topic_pb(t) for t in topics],
+        )
+
+    @_mapped
+    async def CreateTopic(  # noqa: N802
+        self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CreateTopicResponse:
+        topic = await self._node.create_topic(
+            request.name, request.partitions, request.replication_factor, dict(request.configs)
+        )
+        return pb.CreateTopicResponse(topic=_topic_pb(topic))
+
+    @_mapped
+    async def DeleteTopic(  # noqa: N802
+        self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteTopicResponse:
+        await self._node.delete_topic(request.name)
+        return pb.DeleteTopicResponse()
+
+    @_mapped
+    async def ListTopics(  # noqa: N802
+        self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListTopicsResponse:
+        return pb.ListTopicsResponse(topics=[_topic_pb(t) for t in self._node.list_topics()])
+
+    @_mapped
+    async def DescribeTopic(  # noqa: N802
+        self, request: pb.DescribeTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DescribeTopicResponse:
+        return pb.DescribeTopicResponse(topic=_topic_pb(await self._node.describe_topic(request.name)))
+
+    @_mapped
+    async def AlterTopicConfigs(  # noqa: N802
+        self, request: pb.AlterTopicConfigsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AlterTopicConfigsResponse:
+        topic = await self._node.alter_topic_configs(request.name, dict(request.set), list(request.delete))
+        return pb.AlterTopicConfigsResponse(topic=_topic_pb(topic))
+
+    @_mapped
+    async def DescribeCluster(  # noqa: N802
+        self, request: pb.DescribeClusterRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DescribeClusterResponse:
+        cluster = await self._node.describe_cluster()
+        return pb.DescribeClusterResponse(
+            cluster_id=cluster.cluster_id,
+            controller_id=cluster.controller_id,
+            nodes=[_node_pb(n) for n in cluster.nodes],
+            loads=[pb.NodeLoad(node_id=n, replicas=r, leaders=lead) for n, r, lead in cluster.loads],
+            under_replicated=[pb.TopicPartition(topic=t, partition=p) for t, p in cluster.under_replicated],
+            partitions=cluster.partitions,
+        )
+
+    # Arrive with replica rebalancing (issue 8).
+    async def DrainNode(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await _unimplemented(context, "DrainNode")
+
+    async def RemoveNode(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await _unimplemented(context, "RemoveNode")
+
+
+async def _unimplemented(context: Any, method: str) -> None:
+    await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented by this node version")
+
+
+def _invalid(message: str, field: str) -> MultiraftError:
+    return InvalidArgumentError(message, field=field)

@@ -1,0 +1,197 @@
+"""Real multi-process clusters on 127.0.0.1 for integration tests.
+
+Every cluster is started with the same launcher as ``scripts/cluster`` and stopped by PID at teardown, even
+when the test fails. Timings are shortened (``tick_ms``) so elections take a few hundred milliseconds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from multiraft.errors import MultiraftError
+from multiraft.launcher import ClusterInfo, cluster_down, cluster_up, kill_node, start_node, wait_serving
+from rpc.client import ClusterClient
+from rpc.proto import multiraft_pb2 as pb
+from storage import decode_batches, encode_batch
+
+FAST = {"tick_ms": 25, "election_ticks": 10, "heartbeat_ticks": 2, "retention_check_ms": 200}
+
+
+@dataclass
+class Cluster:
+    info: ClusterInfo
+    client: ClusterClient
+
+    @property
+    def bootstrap(self) -> str:
+        return self.info.bootstrap
+
+    def kill(self, node_id: int) -> None:
+        assert kill_node(self.info, node_id), f"node {node_id} was not running"
+
+    def start(self, node_id: int, *, wait: bool = True) -> None:
+        start_node(self.info, node_id)
+        if wait:
+            wait_serving(self.info, [node_id], timeout_s=60)
+
+    def restart_all(self) -> None:
+        cluster_down(self.info.directory)
+        for node_id in self.info.nodes:
+            start_node(self.info, node_id)
+        wait_serving(self.info, timeout_s=60)
+        self.client.metadata(refresh=True)
+
+    def leader(self, topic: str, partition: int, *, timeout_s: float = 10.0) -> int:
+        """The partition's leader, asked of the cluster until one is known."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            described = self.describe(topic)
+            leader = described.partitions[partition].leader
+            if leader:
+                return leader
+            time.sleep(0.05)
+        raise AssertionError(f"{topic}/{partition} has no leader after {timeout_s}s")
+
+    def describe(self, topic: str) -> pb.TopicInfo:
+        request = pb.DescribeTopicRequest(name=topic)
+        return self.client.call_any(lambda stub, timeout: stub.DescribeTopic(request, timeout=timeout)).topic
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int, **configs: str) -> pb.TopicInfo:
+        request = pb.CreateTopicRequest(
+            name=name,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            configs={k.replace("_", "."): v for k, v in configs.items()},
+        )
+        response = self.client.call_any(lambda stub, timeout: stub.CreateTopic(request, timeout=timeout))
+        self.client.metadata(refresh=True)
+        return response.topic
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+    started: list[Cluster] = []
+
+    def make(nodes: int = 3, **settings: object) -> Cluster:
+        info = cluster_up(tmp_path / f"cluster{len(started)}", nodes, {**FAST, **settings})
+        cluster = Cluster(info, ClusterClient(info.bootstrap, request_timeout_s=30))
+        started.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in started:
+        cluster.client.close()
+        cluster_down(cluster.info.directory)
+
+
+@pytest.fixture
+def cluster(cluster_factory: Callable[..., Cluster]) -> Cluster:
+    return cluster_factory()
+
+
+def record_values(producer: int, sequence: int, attempt: int, count: int) -> list[bytes]:
+    return [b"p%d:s%d:a%d:r%d" % (producer, sequence, attempt, r) for r in range(count)]
+
+
+def produce(
+    client: ClusterClient,
+    topic: str,
+    partition: int,
+    values: list[bytes],
+    timeout_s: float = 10,
+    max_attempts: int | None = None,
+) -> int:
+    """Produce one batch through the leader; returns its base offset. With ``max_attempts=1`` the batch is
+    sent once: a caller that retries must then send a new, distinguishable batch."""
+    request = pb.ProduceRequest(
+        topic=topic, partition=partition, batch=encode_batch(values, timestamps_ms=int(time.time() * 1000))
+    )
+    response = client.call_leader(
+        topic,
+        partition,
+        lambda stub, timeout: stub.Produce(request, timeout=timeout),
+        timeout_s=timeout_s,
+        max_attempts=max_attempts,
+    )
+    return response.base_offset
+
+
+def fetch_all(client: ClusterClient, topic: str, partition: int) -> list[tuple[int, bytes]]:
+    """Every committed record of a partition: (offset, value), in offset order."""
+    records: list[tuple[int, bytes]] = []
+    offset = 0
+    while True:
+        request = pb.FetchRequest(topic=topic, partition=partition, offset=offset, max_bytes=4 << 20)
+        response = client.call_leader(
+            topic, partition, lambda stub, timeout, request=request: stub.Fetch(request, timeout=timeout)
+        )
+        if not response.batches:
+            return records
+        table = decode_batches(response.batches)
+        offsets, values = table.column("offset").to_pylist(), table.column("value").to_pylist()
+        records += [(o, v) for o, v in zip(offsets, values, strict=True) if o >= offset]
+        offset = response.next_offset
+        if offset >= response.high_watermark:
+            return records
+
+
+@dataclass
+class BackgroundProducer:
+    """Produces batches to every partition of a topic from threads until stopped; remembers what was
+    acknowledged and what was attempted."""
+
+    client: ClusterClient
+    topic: str
+    partitions: int
+    records_per_batch: int = 5
+    acked: dict[int, list[tuple[int, list[bytes]]]] = field(default_factory=dict)  # partition -> (offset, values)
+    attempted: set[bytes] = field(default_factory=set)
+    errors: list[MultiraftError] = field(default_factory=list)
+    last_ack: dict[int, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, args=(p,), daemon=True) for p in range(self.partitions)]
+
+    def start(self) -> BackgroundProducer:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)
+
+    def _run(self, partition: int) -> None:
+        sequence = 0
+        while not self._stop.is_set():
+            for attempt in range(1_000):  # a retry is a new attempt: its records are told apart
+                values = record_values(partition, sequence, attempt, self.records_per_batch)
+                with self._lock:
+                    self.attempted.update(values)
+                try:
+                    offset = produce(self.client, self.topic, partition, values, timeout_s=5, max_attempts=1)
+                except MultiraftError as exc:
+                    with self._lock:
+                        self.errors.append(exc)
+                    if self._stop.is_set():
+                        return
+                    time.sleep(0.02)
+                    continue
+                with self._lock:
+                    self.acked.setdefault(partition, []).append((offset, values))
+                    self.last_ack[partition] = time.monotonic()
+                break
+            sequence += 1
+
+    def acked_count(self) -> int:
+        with self._lock:
+            return sum(len(batches) for batches in self.acked.values())
