@@ -283,7 +283,7 @@ def load_config(
             values[key] = _convert(key, value, from_text=False)
     environ = os.environ if environ is None else environ
     for name, value in environ.items():
-        if not name.startswith(ENV_PREFIX) or name in _IGNORED_VARIABLES:
+        if not name.startswith(ENV_PREFIX) or name in _IGNORED_VARIABLES or name.startswith(_DEBUG_PREFIX):
             continue
         key = name[len(ENV_PREFIX) :].lower()
         if key not in _FIELDS:
@@ -300,6 +300,7 @@ def load_config(
 
 # Variables of ours that are not node settings (the client library reads them).
 _IGNORED_VARIABLES = frozenset({"MULTIRAFT_BOOTSTRAP"})
+_DEBUG_PREFIX = "MULTIRAFT_DEBUG_"  # diagnostics switches, not settings
 
 
 def config_reference() -> str:

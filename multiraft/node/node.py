@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -78,6 +80,7 @@ _GROUP_ATTRIBUTE = "node.group"
 _LEADER_BROADCAST_S = 0.25
 _LEADER_FULL_BROADCAST_S = 5.0
 _CONTROLLER_TIMEOUT_S = 15.0
+_GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +180,11 @@ class Node:
     # ------------------------------------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
+        # The scheduler and the event loop hand work to each other many times per commit; with CPython's
+        # default 5 ms GIL switch interval a woken thread can wait that long behind a busy one.
+        sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
+        if os.environ.get("MULTIRAFT_DEBUG_GC_MS"):
+            _record_gc_pauses(float(os.environ["MULTIRAFT_DEBUG_GC_MS"]))
         self._loop = asyncio.get_running_loop()
         config = self.config
         self._transport = PeerTransport(
@@ -934,6 +942,25 @@ def _decode_error(body: bytes) -> MultiraftError:
         return error_for_reason(str(document["reason"]), str(document["message"]), dict(document["metadata"]))
     except (ValueError, KeyError, TypeError):
         return UnavailableError(f"the controller leader failed: {body[:200]!r}")
+
+
+def _record_gc_pauses(threshold_ms: float) -> None:
+    """Log every garbage collection longer than ``threshold_ms`` (diagnostics; MULTIRAFT_DEBUG_GC_MS=ms)."""
+    import gc
+
+    started: list[float] = [0.0]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pause_ms = (time.perf_counter() - started[0]) * 1000
+            if pause_ms >= threshold_ms:
+                log.warning(
+                    "gc pause", generation=info["generation"], ms=round(pause_ms, 2), collected=info["collected"]
+                )
+
+    gc.callbacks.append(callback)
 
 
 async def run_node(config: NodeConfig) -> None:

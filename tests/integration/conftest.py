@@ -95,6 +95,18 @@ def cluster(cluster_factory: Callable[..., Cluster]) -> Cluster:
     return cluster_factory()
 
 
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for a module of tests that do not break it."""
+    info = cluster_up(tmp_path_factory.mktemp("shared") / "cluster", 3, FAST)
+    cluster = Cluster(info, ClusterClient(info.bootstrap, request_timeout_s=30))
+    try:
+        yield cluster
+    finally:
+        cluster.client.close()
+        cluster_down(info.directory)
+
+
 def record_values(producer: int, sequence: int, attempt: int, count: int) -> list[bytes]:
     return [b"p%d:s%d:a%d:r%d" % (producer, sequence, attempt, r) for r in range(count)]
 

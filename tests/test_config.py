@@ -1,0 +1,72 @@
+"""A node's configuration: TOML, then MULTIRAFT_* variables, then flags; a wrong key or value is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from multiraft.config import NodeConfig, config_reference, load_config
+from multiraft.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+REQUIRED = {"node_id": 1, "data_dir": "/var/lib/multiraft"}
+
+
+def test_toml_then_variables_then_flags_override_each_other(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text('node_id = 3\ndata_dir = "/d"\ntick_ms = 40\nrack = "r1"\nseeds = ["127.0.0.1:1"]\n')
+    config = load_config(
+        path, environ={"MULTIRAFT_TICK_MS": "30", "MULTIRAFT_RACK": "r2"}, overrides={"rack": "r3", "capacity": None}
+    )
+    assert (config.node_id, config.tick_ms, config.rack, config.seeds) == (3, 30, "r3", ("127.0.0.1:1",))
+    assert config.capacity == 1.0
+
+
+def test_lists_come_comma_separated_from_variables_and_flags() -> None:
+    config = load_config(
+        environ={"MULTIRAFT_INITIAL_CLUSTER": "1=127.0.0.1:7100, 2=127.0.0.1:7101"},
+        overrides={**REQUIRED, "peer_address": "127.0.0.1:7100"},
+    )
+    assert config.initial_members() == {1: "127.0.0.1:7100", 2: "127.0.0.1:7101"}
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ('node_id = 1\ndata_dir = "d"\ncolour = "blue"\n', "colour"),
+        ('node_id = "one"\ndata_dir = "d"\n', "node_id"),
+        ('node_id = 1\ndata_dir = "d"\ntick_ms = 0\n', "tick_ms"),
+        ('node_id = 1\ndata_dir = "d"\nclient_address = "localhost"\n', "client_address"),
+        ('node_id = 1\ndata_dir = "d"\ncontroller_replicas = 2\n', "controller_replicas"),
+        ('node_id = 1\ndata_dir = "d"\nheartbeat_ticks = 20\n', "heartbeat_ticks"),
+        ('node_id = 1\ndata_dir = "d"\ninitial_cluster = ["1=127.0.0.1:1", "1=127.0.0.1:2"]\n', "initial_cluster"),
+        ('node_id = 1\ndata_dir = "d"\nlog_format = "xml"\n', "log_format"),
+        ('data_dir = "d"\n', "node_id"),
+        ("node_id = 1\n", "data_dir"),
+        ("node_id = = 1\n", "config"),
+    ],
+)
+def test_a_wrong_key_or_value_is_named(tmp_path: Path, toml: str, key: str) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, environ={})
+    assert raised.value.field == key
+    assert str(raised.value).startswith(f"{key}:")
+
+
+def test_an_unknown_variable_is_named_and_diagnostic_switches_are_ignored() -> None:
+    with pytest.raises(ConfigError, match="MULTIRAFT_TICKS"):
+        load_config(environ={"MULTIRAFT_TICKS": "5"}, overrides=REQUIRED)
+    assert load_config(environ={"MULTIRAFT_DEBUG_GC_MS": "1"}, overrides=REQUIRED).tick_ms == NodeConfig.tick_ms
+
+
+def test_a_node_must_be_listed_at_its_own_peer_address() -> None:
+    with pytest.raises(ConfigError, match="initial_cluster"):
+        load_config(environ={}, overrides={**REQUIRED, "initial_cluster": "1=127.0.0.1:9"})
+
+
+def test_docs_configuration_md_lists_every_key_as_the_code_defines_it() -> None:
+    document = (ROOT / "docs" / "configuration.md").read_text()
+    assert config_reference() in document, "run `multiraft node config-reference` into docs/configuration.md"
