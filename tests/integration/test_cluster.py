@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from multiraft.launcher import cluster_down, load_cluster
+from rpc.proto import multiraft_pb2 as pb
 from storage import LogStore
 from tests.integration.conftest import BackgroundProducer, Cluster, fetch_all, produce, record_values
 
@@ -176,3 +177,38 @@ def _assert_same_segments(directory: str, topic: str, partitions: int) -> None:
                 ]
             )
     assert all(layout == layouts[0] for layout in layouts), "replicas dropped or cut different segments"
+
+
+def test_leadership_returns_to_the_preferred_leader_once_it_is_back_and_caught_up(cluster: Cluster) -> None:
+    topic = cluster.create_topic("balanced", partitions=3, replication_factor=3)
+    preferred = {p.partition: p.preferred_leader for p in topic.partitions}
+    victim = preferred[0]
+    cluster.kill(victim)
+    produce(cluster.client, "balanced", 0, [b"written while the preferred leader was away"])
+    assert cluster.leader("balanced", 0) != victim
+    cluster.start(victim)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        leaders = {p.partition: p.leader for p in cluster.describe("balanced").partitions}
+        if leaders == preferred:
+            break
+        time.sleep(0.2)
+    assert leaders == preferred
+
+
+def test_deleting_a_topic_removes_its_groups_and_data_and_the_name_can_be_reused(cluster: Cluster) -> None:
+    cluster.create_topic("scratch", partitions=2, replication_factor=3)
+    for sequence in range(20):
+        produce(cluster.client, "scratch", sequence % 2, record_values(0, sequence, 0, 3))
+    stub = cluster.client.admin_stub(cluster.info.nodes[2].client_address)
+    stub.DeleteTopic(pb.DeleteTopicRequest(name="scratch"), timeout=30)
+    assert "scratch" not in [t.name for t in stub.ListTopics(pb.ListTopicsRequest(), timeout=10).topics]
+    cluster.create_topic("scratch", partitions=1, replication_factor=3)
+    assert fetch_all(cluster.client, "scratch", 0) == []
+    produce(cluster.client, "scratch", 0, [b"fresh"])
+    directory = cluster.info.directory
+    cluster_down(directory)
+    for node in load_cluster(directory).nodes.values():
+        with LogStore.open(Path(node.directory) / "data") as store:
+            assert sorted(p for t, p in store.logs() if t == "scratch") == [0]
+            assert store.log("scratch", 0, create=False).next_offset() == 1
