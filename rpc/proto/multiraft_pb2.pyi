@@ -436,7 +436,7 @@ class CommittedOffset(_message.Message):
     topic: _builtins.str
     partition: _builtins.int
     offset: _builtins.int
-    """the next offset to consume, as in Kafka"""
+    """the next offset to consume, as in Kafka; -1 in FetchOffsets when nothing is committed"""
     metadata: _builtins.str
     commit_time_ms: _builtins.int
     def __init__(
@@ -578,6 +578,26 @@ Global___NodeInfo: _TypeAlias = NodeInfo  # noqa: Y015
 class PartitionInfo(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class ReplicaLagEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     PARTITION_FIELD_NUMBER: _builtins.int
     LEADER_FIELD_NUMBER: _builtins.int
     REPLICAS_FIELD_NUMBER: _builtins.int
@@ -587,6 +607,7 @@ class PartitionInfo(_message.Message):
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     LEARNERS_FIELD_NUMBER: _builtins.int
+    REPLICA_LAG_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     leader: _builtins.int
     """0 when no leader is known"""
@@ -601,6 +622,10 @@ class PartitionInfo(_message.Message):
     def in_sync_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def learners(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def replica_lag(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
+        """DescribeTopic only: log entries each replica is behind the leader"""
+
     def __init__(
         self,
         *,
@@ -613,10 +638,11 @@ class PartitionInfo(_message.Message):
         log_start_offset: _builtins.int = ...,
         leader_epoch: _builtins.int = ...,
         learners: _abc.Iterable[_builtins.int] | None = ...,
+        replica_lag: _abc.Mapping[_builtins.int, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["high_watermark", b"high_watermark", "in_sync_replicas", b"in_sync_replicas", "leader", b"leader", "leader_epoch", b"leader_epoch", "learners", b"learners", "log_start_offset", b"log_start_offset", "partition", b"partition", "preferred_leader", b"preferred_leader", "replicas", b"replicas"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["high_watermark", b"high_watermark", "in_sync_replicas", b"in_sync_replicas", "leader", b"leader", "leader_epoch", b"leader_epoch", "learners", b"learners", "log_start_offset", b"log_start_offset", "partition", b"partition", "preferred_leader", b"preferred_leader", "replica_lag", b"replica_lag", "replicas", b"replicas"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1173,3 +1199,40 @@ class RemoveNodeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RemoveNodeResponse: _TypeAlias = RemoveNodeResponse  # noqa: Y015
+
+@_typing.final
+class ListGroupsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupsRequest: _TypeAlias = ListGroupsRequest  # noqa: Y015
+
+@_typing.final
+class ListGroupsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """sorted"""
+
+    def __init__(
+        self,
+        *,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupsResponse: _TypeAlias = ListGroupsResponse  # noqa: Y015

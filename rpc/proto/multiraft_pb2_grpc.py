@@ -127,7 +127,8 @@ class LogServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CommitOffsets(self, request, context):
-        """Consumer-group offsets, stored replicated in an internal topic.
+        """Consumer-group offsets, stored replicated in the internal topic __consumer_offsets (a group's offsets
+        live in its partition crc32c(group) % partitions). Any node serves them: it forwards to that leader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -468,6 +469,11 @@ class AdminStub:
                 request_serializer=rpc_dot_proto_dot_multiraft__pb2.RemoveNodeRequest.SerializeToString,
                 response_deserializer=rpc_dot_proto_dot_multiraft__pb2.RemoveNodeResponse.FromString,
                 _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/multiraft.v1.Admin/ListGroups',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -531,6 +537,13 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListGroups(self, request, context):
+        """Consumer groups that have committed offsets.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -578,6 +591,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RemoveNode,
                     request_deserializer=rpc_dot_proto_dot_multiraft__pb2.RemoveNodeRequest.FromString,
                     response_serializer=rpc_dot_proto_dot_multiraft__pb2.RemoveNodeResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.ListGroupsRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.ListGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -825,6 +843,33 @@ class Admin:
             '/multiraft.v1.Admin/RemoveNode',
             rpc_dot_proto_dot_multiraft__pb2.RemoveNodeRequest.SerializeToString,
             rpc_dot_proto_dot_multiraft__pb2.RemoveNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Admin/ListGroups',
+            rpc_dot_proto_dot_multiraft__pb2.ListGroupsRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.ListGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -61,7 +61,9 @@ class LogStub:
     InitProducer: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.InitProducerRequest, _multiraft_pb2.InitProducerResponse]
     """A producer id and epoch for idempotent produce (sequence numbers go in each batch header)."""
     CommitOffsets: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.CommitOffsetsRequest, _multiraft_pb2.CommitOffsetsResponse]
-    """Consumer-group offsets, stored replicated in an internal topic."""
+    """Consumer-group offsets, stored replicated in the internal topic __consumer_offsets (a group's offsets
+    live in its partition crc32c(group) % partitions). Any node serves them: it forwards to that leader.
+    """
     FetchOffsets: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.FetchOffsetsRequest, _multiraft_pb2.FetchOffsetsResponse]
 
 @_typing.type_check_only
@@ -84,7 +86,9 @@ class LogAsyncStub(LogStub):
     InitProducer: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.InitProducerRequest, _multiraft_pb2.InitProducerResponse]  # type: ignore[assignment]
     """A producer id and epoch for idempotent produce (sequence numbers go in each batch header)."""
     CommitOffsets: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.CommitOffsetsRequest, _multiraft_pb2.CommitOffsetsResponse]  # type: ignore[assignment]
-    """Consumer-group offsets, stored replicated in an internal topic."""
+    """Consumer-group offsets, stored replicated in the internal topic __consumer_offsets (a group's offsets
+    live in its partition crc32c(group) % partitions). Any node serves them: it forwards to that leader.
+    """
     FetchOffsets: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.FetchOffsetsRequest, _multiraft_pb2.FetchOffsetsResponse]  # type: ignore[assignment]
 
 class LogServicer(metaclass=_abc_1.ABCMeta):
@@ -146,7 +150,9 @@ class LogServicer(metaclass=_abc_1.ABCMeta):
         request: _multiraft_pb2.CommitOffsetsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_multiraft_pb2.CommitOffsetsResponse, _abc.Awaitable[_multiraft_pb2.CommitOffsetsResponse]]:
-        """Consumer-group offsets, stored replicated in an internal topic."""
+        """Consumer-group offsets, stored replicated in the internal topic __consumer_offsets (a group's offsets
+        live in its partition crc32c(group) % partitions). Any node serves them: it forwards to that leader.
+        """
 
     @_abc_1.abstractmethod
     def FetchOffsets(
@@ -175,6 +181,8 @@ class AdminStub:
     """Move every replica and leadership off a node; answers with the drain's progress."""
     RemoveNode: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.RemoveNodeRequest, _multiraft_pb2.RemoveNodeResponse]
     """Forget a node; refused while it still holds replicas."""
+    ListGroups: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.ListGroupsRequest, _multiraft_pb2.ListGroupsResponse]
+    """Consumer groups that have committed offsets."""
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -192,6 +200,8 @@ class AdminAsyncStub(AdminStub):
     """Move every replica and leadership off a node; answers with the drain's progress."""
     RemoveNode: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.RemoveNodeRequest, _multiraft_pb2.RemoveNodeResponse]  # type: ignore[assignment]
     """Forget a node; refused while it still holds replicas."""
+    ListGroups: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.ListGroupsRequest, _multiraft_pb2.ListGroupsResponse]  # type: ignore[assignment]
+    """Consumer groups that have committed offsets."""
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     """--------------------------------------------------------------------------------------------------- admin"""
@@ -260,5 +270,13 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_multiraft_pb2.RemoveNodeResponse, _abc.Awaitable[_multiraft_pb2.RemoveNodeResponse]]:
         """Forget a node; refused while it still holds replicas."""
+
+    @_abc_1.abstractmethod
+    def ListGroups(
+        self,
+        request: _multiraft_pb2.ListGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.ListGroupsResponse, _abc.Awaitable[_multiraft_pb2.ListGroupsResponse]]:
+        """Consumer groups that have committed offsets."""
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
