@@ -1,10 +1,104 @@
 """multiraft: a Raft-replicated, partitioned message log.
 
-The node runtime lives in this package; the Raft algorithm in :mod:`multiraft.raft`.
+The node runtime lives in this package; the Raft algorithm in :mod:`multiraft.raft`. The client API
+(``from multiraft import Producer, Consumer, Admin``) is loaded on first use (PEP 562), so that importing
+``multiraft`` for the node runtime does not load grpc or pyarrow.
 """
 
 from __future__ import annotations
 
-__all__ = ["__version__"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from multiraft.client import (
+        Admin,
+        AssignmentChangedError,
+        BatchMetadata,
+        ClusterInfo,
+        ConfigError,
+        ConnectionFailedError,
+        Consumer,
+        CorruptBatchError,
+        InvalidArgumentError,
+        InvalidTopicError,
+        MultiraftError,
+        NodeHasReplicasError,
+        NotEnoughReplicasError,
+        NotFoundError,
+        NotLeaderError,
+        OffsetOutOfRangeError,
+        OutOfOrderSequenceError,
+        PartitionInfo,
+        Producer,
+        ProducerError,
+        ProducerFencedError,
+        Record,
+        RecordMetadata,
+        RecordTooLargeError,
+        RequestTimeoutError,
+        StorageFailureError,
+        TopicExistsError,
+        TopicInfo,
+        TopicPartition,
+        UnavailableError,
+        UnknownPartitionError,
+        UnknownTopicError,
+        UnsupportedError,
+    )
+
+__all__ = [
+    "__version__",
+    "Producer",
+    "Consumer",
+    "Admin",
+    "TopicPartition",
+    "Record",
+    "RecordMetadata",
+    "BatchMetadata",
+    "TopicInfo",
+    "PartitionInfo",
+    "ClusterInfo",
+    "MultiraftError",
+    "ConfigError",
+    "InvalidArgumentError",
+    "RecordTooLargeError",
+    "CorruptBatchError",
+    "InvalidTopicError",
+    "NotFoundError",
+    "UnknownTopicError",
+    "UnknownPartitionError",
+    "TopicExistsError",
+    "OffsetOutOfRangeError",
+    "NotLeaderError",
+    "ProducerError",
+    "OutOfOrderSequenceError",
+    "ProducerFencedError",
+    "NotEnoughReplicasError",
+    "NodeHasReplicasError",
+    "AssignmentChangedError",
+    "RequestTimeoutError",
+    "UnavailableError",
+    "ConnectionFailedError",
+    "StorageFailureError",
+    "UnsupportedError",
+]
 
 __version__ = "0.1.0"
+
+_ERRORS = frozenset(name for name in __all__ if name.endswith("Error"))
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ERRORS:
+        value = getattr(importlib.import_module("multiraft.errors"), name)
+    elif name in __all__:
+        value = getattr(importlib.import_module("multiraft.client"), name)
+    else:
+        raise AttributeError(f"module 'multiraft' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

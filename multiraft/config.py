@@ -112,6 +112,15 @@ class NodeConfig:
     fetch_max_wait_ms: int = _setting(30_000, "ms", "Ceiling on a Fetch long-poll.")
     default_replication_factor: int = _setting(3, "replicas", "Replication factor of topics created without one.")
     default_partitions: int = _setting(1, "partitions", "Partition count of topics created without one.")
+    max_topic_partitions: int = _setting(
+        4_096, "partitions", "Most partitions one topic may have (each is a Raft group on every replica)."
+    )
+    offsets_partitions: int = _setting(
+        8, "partitions", "Partitions of the internal __consumer_offsets topic (fixed once it is created)."
+    )
+    producer_id_block: int = _setting(
+        1_000, "ids", "Producer ids a node reserves from the controller at a time for InitProducer."
+    )
     retention_check_ms: int = _setting(
         1_000,
         "ms",
@@ -197,6 +206,9 @@ class NodeConfig:
             "fetch_max_wait_ms": (0, 3_600_000),
             "default_replication_factor": (1, 7),
             "default_partitions": (1, 100_000),
+            "max_topic_partitions": (1, 100_000),
+            "offsets_partitions": (1, 1_000),
+            "producer_id_block": (1, 1_000_000),
             "retention_check_ms": (10, 3_600_000),
             "leader_balance_ms": (100, 3_600_000),
             "map_size_bytes": (16 * MiB, 1 << 50),
@@ -209,6 +221,8 @@ class NodeConfig:
             value = getattr(self, key)
             if not low <= value <= high:
                 raise ConfigError(key, f"must be in [{low:g}, {high:g}], got {value}")
+        if self.default_partitions > self.max_topic_partitions:
+            raise ConfigError("default_partitions", "must not exceed max_topic_partitions")
         if self.heartbeat_ticks >= self.election_ticks:
             raise ConfigError("heartbeat_ticks", "must be smaller than election_ticks")
         if self.max_frame_bytes < self.max_append_bytes + self.max_batch_bytes:
@@ -299,7 +313,7 @@ def load_config(
 
 
 # Variables of ours that are not node settings (the client library reads them).
-_IGNORED_VARIABLES = frozenset({"MULTIRAFT_BOOTSTRAP"})
+_IGNORED_VARIABLES = frozenset({"MULTIRAFT_BOOTSTRAP", "MULTIRAFT_CLUSTER_DIR"})  # client settings
 _DEBUG_PREFIX = "MULTIRAFT_DEBUG_"  # diagnostics switches, not settings
 
 

@@ -21,9 +21,12 @@ whichever side of the wire an error started on::
     │   ├── OutOfOrderSequenceError an idempotent producer skipped a sequence number
     │   └── ProducerFencedError     a newer epoch of the producer id exists
     ├── NotEnoughReplicasError      not enough live nodes for the replication factor or a write quorum
+    ├── NodeHasReplicasError        a node still holds replicas (drain it before removing it)
+    ├── AssignmentChangedError      a planned replica change lost a race with another change; plan again
     ├── RequestTimeoutError         the request did not complete within its deadline (outcome unknown)
     ├── UnavailableError            the node or cluster cannot serve now; retry later
     ├── ConnectionFailedError       the client could not reach any node
+    ├── UnsupportedError            the node's version does not serve this method (UNIMPLEMENTED)
     └── StorageFailureError         a node's storage failed (disk full, corruption)
 """
 
@@ -50,11 +53,15 @@ __all__ = [
     "OutOfOrderSequenceError",
     "ProducerFencedError",
     "NotEnoughReplicasError",
+    "NodeHasReplicasError",
+    "AssignmentChangedError",
     "RequestTimeoutError",
     "UnavailableError",
     "ConnectionFailedError",
+    "UnsupportedError",
     "StorageFailureError",
     "error_for_reason",
+    "REASONS",
 ]
 
 DOMAIN = "multiraft"
@@ -176,6 +183,17 @@ class NotEnoughReplicasError(MultiraftError):
     retriable = True
 
 
+class NodeHasReplicasError(MultiraftError):
+    reason = "NODE_HAS_REPLICAS"
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class AssignmentChangedError(MultiraftError):
+    reason = "ASSIGNMENT_CHANGED"
+    code = grpc.StatusCode.ABORTED
+    retriable = True
+
+
 class RequestTimeoutError(MultiraftError):
     reason = "TIMEOUT"
     code = grpc.StatusCode.DEADLINE_EXCEEDED
@@ -192,6 +210,13 @@ class ConnectionFailedError(UnavailableError):
     reason = "CONNECTION_FAILED"
 
 
+class UnsupportedError(MultiraftError):
+    """Not retriable: waiting will not teach the node a method its version does not have."""
+
+    reason = "UNSUPPORTED"
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
 class StorageFailureError(MultiraftError):
     reason = "STORAGE_ERROR"
     code = grpc.StatusCode.INTERNAL
@@ -205,6 +230,8 @@ def _all_subclasses(base: type[MultiraftError]) -> list[type[MultiraftError]]:
 
 
 _BY_REASON: dict[str, type[MultiraftError]] = {cls.reason: cls for cls in _all_subclasses(MultiraftError)}
+REASONS: frozenset[str] = frozenset(_BY_REASON)
+"""Every error reason this version can send or recognise."""
 
 
 def error_for_reason(reason: str, message: str, metadata: Mapping[str, str]) -> MultiraftError:

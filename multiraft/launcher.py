@@ -152,8 +152,21 @@ def start_node(cluster: ClusterInfo, node_id: int) -> NodeProcess:
     )  # fmt: skip
     log_file.close()
     node.pid = process.pid
+    _wait_exec(process)
     cluster.save()
     return node
+
+
+def _wait_exec(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    """Popen may return (vfork) while the kernel is still replacing the child's image, and meanwhile its
+    /proc cmdline reads empty: wait for it, so that the node is recognised as ours from now on."""
+    cmdline = Path(f"/proc/{process.pid}/cmdline")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        with contextlib.suppress(OSError):
+            if cmdline.read_bytes():
+                return
+        time.sleep(0.005)
 
 
 def stop_node(cluster: ClusterInfo, node_id: int, *, timeout_s: float = 10.0) -> bool:

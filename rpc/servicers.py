@@ -6,7 +6,9 @@ unexpected is logged and answered INTERNAL, and the node keeps serving.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import wraps
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -14,16 +16,19 @@ import grpc
 
 from multiraft.errors import InvalidArgumentError, MultiraftError
 from multiraft.logging import get_logger
+from multiraft.node.offsets import CommittedOffset
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import to_proto_error, to_status
 
 if TYPE_CHECKING:
-    from multiraft.node.node import Node, NodeDescription, TopicDescription
+    from multiraft.node.node import FetchResult, Node, NodeDescription, ProduceAck, TopicDescription
 
 __all__ = ["LogServicer", "AdminServicer"]
 
 log = get_logger(__name__)
+
+_STREAM_IN_FLIGHT = 128  # batches one ProduceStream may have in the node at once (back-pressure)
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
@@ -62,6 +67,7 @@ def _topic_pb(topic: TopicDescription) -> pb.TopicInfo:
                 log_start_offset=p.log_start_offset,
                 leader_epoch=p.leader_epoch,
                 learners=p.learners,
+                replica_lag=p.replica_lag,
             )
             for p in topic.partitions
         ],
@@ -88,13 +94,7 @@ class LogServicer(pb_grpc.LogServicer):
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ProduceResponse:
         ack = await self._node.produce(request.topic, request.partition, request.batch, request.timeout_ms)
-        return pb.ProduceResponse(
-            sequence=request.sequence,
-            base_offset=ack.base_offset,
-            log_append_time_ms=ack.log_append_time_ms,
-            log_start_offset=ack.log_start_offset,
-            duplicate=ack.duplicate,
-        )
+        return _produce_response(request.sequence, ack)
 
     @_mapped
     async def Fetch(  # noqa: N802
@@ -103,14 +103,7 @@ class LogServicer(pb_grpc.LogServicer):
         result = await self._node.fetch(
             request.topic, request.partition, request.offset, request.max_bytes, request.max_wait_ms, request.min_bytes
         )
-        return pb.FetchResponse(
-            topic=request.topic,
-            partition=request.partition,
-            batches=result.batches,
-            high_watermark=result.high_watermark,
-            log_start_offset=result.log_start_offset,
-            next_offset=result.next_offset,
-        )
+        return _fetch_response(request.topic, request.partition, result)
 
     @_mapped
     async def ListOffsets(  # noqa: N802
@@ -129,23 +122,112 @@ class LogServicer(pb_grpc.LogServicer):
                 offsets.append(pb.PartitionOffset(partition=partition, offset=-1, error=to_proto_error(exc)))
         return pb.ListOffsetsResponse(topic=request.topic, offsets=offsets)
 
-    # Arrive with the client library (issue 5): answered UNIMPLEMENTED until then, as gRPC itself would.
-    async def ProduceStream(  # type: ignore[override]  # noqa: N802
-        self, request_iterator: Any, context: Any
-    ) -> Any:
-        await _unimplemented(context, "ProduceStream")
+    async def ProduceStream(  # noqa: N802
+        self, request_iterator: AsyncIterator[pb.ProduceRequest], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.ProduceResponse]:
+        """Requests are handed to the node in arrival order; answers come back in the same order, a failed
+        batch answering with ``error`` while the stream goes on."""
+        queue: asyncio.Queue[tuple[int, asyncio.Future[ProduceAck]] | None] = asyncio.Queue()
+        in_flight = asyncio.Semaphore(_STREAM_IN_FLIGHT)
 
-    async def Subscribe(self, request: Any, context: Any) -> Any:  # type: ignore[override]  # noqa: N802
-        await _unimplemented(context, "Subscribe")
+        async def read() -> None:
+            try:
+                async for request in request_iterator:
+                    await in_flight.acquire()
+                    future = self._node.begin_produce(
+                        request.topic, request.partition, request.batch, request.timeout_ms
+                    )
+                    queue.put_nowait((request.sequence, future))
+            finally:
+                queue.put_nowait(None)
 
-    async def InitProducer(self, request: Any, context: Any) -> Any:  # noqa: N802
-        await _unimplemented(context, "InitProducer")
+        reader = asyncio.ensure_future(read())
+        try:
+            while (item := await queue.get()) is not None:
+                sequence, future = item
+                try:
+                    ack = await future
+                except MultiraftError as exc:
+                    yield pb.ProduceResponse(sequence=sequence, error=to_proto_error(exc))
+                    continue
+                except Exception as exc:
+                    log.exception("produce failed unexpectedly", error=repr(exc))
+                    error = MultiraftError(f"internal error in ProduceStream: {exc!r}")
+                    yield pb.ProduceResponse(sequence=sequence, error=to_proto_error(error))
+                    continue
+                finally:
+                    in_flight.release()
+                yield _produce_response(sequence, ack)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.RpcError):
+                await reader
 
-    async def CommitOffsets(self, request: Any, context: Any) -> Any:  # noqa: N802
-        await _unimplemented(context, "CommitOffsets")
+    async def Subscribe(  # noqa: N802
+        self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.FetchResponse]:
+        """Pushes committed batches; a failure (e.g. leadership moved) ends the stream with an ``error`` item."""
+        try:
+            async for result in self._node.subscribe(
+                request.topic, request.partition, request.offset, request.max_bytes
+            ):
+                yield _fetch_response(request.topic, request.partition, result)
+        except MultiraftError as exc:
+            yield pb.FetchResponse(topic=request.topic, partition=request.partition, error=to_proto_error(exc))
 
-    async def FetchOffsets(self, request: Any, context: Any) -> Any:  # noqa: N802
-        await _unimplemented(context, "FetchOffsets")
+    @_mapped
+    async def InitProducer(  # noqa: N802
+        self, request: pb.InitProducerRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.InitProducerResponse:
+        producer_id, epoch = await self._node.init_producer()
+        return pb.InitProducerResponse(producer_id=producer_id, producer_epoch=epoch)
+
+    @_mapped
+    async def CommitOffsets(  # noqa: N802
+        self, request: pb.CommitOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CommitOffsetsResponse:
+        offsets = [CommittedOffset(o.topic, o.partition, o.offset, o.metadata) for o in request.offsets]
+        await self._node.commit_offsets(request.group, offsets)
+        return pb.CommitOffsetsResponse()
+
+    @_mapped
+    async def FetchOffsets(  # noqa: N802
+        self, request: pb.FetchOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.FetchOffsetsResponse:
+        found = await self._node.fetch_offsets(request.group, [(tp.topic, tp.partition) for tp in request.partitions])
+        return pb.FetchOffsetsResponse(
+            offsets=[
+                pb.CommittedOffset(
+                    topic=o.topic,
+                    partition=o.partition,
+                    offset=o.offset,
+                    metadata=o.metadata,
+                    commit_time_ms=o.commit_time_ms,
+                )
+                for o in found
+            ]
+        )
+
+
+def _produce_response(sequence: int, ack: ProduceAck) -> pb.ProduceResponse:
+    return pb.ProduceResponse(
+        sequence=sequence,
+        base_offset=ack.base_offset,
+        log_append_time_ms=ack.log_append_time_ms,
+        log_start_offset=ack.log_start_offset,
+        duplicate=ack.duplicate,
+    )
+
+
+def _fetch_response(topic: str, partition: int, result: FetchResult) -> pb.FetchResponse:
+    return pb.FetchResponse(
+        topic=topic,
+        partition=partition,
+        batches=result.batches,
+        high_watermark=result.high_watermark,
+        log_start_offset=result.log_start_offset,
+        next_offset=result.next_offset,
+    )
 
 
 class AdminServicer(pb_grpc.AdminServicer):
@@ -212,6 +294,12 @@ class AdminServicer(pb_grpc.AdminServicer):
             under_replicated=[pb.TopicPartition(topic=t, partition=p) for t, p in cluster.under_replicated],
             partitions=cluster.partitions,
         )
+
+    @_mapped
+    async def ListGroups(  # noqa: N802
+        self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListGroupsResponse:
+        return pb.ListGroupsResponse(groups=await self._node.list_groups())
 
     # Arrive with replica rebalancing (issue 8).
     async def DrainNode(self, request: Any, context: Any) -> Any:  # noqa: N802

@@ -46,6 +46,8 @@ def from_rpc_error(exc: grpc.RpcError) -> MultiraftError:
     details = exc.details() if hasattr(exc, "details") else str(exc)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return error_for_reason("TIMEOUT", f"deadline exceeded: {details}", {})
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return error_for_reason("UNSUPPORTED", f"the node does not serve this method: {details}", {})
     if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED):
         return error_for_reason("INVALID_ARGUMENT", str(details), {})
     return UnavailableError(f"{code.name if code is not None else 'RPC'} from the node: {details}")

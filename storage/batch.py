@@ -330,7 +330,8 @@ def encode_batch(
         counts = np.diff(list_offsets).astype(np.int32)
         if header_array.null_count:
             counts[header_array.is_null().to_numpy(zero_copy_only=False)] = 0
-        entries = header_array.values.slice(int(list_offsets[0]), int(list_offsets[-1] - list_offsets[0]))
+        # flatten(), not values: a null row may still point at entries, which must not be written.
+        entries = header_array.flatten()
         hkey_lengths, hkey_data = _binary_parts(entries.field("key"))
         hval_lengths, hval_data = _binary_parts(entries.field("value"))
         if (hkey_lengths < 0).any():

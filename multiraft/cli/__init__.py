@@ -1,10 +1,12 @@
 """The ``multiraft`` command: one typer app, one sub-app per concern.
 
-Errors from our packages print one line on stderr and exit non-zero; ``--debug`` shows the traceback.
+Errors from our packages print one line on stderr and exit non-zero; ``--debug`` shows the traceback. A
+multiraft error names its stable reason: ``error: unknown topic 'x' (UNKNOWN_TOPIC)``. Ctrl-C exits 130.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -12,7 +14,12 @@ import typer
 
 from multiraft import __version__
 from multiraft.cli._common import state
+from multiraft.cli._consume import consume
+from multiraft.cli._options import describe_error
+from multiraft.cli._produce import produce
+from multiraft.cli._status import status
 from multiraft.cli._storage import storage_app
+from multiraft.cli._topic import topic_app
 from multiraft.launcher import cluster_app
 from multiraft.logging import configure_logging
 
@@ -24,6 +31,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.add_typer(topic_app, name="topic")
+app.command("produce")(produce)
+app.command("consume")(consume)
+app.command("status")(status)
 app.add_typer(storage_app, name="storage")
 app.add_typer(cluster_app, name="cluster")
 
@@ -42,7 +53,10 @@ def _root(
 ) -> None:
     """multiraft: a Raft-replicated, partitioned message log."""
     state.debug = debug
-    configure_logging("debug" if debug else None, json=log_json or None)
+    # Client commands print results, not the client library's info logs: warnings and up unless asked.
+    # (``node start`` configures logging again from its own config.)
+    level = "debug" if debug else os.environ.get("MULTIRAFT_LOG_LEVEL") or "warning"
+    configure_logging(level, json=log_json or None)
 
 
 def main() -> None:
@@ -51,16 +65,22 @@ def main() -> None:
     command = typer.main.get_group(app)
     command.add_command(node_group)  # type: ignore[arg-type]  # typer groups take plain click commands
     try:
-        command(standalone_mode=False)
+        result = command(standalone_mode=False)
+        if isinstance(result, int) and result:  # without standalone mode click returns an Exit's code
+            sys.exit(result)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
+    except (click.ClickException, typer.TyperException) as exc:  # usage errors (typer vendors its own click)
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show()
+        else:
+            print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         sys.exit(130)
     except Exception as exc:  # the one place that turns an error into an exit status
         if state.debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {describe_error(exc)}", file=sys.stderr)
         sys.exit(1)

@@ -16,7 +16,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from multiraft.errors import (
     RecordTooLargeError,
     RequestTimeoutError,
     StorageFailureError,
+    TopicExistsError,
     UnavailableError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -42,12 +43,14 @@ from multiraft.errors import (
 )
 from multiraft.logging import get_logger
 from multiraft.node.controller_group import CONTROLLER_TOPIC, ControllerMachine
+from multiraft.node.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetsMachine, group_partition
 from multiraft.node.partition import PartitionMachine, PartitionView, RetentionPolicy
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.scheduler import Group, Scheduler, loop_completion
 from multiraft.node.transport import PeerTransport
 from storage import (
     BatchFormatError,
+    BatchHeader,
     CompactedError,
     LogStore,
     StorageConfig,
@@ -74,6 +77,7 @@ log = get_logger(__name__)
 _REQUEST_CONTROLLER = 1
 _REQUEST_PARTITION_STATUS = 2
 _REQUEST_LEADERS = 3
+_REQUEST_OFFSETS = 4
 _STATUS_OK = 0
 _STATUS_ERROR = 1
 _GROUP_ATTRIBUTE = "node.group"
@@ -81,6 +85,10 @@ _LEADER_BROADCAST_S = 0.25
 _LEADER_FULL_BROADCAST_S = 5.0
 _CONTROLLER_TIMEOUT_S = 15.0
 _GIL_SWITCH_INTERVAL_S = 0.0005
+_MAX_GROUP_NAME = 255
+_OFFSETS_ATTEMPT_S = 2.0
+_OFFSETS_DIAL_S = 0.3  # a leader we have no connection to is likely dead; look again soon
+_MAX_OFFSET_METADATA = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +118,7 @@ class PartitionDescription:
     log_start_offset: int
     leader_epoch: int
     learners: tuple[int, ...] = ()
+    replica_lag: dict[int, int] = field(default_factory=dict)  # entries behind the leader, per replica
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +182,9 @@ class Node:
         self._health: Any = None
         self._rng = random.Random()  # one for every group: they all run on the scheduler thread
         self._registered = asyncio.Event()
+        self._producer_ids = (0, 0)  # [next, end) of the block this node hands out
+        self._producer_ids_lock = asyncio.Lock()
+        self._offsets_topic_lock = asyncio.Lock()
         self._stopped = asyncio.Event()
         self.client_port = 0
         self.peer_port = 0
@@ -350,9 +362,17 @@ class Node:
             storage.set_hard_state(hard_state)
         if plog.attribute(_GROUP_ATTRIBUTE) is None:
             plog.set_attribute(_GROUP_ATTRIBUTE, json.dumps({"group_id": group_id}).encode())
-        raw = raft.RawNode(self._raft_config(), storage, self._rng, applied=storage.applied_index())
         view = PartitionView(topic, partition, group_id, plog)
-        machine = PartitionMachine(topic, partition, group_id, plog, scheduler, self._on_loop, view)
+        machine: PartitionMachine | OffsetsMachine
+        if topic == OFFSETS_TOPIC:
+            # The offsets map is rebuilt from the snapshot and the commits after it, as the controller's is.
+            applied = storage.snapshot().meta.index
+            storage.restart_at(applied)
+            machine = OffsetsMachine(topic, partition, group_id, scheduler, self._on_loop, view)
+        else:
+            applied = storage.applied_index()
+            machine = PartitionMachine(topic, partition, group_id, plog, scheduler, self._on_loop, view)
+        raw = raft.RawNode(self._raft_config(), storage, self._rng, applied=applied)
         group = Group(group_id, raw, storage, machine)
         scheduler.add_group(group)
         machine.start(group)
@@ -503,6 +523,13 @@ class Node:
         if kind == _REQUEST_PARTITION_STATUS:
             wanted = json.loads(body)
             return _STATUS_OK, json.dumps(await self._local_partition_status(wanted)).encode()
+        if kind == _REQUEST_OFFSETS:
+            document = json.loads(body)
+            try:
+                result = await self._offsets_local(int(document["group_id"]), document["request"])
+            except MultiraftError as exc:
+                return _STATUS_ERROR, _encode_error(exc)
+            return _STATUS_OK, json.dumps(result).encode()
         if kind == _REQUEST_LEADERS:
             for group_id, leader, term in json.loads(body):
                 self._leader_cache.learn(int(group_id), int(leader), int(term))
@@ -648,6 +675,37 @@ class Node:
         return view
 
     async def produce(self, topic: str, partition: int, batch: bytes, timeout_ms: int) -> ProduceAck:
+        return await self.begin_produce(topic, partition, batch, timeout_ms)
+
+    def begin_produce(self, topic: str, partition: int, batch: bytes, timeout_ms: int) -> asyncio.Future[ProduceAck]:
+        """Check a batch and hand it to the scheduler *now*, so that batches handed over in order (one
+        ProduceStream) are proposed in order; the future resolves when the batch commits."""
+        loop = asyncio.get_running_loop()
+        try:
+            view, header = self._check_produce(topic, partition, batch)
+            if timeout_ms < 0:
+                raise InvalidArgumentError("timeout_ms must be >= 0", field="timeout_ms")
+        except MultiraftError as exc:
+            failed: asyncio.Future[ProduceAck] = loop.create_future()
+            failed.set_exception(exc)
+            return failed
+        future: asyncio.Future[Any] = loop.create_future()
+        completion = loop_completion(loop, future)
+        scheduler = self._sched
+        group_id = view.group_id
+
+        def propose() -> None:
+            group = scheduler.groups.get(group_id)
+            if group is None or not group.is_leader or not isinstance(group.machine, PartitionMachine):
+                completion(None, self._not_leader_from_scheduler(topic, partition, group))
+                return
+            group.machine.produce(group, batch, header, completion)
+
+        scheduler.submit(propose)
+        timeout_s = (timeout_ms or self.config.produce_timeout_ms) / 1000
+        return asyncio.ensure_future(self._produce_outcome(future, view, timeout_s))
+
+    def _check_produce(self, topic: str, partition: int, batch: bytes) -> tuple[PartitionView, BatchHeader]:
         view = self._leader_view(topic, partition)
         configs = ctl.effective_topic_config(self.cluster.topics[topic].configs)
         limit = min(configs.max_message_bytes, self.config.max_batch_bytes)
@@ -661,28 +719,34 @@ class Node:
             raise CorruptBatchError("one request carries exactly one record batch", field="batch")
         if header.base_offset != 0:
             raise InvalidArgumentError("a produced batch must have base offset 0", field="batch.base_offset")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        completion = loop_completion(loop, future)
-        scheduler = self._sched
-        group_id = view.group_id
+        if header.producer_id >= 0 and (header.base_sequence < 0 or header.producer_epoch < 0):
+            raise InvalidArgumentError(
+                "an idempotent batch needs base_sequence >= 0 and producer_epoch >= 0", field="batch.base_sequence"
+            )
+        if header.producer_id < -1:
+            raise InvalidArgumentError("producer_id must be -1 or a producer id", field="batch.producer_id")
+        return view, header
 
-        def propose() -> None:
-            group = scheduler.groups.get(group_id)
-            if group is None or not group.is_leader:
-                completion(None, self._not_leader_from_scheduler(topic, partition, group))
-                return
-            scheduler.propose(group, batch, completion)
-
-        scheduler.submit(propose)
-        timeout_s = (timeout_ms or self.config.produce_timeout_ms) / 1000
+    async def _produce_outcome(self, future: asyncio.Future[Any], view: PartitionView, timeout_s: float) -> ProduceAck:
         try:
             result = await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
             raise RequestTimeoutError(
-                f"{topic}/{partition}: not committed within {timeout_s:g}s (it may still be written)"
+                f"{view.topic}/{view.partition}: not committed within {timeout_s:g}s (it may still be written)"
             ) from None
-        return ProduceAck(result.base_offset, result.log_append_time_ms, view.log_start_offset)
+        return ProduceAck(result.base_offset, result.log_append_time_ms, view.log_start_offset, result.duplicate)
+
+    async def init_producer(self) -> tuple[int, int]:
+        """A new producer id (epoch 0), from a block this node reserved from the controller."""
+        async with self._producer_ids_lock:
+            next_id, end = self._producer_ids
+            if next_id >= end:
+                block = await self.controller_call(
+                    {"op": "allocate_producer_ids", "count": self.config.producer_id_block}
+                )
+                next_id, end = int(block["first"]), int(block["first"]) + int(block["count"])
+            self._producer_ids = (next_id + 1, end)
+        return next_id, 0
 
     def _not_leader_from_scheduler(self, topic: str, partition: int, group: Group | None) -> MultiraftError:
         if group is None:
@@ -720,6 +784,16 @@ class Node:
             raise StorageFailureError(f"{topic}/{partition}: {exc}") from exc
         return FetchResult(result.data, view.high_watermark, result.log_start_offset, result.next_offset)
 
+    async def subscribe(self, topic: str, partition: int, offset: int, max_bytes: int) -> AsyncIterator[FetchResult]:
+        """Committed batches from ``offset`` on, as they commit, until the caller stops or an error ends it."""
+        if max_bytes < 0:
+            raise InvalidArgumentError("max_bytes must be >= 0", field="max_bytes")
+        while True:
+            result = await self.fetch(topic, partition, offset, max_bytes, self.config.fetch_max_wait_ms)
+            if result.batches:
+                yield result
+                offset = result.next_offset
+
     def partition_count(self, topic: str) -> int:
         self._partition_state(topic, 0)
         return len(self.cluster.topics[topic].partitions)
@@ -734,6 +808,155 @@ class Node:
         found = view.log.offset_for_timestamp(timestamp_ms)
         return -1 if found is None or found >= view.high_watermark else found
 
+    # --------------------------------------------------------------------------- consumer-group offsets
+
+    async def commit_offsets(self, group: str, offsets: Sequence[CommittedOffset]) -> None:
+        _check_group_name(group)
+        for index, committed in enumerate(offsets):
+            self._partition_state(committed.topic, committed.partition)
+            if committed.offset < 0:
+                raise InvalidArgumentError(f"offsets[{index}].offset must be >= 0", field="offsets.offset")
+            if len(committed.metadata) > _MAX_OFFSET_METADATA:
+                raise InvalidArgumentError(
+                    f"offsets[{index}].metadata is longer than {_MAX_OFFSET_METADATA}", field="offsets.metadata"
+                )
+        if not offsets:
+            return
+        rows = [[o.topic, o.partition, o.offset, o.metadata] for o in offsets]
+        await self._offsets_request(group, {"op": "commit", "group": group, "offsets": rows})
+
+    async def fetch_offsets(self, group: str, partitions: Sequence[tuple[str, int]]) -> list[CommittedOffset]:
+        """The group's committed offsets: of ``partitions`` (-1 where none), or every one it committed."""
+        _check_group_name(group)
+        for topic, partition in partitions:
+            self._partition_state(topic, partition)
+        if OFFSETS_TOPIC not in self.cluster.topics:
+            return [CommittedOffset(t, p, -1) for t, p in partitions]
+        request = {"op": "fetch", "group": group, "partitions": [list(tp) for tp in partitions] or None}
+        rows = await self._offsets_request(group, request)
+        fetched = [CommittedOffset(str(t), int(p), int(o), str(m), int(ts)) for t, p, o, m, ts in rows]
+        if not partitions:
+            return [o for o in fetched if self._offset_is_current(o)]
+        return [o if self._offset_is_current(o) else CommittedOffset(o.topic, o.partition, -1) for o in fetched]
+
+    def _offset_is_current(self, committed: CommittedOffset) -> bool:
+        """False for offsets of a deleted topic, or of its deleted namesake (committed before it was created)."""
+        topic = self.cluster.topics.get(committed.topic)
+        return (
+            committed.offset >= 0
+            and topic is not None
+            and committed.partition < len(topic.partitions)
+            and committed.commit_time_ms >= topic.created_ms
+        )
+
+    async def list_groups(self) -> list[str]:
+        topic = self.cluster.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return []
+        answers = await asyncio.gather(
+            *(self._offsets_partition_call(p.group_id, {"op": "list"}) for p in topic.partitions)
+        )
+        return sorted({str(name) for names in answers for name in names})
+
+    async def _offsets_request(self, group: str, request: dict[str, Any]) -> Any:
+        await self._ensure_offsets_topic()
+        topic = self.cluster.topics[OFFSETS_TOPIC]
+        partition = topic.partitions[group_partition(group, len(topic.partitions))]
+        return await self._offsets_partition_call(partition.group_id, request)
+
+    async def _ensure_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` on first use (any node may race to: the controller keeps one)."""
+        if OFFSETS_TOPIC in self.cluster.topics:
+            return
+        async with self._offsets_topic_lock:
+            if OFFSETS_TOPIC in self.cluster.topics:
+                return
+            registered = sum(1 for n in self.cluster.nodes.values() if n.state is ctl.NodeState.ACTIVE)
+            request = {
+                "op": "create_topic",
+                "name": OFFSETS_TOPIC,
+                "partitions": self.config.offsets_partitions,
+                "replication_factor": max(1, min(self.config.default_replication_factor, registered)),
+                "configs": {},
+                "internal": True,
+            }
+            with contextlib.suppress(TopicExistsError):
+                await self.controller_call(request)
+            await self._wait_for_topic(OFFSETS_TOPIC, present=True)
+
+    async def _offsets_partition_call(
+        self, group_id: int, request: dict[str, Any], timeout_s: float = _CONTROLLER_TIMEOUT_S
+    ) -> Any:
+        """Serve an offsets request on the leader of offsets group ``group_id``, wherever it is."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        last_error: MultiraftError = UnavailableError("the offsets partition has no leader yet")
+        hint = 0
+        while loop.time() < deadline:
+            leader = hint or self.leader_of(group_id)
+            hint = 0
+            try:
+                if leader == self.node_id or not leader:
+                    return await self._offsets_local(group_id, request)
+                # Short attempts: a dead leader is only noticed by timing out, and its successor may be up
+                # already. Repeating a request is harmless (a commit writes the same offsets again).
+                assert self._transport is not None
+                connected = self._transport.connected(leader)
+                attempt_s = min(_OFFSETS_ATTEMPT_S if connected else _OFFSETS_DIAL_S, deadline - loop.time())
+                return await self._offsets_remote(leader, group_id, request, attempt_s)
+            except NotLeaderError as exc:
+                last_error, hint = exc, exc.leader_id
+            except UnavailableError as exc:
+                last_error = exc
+            await asyncio.sleep(0.05 if not hint else 0)
+        raise RequestTimeoutError(f"consumer offsets request not served in {timeout_s:.0f}s: {last_error.message}")
+
+    async def _offsets_local(self, group_id: int, request: dict[str, Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        completion = loop_completion(loop, future)
+        scheduler = self._sched
+
+        def serve() -> None:
+            group = scheduler.groups.get(group_id)
+            if group is None or not isinstance(group.machine, OffsetsMachine):
+                completion(None, NotLeaderError(f"node {self.node_id} hosts no offsets group {group_id}"))
+                return
+            machine, op = group.machine, request["op"]
+            try:
+                if op == "commit":
+                    rows = [CommittedOffset(str(t), int(p), int(o), str(m)) for t, p, o, m in request["offsets"]]
+                    machine.commit(group, str(request["group"]), rows, completion)
+                elif op == "fetch":
+                    wanted = request.get("partitions")
+                    found = machine.fetch(
+                        group, str(request["group"]), None if wanted is None else [(str(t), int(p)) for t, p in wanted]
+                    )
+                    completion([[o.topic, o.partition, o.offset, o.metadata, o.commit_time_ms] for o in found], None)
+                elif op == "list":
+                    completion(machine.group_names(group), None)
+                else:
+                    completion(None, InvalidArgumentError(f"unknown offsets operation {op!r}", field="op"))
+            except MultiraftError as exc:
+                completion(None, exc)
+
+        scheduler.submit(serve)
+        try:
+            return await asyncio.wait_for(future, _CONTROLLER_TIMEOUT_S)
+        except TimeoutError:
+            raise RequestTimeoutError("the offsets commit was not applied in time") from None
+
+    async def _offsets_remote(self, leader: int, group_id: int, request: dict[str, Any], timeout_s: float) -> Any:
+        assert self._transport is not None
+        body = json.dumps({"group_id": group_id, "request": request}).encode()
+        try:
+            status, answer = await self._transport.call(leader, _REQUEST_OFFSETS, body, max(0.01, timeout_s))
+        except (ConnectionError, TimeoutError) as exc:
+            raise UnavailableError(f"offsets leader {leader} unreachable: {exc!r}") from exc
+        if status == _STATUS_OK:
+            return json.loads(answer)
+        raise _decode_error(answer)
+
     # ------------------------------------------------------------------------------------------- admin
 
     async def create_topic(
@@ -741,8 +964,10 @@ class Node:
     ) -> TopicDescription:
         partitions = partitions or self.config.default_partitions
         replication_factor = replication_factor or self.config.default_replication_factor
-        if partitions < 1:
-            raise InvalidArgumentError("partitions must be >= 1", field="partitions")
+        if not 1 <= partitions <= self.config.max_topic_partitions:
+            raise InvalidArgumentError(
+                f"partitions must be in [1, {self.config.max_topic_partitions}], got {partitions}", field="partitions"
+            )
         if replication_factor < 1:
             raise InvalidArgumentError("replication_factor must be >= 1", field="replication_factor")
         await self.controller_call(
@@ -809,6 +1034,7 @@ class Node:
                     log_start_offset=int(status.get("log_start", 0)),
                     leader_epoch=int(status.get("term", 0)),
                     learners=p.learners,
+                    replica_lag={int(node): int(lag) for node, lag in status.get("lag", {}).items()},
                 )
             )
         return TopicDescription(topic.name, tuple(partitions), dict(topic.configs), topic.replication_factor)
@@ -828,9 +1054,17 @@ class Node:
 
     def nodes(self) -> list[NodeDescription]:
         return [
-            NodeDescription(n.node_id, n.client_address, n.peer_address, n.rack, str(n.state), n.capacity)
+            NodeDescription(n.node_id, n.client_address, n.peer_address, n.rack, self._node_state(n), n.capacity)
             for n in sorted(self.cluster.nodes.values(), key=lambda n: n.node_id)
         ]
+
+    def _node_state(self, node: ctl.NodeInfo) -> str:
+        """The administrative state, or for an active node whether this node can reach it now."""
+        if node.state is not ctl.NodeState.ACTIVE:
+            return str(node.state)
+        if node.node_id == self.node_id or (self._transport is not None and self._transport.connected(node.node_id)):
+            return "alive"
+        return "unreachable"
 
     async def describe_cluster(self) -> ClusterDescription:
         partitions = [p for t in self._user_topics() for p in t.partitions]
@@ -874,6 +1108,10 @@ class Node:
         await asyncio.gather(*(ask(node, ids) for node, ids in by_leader.items() if node))
         return results
 
+    def _peer_connected(self, peer: int) -> bool:
+        # A quiescent group sends no heartbeats, so Raft's recent_active goes stale; the connection does not.
+        return self._transport is not None and self._transport.connected(peer)
+
     async def _local_partition_status(self, group_ids: Sequence[int]) -> dict[str, dict[str, Any]]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[dict[str, dict[str, Any]]] = loop.create_future()
@@ -891,10 +1129,15 @@ class Node:
                     for peer, progress in status.progress.items()
                     if peer != self.node_id
                     and not progress.is_learner
-                    and progress.recent_active
+                    and (progress.recent_active or (status.quiescent and self._peer_connected(peer)))
                     and status.commit - progress.match <= 1_000
                 ]
                 out[str(group_id)] = {
+                    "lag": {
+                        str(peer): max(0, status.last_index - progress.match)
+                        for peer, progress in status.progress.items()
+                        if peer != self.node_id
+                    },
                     "leader": self.node_id,
                     "term": status.term,
                     "hw": group.machine.high_watermark,
@@ -910,6 +1153,13 @@ class Node:
 
         scheduler.submit(collect)
         return await asyncio.wait_for(future, 5.0)
+
+
+def _check_group_name(group: str) -> None:
+    if not group:
+        raise InvalidArgumentError("group must not be empty", field="group")
+    if len(group) > _MAX_GROUP_NAME:
+        raise InvalidArgumentError(f"group is longer than {_MAX_GROUP_NAME} characters", field="group")
 
 
 def _configs_applied(topic: ctl.Topic | None, set_: dict[str, str], delete: Sequence[str]) -> bool:

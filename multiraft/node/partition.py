@@ -5,6 +5,11 @@ the batch's offsets when it appended it) and answers the producer with the batch
 the event loop see a :class:`PartitionView` and read the synced log up to the high watermark, so they only
 ever see committed records.
 
+Idempotent producers (``multiraft.node.producers``): every replica updates the producers' state as it
+applies data entries, and checkpoints it in a log attribute (and in the snapshot manifest when retention
+compacts the log), so a restarted replica restores the checkpoint and replays the entries after it. The
+leader checks each produced batch against that state and against what it appended but has not applied yet.
+
 The leader also runs the partition's housekeeping, as replicated CONTROL entries so that every replica
 acts at the same point of the log (``multiraft.node.control``): retention by age and size, a segment roll
 when the active segment is older than segment.ms (so retention fires on idle partitions too), and handing
@@ -20,20 +25,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from multiraft import raft
+from multiraft.errors import MultiraftError, ProducerError
 from multiraft.logging import get_logger
 from multiraft.node.control import ControlKind, decode_control, encode_drop_before, encode_roll
-from multiraft.node.scheduler import Group, Scheduler
-from storage import SegmentedLog, read_header
+from multiraft.node.producers import ProducerStates, Verdict
+from multiraft.node.raftlog import decode_manifest
+from multiraft.node.scheduler import Completion, Group, Scheduler
+from storage import BatchHeader, SegmentedLog, read_header
 
 __all__ = ["PartitionView", "PartitionMachine", "ProduceResult", "RetentionPolicy"]
 
 log = get_logger(__name__)
 
 
+_PRODUCERS_ATTRIBUTE = "partition.producers"
+_REPLAY_CHUNK_BYTES = 8 << 20
+
+
 @dataclass(frozen=True, slots=True)
 class ProduceResult:
     base_offset: int
     log_append_time_ms: int
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,41 +118,169 @@ class PartitionMachine:
     preferred_leader: int = 0
     retention: RetentionPolicy = field(default_factory=lambda: RetentionPolicy(-1, -1))
     high_watermark: int = 0
+    producers: ProducerStates = field(default_factory=ProducerStates)
     _retention_proposed_at: float = 0.0
+    _applied_index: int = 0
+    _last_entry_ms: int = 0
+    _producers_saved_at: int = 0  # the applied index the persisted producer checkpoint covers
+    _leading: bool = False
+    _duplicate_waiters: dict[int, list[Completion]] = field(default_factory=dict)  # index -> retries
 
     def start(self, group: Group) -> None:
-        """Publish the state recovered from storage (the high watermark at the applied index)."""
+        """Publish the state recovered from storage (the high watermark at the applied index) and restore the
+        producers' state: the checkpoint, then the data entries applied after it."""
         applied = group.storage.applied_index()
+        self._applied_index = applied
         try:
             self.high_watermark = self.log.offset_after(applied)
         except Exception:
             self.high_watermark = self.log.start_offset()
+        self._restore_producers(group, applied)
         self._publish(group)
+
+    # ------------------------------------------------------------------------------ idempotent producers
+
+    def produce(self, group: Group, batch: bytes, header: BatchHeader, completion: Completion) -> None:
+        """Propose a produced batch on the leader, unless it repeats one already written or in flight."""
+        producer_id = header.producer_id
+        if producer_id < 0:
+            self.scheduler.propose(group, batch, completion)
+            return
+        try:
+            verdict, original = self.producers.check(
+                producer_id, header.producer_epoch, header.base_sequence, header.record_count
+            )
+        except ProducerError as exc:
+            completion(None, exc)
+            return
+        if verdict is Verdict.DUPLICATE:
+            assert original is not None
+            if original.base_offset >= 0:
+                completion(ProduceResult(original.base_offset, original.append_time_ms, duplicate=True), None)
+            else:  # the first copy is appended but not committed yet: answer when it is
+                self._duplicate_waiters.setdefault(original.entry_index, []).append(completion)
+            return
+        index = self.scheduler.propose(group, batch, completion)
+        if index is not None:
+            self.producers.track(producer_id, header.base_sequence, header.record_count, index)
+
+    def _apply_producer_batch(self, entry: raft.Entry, header: BatchHeader) -> ProduceResult:
+        base_offset = self.log.offset_after(entry.index) - header.record_count
+        self.producers.apply(
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            header.record_count,
+            base_offset,
+            entry.index,
+            entry.timestamp_ms,
+        )
+        return ProduceResult(base_offset, entry.timestamp_ms)
+
+    def _restore_producers(self, group: Group, applied: int) -> None:
+        covered = 0
+        saved = self.log.attribute(_PRODUCERS_ATTRIBUTE)
+        if saved is not None:
+            index, _, state = saved.partition(b"\n")
+            self.producers, covered = ProducerStates.decode(state), int(index)
+        else:
+            snapshot = group.storage.snapshot()
+            manifest = decode_manifest(snapshot.data)
+            if manifest.producers:
+                self.producers, covered = ProducerStates.decode(manifest.producers), snapshot.meta.index
+        lo = max(covered + 1, group.storage.first_index())
+        replayed = 0
+        while lo <= applied:
+            entries = group.storage.entries(lo, applied + 1, _REPLAY_CHUNK_BYTES)
+            for entry in entries:
+                if entry.kind == raft.EntryKind.DATA:
+                    header = read_header(entry.payload)
+                    if header.producer_id >= 0:
+                        self._apply_producer_batch(entry, header)
+                        replayed += 1
+            lo = entries[-1].index + 1
+        self._producers_saved_at = covered if not replayed else 0
+        if replayed:
+            log.debug("replayed producer batches", group=self.group_id, batches=replayed, since=covered)
+
+    def save_producers(self) -> bytes:
+        """Checkpoint the producers' state at the applied index (durable with the next sync)."""
+        self.producers.expire(self._last_entry_ms)
+        state = self.producers.encode()
+        self.log.set_attribute(_PRODUCERS_ATTRIBUTE, b"%d\n%s" % (self._applied_index, state))
+        self._producers_saved_at = self._applied_index
+        return state
+
+    def _settle_duplicates(self, index: int, result: ProduceResult) -> None:
+        waiters = self._duplicate_waiters.pop(index, ())
+        duplicate = ProduceResult(result.base_offset, result.log_append_time_ms, duplicate=True)
+        for completion in waiters:
+            completion(duplicate, None)
+
+    def _fail_duplicates(self, error: MultiraftError) -> None:
+        waiters, self._duplicate_waiters = self._duplicate_waiters, {}
+        for completions in waiters.values():
+            for completion in completions:
+                completion(None, error)
+
+    def _track_unapplied_suffix(self, group: Group) -> None:
+        """A new leader: batches in its log that are not applied yet count as in flight, so that a retry of
+        one (sent to the old leader, which appended it here) waits for it instead of writing it again."""
+        storage = group.storage
+        lo, last = self._applied_index + 1, storage.last_index()
+        while lo <= last:
+            entries = storage.entries(lo, last + 1, _REPLAY_CHUNK_BYTES)
+            for entry in entries:
+                if entry.kind == raft.EntryKind.DATA:
+                    header = read_header(entry.payload)
+                    if header.producer_id >= 0:
+                        self.producers.track(header.producer_id, header.base_sequence, header.record_count, entry.index)
+            lo = entries[-1].index + 1
 
     # ---------------------------------------------------------------------------------- StateMachine
 
     def apply(self, group: Group, entries: Sequence[raft.Entry]) -> dict[int, Any]:
         results: dict[int, Any] = {}
+        pending, waiters = group.pending, self._duplicate_waiters
+        data, control = raft.EntryKind.DATA, raft.EntryKind.CONTROL
         for entry in entries:
-            if entry.kind == raft.EntryKind.CONTROL:
+            self._applied_index = entry.index
+            if entry.kind == data:
+                header = read_header(entry.payload)
+                result: ProduceResult | None = None
+                if header.producer_id >= 0:
+                    result = self._apply_producer_batch(entry, header)
+                elif entry.index in pending:
+                    result = ProduceResult(self.log.offset_after(entry.index) - header.record_count, entry.timestamp_ms)
+                if result is not None:
+                    results[entry.index] = result
+                    if entry.index in waiters:
+                        self._settle_duplicates(entry.index, result)
+            elif entry.kind == control:
                 self._apply_control(group, entry)
-        last = entries[-1].index
-        if last > self.log.compaction_point()[0]:
-            self.high_watermark = self.log.offset_after(last)
-        if group.pending:
-            data = raft.EntryKind.DATA
-            for entry in entries:
-                if entry.kind == data and entry.index in group.pending:
-                    count = read_header(entry.payload).record_count
-                    results[entry.index] = ProduceResult(self.log.offset_after(entry.index) - count, entry.timestamp_ms)
+        last = entries[-1]
+        self._last_entry_ms = max(self._last_entry_ms, last.timestamp_ms)
+        if last.index > self.log.compaction_point()[0]:
+            self.high_watermark = self.log.offset_after(last.index)
         self._publish(group)
         return results
 
     def on_role_change(self, group: Group, soft_state: raft.SoftState) -> None:
+        leading = soft_state.role is raft.Role.LEADER
+        if leading and not self._leading:
+            self._track_unapplied_suffix(group)
+        elif not leading and self._leading:
+            self.producers.forget_in_flight()
+            self._fail_duplicates(self.scheduler.not_leader(group, soft_state.leader_id))
+        self._leading = leading
         self._publish(group)
 
     def on_snapshot(self, group: Group, snapshot: raft.Snapshot) -> None:
         self.high_watermark = self.log.start_offset()
+        self._applied_index = snapshot.meta.index
+        manifest = decode_manifest(snapshot.data)
+        self.producers = ProducerStates.decode(manifest.producers) if manifest.producers else ProducerStates()
+        self.save_producers()
         self._publish(group)
 
     def _apply_control(self, group: Group, entry: raft.Entry) -> None:
@@ -149,9 +290,11 @@ class PartitionMachine:
             log.warning("skipping a control entry this version cannot read", group=self.group_id, error=str(exc))
             return
         if kind is ControlKind.DROP_BEFORE:
+            # The checkpoint must cover the dropped entries: they cannot be replayed once gone.
+            producers = self.save_producers()
             dropped = self.log.drop_before(argument)
             if dropped:
-                group.storage.snapshot_at_compaction_point()
+                group.storage.snapshot_at_compaction_point(producers=producers)
                 log.info(
                     "retention dropped segments",
                     topic=self.topic,
@@ -177,7 +320,10 @@ class PartitionMachine:
     # ---------------------------------------------------------------------------------- leader duties
 
     def housekeeping(self, group: Group, now_ms: int) -> None:
-        """Retention, segment age and preferred leadership; proposes on the leader only."""
+        """Checkpoint the producers (every replica); retention, segment age and preferred leadership (the
+        leader, by proposing)."""
+        if self._applied_index != self._producers_saved_at and len(self.producers):
+            self.save_producers()
         if not group.is_leader:
             return
         self._maybe_enforce_retention(group, now_ms)

@@ -57,10 +57,14 @@ class SnapshotManifest:
 
     next_offset: int
     segments: tuple[tuple[int, int], ...] = ()  # (base index, last index) of sealed segments after it
+    producers: bytes = b""  # the idempotent producers' state (multiraft.node.producers), at or after the index
 
 
 def encode_manifest(manifest: SnapshotManifest) -> bytes:
-    return json.dumps({"v": 1, "next_offset": manifest.next_offset, "segments": list(manifest.segments)}).encode()
+    document: dict[str, Any] = {"v": 1, "next_offset": manifest.next_offset, "segments": list(manifest.segments)}
+    if manifest.producers:
+        document["producers"] = manifest.producers.decode()
+    return json.dumps(document).encode()
 
 
 def decode_manifest(data: bytes) -> SnapshotManifest:
@@ -72,7 +76,7 @@ def decode_manifest(data: bytes) -> SnapshotManifest:
     if not isinstance(document, dict) or document.get("v") != 1:
         return SnapshotManifest(0)
     segments = tuple((int(s[0]), int(s[1])) for s in document.get("segments", []))
-    return SnapshotManifest(int(document["next_offset"]), segments)
+    return SnapshotManifest(int(document["next_offset"]), segments, str(document.get("producers", "")).encode())
 
 
 def _to_raft_error(exc: StorageError) -> raft.StorageError:
@@ -228,12 +232,14 @@ class RaftLogStorage:
         self._compacted = (index, term)
         self.log.set_attribute(_COMPACTED, _INDEX_TERM.pack(index, term))
 
-    def snapshot_at_compaction_point(self, segments: Sequence[tuple[int, int]] = ()) -> raft.Snapshot:
+    def snapshot_at_compaction_point(
+        self, segments: Sequence[tuple[int, int]] = (), producers: bytes = b""
+    ) -> raft.Snapshot:
         """After retention dropped segments, make the snapshot the log's compaction point (partitions)."""
         index, term = self.log.compaction_point()
         if index <= self._snapshot_meta.index:
             return self.snapshot()
-        manifest = SnapshotManifest(self.log.start_offset(), tuple(segments))
+        manifest = SnapshotManifest(self.log.start_offset(), tuple(segments), producers)
         meta = raft.SnapshotMeta(index, term, self.conf_state_at(index))
         data = encode_manifest(manifest)
         self._save_snapshot(meta, data)

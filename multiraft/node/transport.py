@@ -113,6 +113,7 @@ class PeerTransport:
         self._inbound: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._calls: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
+        self._call_peers: dict[int, int] = {}  # call id -> node it went to
         self._next_call = 1
         self._closed = False
         self.stats = TransportStats()
@@ -242,6 +243,14 @@ class PeerTransport:
             if peer.writer is writer:
                 peer.writer = None
                 self._on_unreachable(peer.node_id)
+            self._fail_calls_to(peer.node_id)
+
+    def _fail_calls_to(self, node_id: int) -> None:
+        """The connection a call went out on is gone, and its answer with it: fail now, not at the timeout."""
+        for call_id, to_node in list(self._call_peers.items()):
+            future = self._calls.get(call_id)
+            if to_node == node_id and future is not None and not future.done():
+                future.set_exception(ConnectionError(f"node {node_id} closed the connection"))
 
     # -------------------------------------------------------------------------------------------- receive
 
@@ -326,6 +335,7 @@ class PeerTransport:
         self._next_call += 1
         future: asyncio.Future[tuple[int, bytes]] = loop.create_future()
         self._calls[call_id] = future
+        self._call_peers[call_id] = to_node
         try:
             if not self._write(
                 to_node, FrameType.REQUEST, [_CALL_HEAD.pack(call_id, kind), body], _CALL_HEAD.size + len(body)
@@ -334,6 +344,7 @@ class PeerTransport:
             return await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
         finally:
             self._calls.pop(call_id, None)
+            self._call_peers.pop(call_id, None)
 
     async def _serve_request(self, from_node: int, body: bytes, writer: asyncio.StreamWriter) -> None:
         if len(body) < _CALL_HEAD.size or self._handle_request is None:

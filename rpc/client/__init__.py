@@ -1,10 +1,21 @@
-"""The multiraft client library (public names are re-exported by the ``multiraft`` package)."""
+"""The multiraft client library (public names are re-exported by ``multiraft.client`` and the ``multiraft``
+package)."""
 
 from rpc.client._admin import Admin, ClusterInfo, NodeInfo, NodeLoad, PartitionInfo, TopicInfo
 from rpc.client._cluster import ClusterClient, Metadata, PartitionMetadata, TopicMetadata, parse_bootstrap
+from rpc.client._consumer import Consumer, arrow_schema
+from rpc.client._partitioner import partition_for_key
+from rpc.client._producer import Producer
+from rpc.client._records import BatchMetadata, Record, RecordMetadata, TopicPartition
 
 __all__ = [
+    "Producer",
+    "Consumer",
     "Admin",
+    "TopicPartition",
+    "Record",
+    "RecordMetadata",
+    "BatchMetadata",
     "ClusterClient",
     "ClusterInfo",
     "Metadata",
@@ -14,5 +25,7 @@ __all__ = [
     "PartitionMetadata",
     "TopicInfo",
     "TopicMetadata",
+    "arrow_schema",
     "parse_bootstrap",
+    "partition_for_key",
 ]

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
 
+import grpc
+
+from multiraft.errors import (
+    InvalidArgumentError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 from rpc.client._cluster import ClusterClient
+from rpc.client._records import TopicPartition
 from rpc.proto import multiraft_pb2 as pb
+from rpc.proto import multiraft_pb2_grpc as pb_grpc
+from rpc.status import from_proto_error, from_rpc_error
 
-__all__ = ["Admin", "TopicInfo", "PartitionInfo", "NodeInfo", "ClusterInfo", "NodeLoad"]
+__all__ = ["Admin", "TopicInfo", "PartitionInfo", "NodeInfo", "ClusterInfo", "NodeLoad", "OffsetSpec"]
+
+OffsetSpec = Literal["earliest", "latest"] | int
+"""``"earliest"`` (the log start), ``"latest"`` (the high watermark) or a timestamp in ms since the epoch."""
+
+Response = TypeVar("Response")
+
+_BACKOFF_START_S = 0.02
+_BACKOFF_MAX_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +41,9 @@ class PartitionInfo:
     log_start_offset: int
     leader_epoch: int
     learners: tuple[int, ...] = ()
+    replica_lag: dict[int, int] = field(default_factory=dict)
+    """Log entries each follower is behind the leader, by node id (the leader is not listed); empty when the
+    answer did not say (``list_topics``, or a partition without a leader)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +93,7 @@ def _topic(message: pb.TopicInfo) -> TopicInfo:
                 log_start_offset=p.log_start_offset,
                 leader_epoch=p.leader_epoch,
                 learners=tuple(p.learners),
+                replica_lag=dict(p.replica_lag),
             )
             for p in message.partitions
         ),
@@ -79,8 +102,31 @@ def _topic(message: pb.TopicInfo) -> TopicInfo:
     )
 
 
+def _offset_spec(spec: OffsetSpec) -> tuple[pb.OffsetSpec.ValueType, int]:
+    if spec == "earliest":
+        return pb.EARLIEST, 0
+    if spec == "latest":
+        return pb.LATEST, 0
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        return pb.TIMESTAMP, spec
+    raise InvalidArgumentError(
+        f"offset spec must be 'earliest', 'latest' or a timestamp in ms, got {spec!r}", field="spec"
+    )
+
+
+def _only_offset(response: pb.ListOffsetsResponse, partition: int) -> int:
+    for item in response.offsets:
+        if item.partition == partition:
+            if item.HasField("error"):
+                raise from_proto_error(item.error)
+            return item.offset
+    raise UnknownPartitionError(
+        f"the leader of {response.topic}/{partition} did not answer for it", topic=response.topic, partition=partition
+    )
+
+
 class Admin:
-    """Create, delete, list, describe and alter topics; describe the cluster.
+    """Create, delete, list, describe and alter topics; describe the cluster; list offsets and consumer groups.
 
     >>> admin = Admin("127.0.0.1:7000")                        # doctest: +SKIP
     >>> admin.create_topic("events", partitions=6, replication_factor=3)   # doctest: +SKIP
@@ -150,3 +196,102 @@ class Admin:
             under_replicated=tuple((tp.topic, tp.partition) for tp in response.under_replicated),
             partitions=response.partitions,
         )
+
+    # ------------------------------------------------------------------------------------------ offsets
+
+    def list_offsets(self, topic: str, spec: OffsetSpec, partitions: Iterable[int] | None = None) -> dict[int, int]:
+        """Per partition (all by default): the log start (``"earliest"``), the high watermark (``"latest"``), or
+        the first offset whose timestamp is at or after ``spec`` ms since the epoch (-1 when none is).
+
+        Only a partition's leader answers: one request goes to each leader node, and partitions whose
+        leader moved meanwhile are asked again one by one through :meth:`ClusterClient.call_leader`.
+        """
+        kind, timestamp_ms = _offset_spec(spec)
+        found = self._client.topic(topic)
+        count = len(found.partitions)
+        wanted = sorted(set(partitions)) if partitions is not None else list(range(count))
+        for partition in wanted:
+            if not 0 <= partition < count:
+                raise UnknownPartitionError(
+                    f"topic {topic!r} has {count} partitions, there is no partition {partition}",
+                    topic=topic,
+                    partition=partition,
+                )
+        nodes = self._client.metadata().nodes
+        by_leader: dict[str, list[int]] = {}
+        again: set[int] = set()
+        for partition in wanted:
+            address = nodes.get(found.partitions[partition].leader)
+            if address is None:
+                again.add(partition)
+            else:
+                by_leader.setdefault(address, []).append(partition)
+        offsets: dict[int, int] = {}
+        first_try_s = max(1.0, self._client.request_timeout_s / 2)
+        for address, group in by_leader.items():
+            request = pb.ListOffsetsRequest(topic=topic, partitions=group, spec=kind, timestamp_ms=timestamp_ms)
+            try:
+                # half the budget at most: a leader that hangs still leaves time to ask its successor
+                response = self._client.log_stub(address).ListOffsets(request, timeout=first_try_s)
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+                if not error.retriable:
+                    raise error from exc
+                again.update(group)
+                continue
+            for item in response.offsets:
+                if not item.HasField("error"):
+                    offsets[item.partition] = item.offset
+                    continue
+                error = from_proto_error(item.error)
+                if not error.retriable:
+                    raise error
+                again.add(item.partition)
+            again.update(p for p in group if p not in offsets)
+        for partition in sorted(again):
+            offsets[partition] = self._leader_offset(topic, partition, kind, timestamp_ms)
+        return dict(sorted(offsets.items()))
+
+    def _leader_offset(self, topic: str, partition: int, kind: pb.OffsetSpec.ValueType, timestamp_ms: int) -> int:
+        request = pb.ListOffsetsRequest(topic=topic, partitions=[partition], spec=kind, timestamp_ms=timestamp_ms)
+
+        def ask(stub: pb_grpc.LogStub, timeout: float) -> int:
+            return _only_offset(stub.ListOffsets(request, timeout=timeout), partition)
+
+        return self._client.call_leader(topic, partition, ask)
+
+    # ----------------------------------------------------------------------------------- consumer groups
+
+    def list_groups(self) -> list[str]:
+        """The consumer groups that have committed offsets, sorted."""
+        response = self._client.call_any(lambda stub, timeout: stub.ListGroups(pb.ListGroupsRequest(), timeout=timeout))
+        return sorted(response.groups)
+
+    def group_offsets(self, group: str) -> dict[TopicPartition, int]:
+        """Every offset ``group`` committed: the next offset it will consume, per partition."""
+        if not group:
+            raise InvalidArgumentError("group must not be empty", field="group")
+        request = pb.FetchOffsetsRequest(group=group)
+        response = self._client.call_any_log(lambda stub, timeout: stub.FetchOffsets(request, timeout=timeout))
+        committed = {TopicPartition(o.topic, o.partition): o.offset for o in response.offsets if o.offset >= 0}
+        return dict(sorted(committed.items()))
+
+    def group_lag(self, group: str) -> dict[TopicPartition, int]:
+        """Records ``group`` has still to consume, per partition it committed: high watermark - committed offset.
+
+        Partitions of topics deleted since the commit are left out.
+        """
+        committed = self.group_offsets(group)
+        topics: dict[str, list[TopicPartition]] = {}
+        for tp in committed:
+            topics.setdefault(tp.topic, []).append(tp)
+        lag: dict[TopicPartition, int] = {}
+        for topic, tps in topics.items():
+            try:
+                latest = self.list_offsets(topic, "latest")
+            except UnknownTopicError:
+                continue
+            for tp in tps:
+                if tp.partition in latest:
+                    lag[tp] = max(0, latest[tp.partition] - committed[tp])
+        return lag

@@ -31,11 +31,19 @@ from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import from_rpc_error
 
-__all__ = ["ClusterClient", "Metadata", "TopicMetadata", "PartitionMetadata", "parse_bootstrap"]
+__all__ = ["CHANNEL_OPTIONS", "ClusterClient", "Metadata", "TopicMetadata", "PartitionMetadata", "parse_bootstrap"]
 
 Response = TypeVar("Response")
 
 _MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+    # A restarted node is reachable again within a second, not after gRPC's default 2-minute backoff.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
 _BACKOFF_START_S = 0.02
 _BACKOFF_MAX_S = 0.5
 
@@ -116,13 +124,7 @@ class ClusterClient:
                 raise ConnectionFailedError("the client is closed")
             channel = self._channels.get(address)
             if channel is None:
-                channel = grpc.insecure_channel(
-                    address,
-                    options=[
-                        ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-                        ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-                    ],
-                )
+                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
                 self._channels[address] = channel
             return channel
 
@@ -188,6 +190,35 @@ class ClusterClient:
             leader = found.partitions[partition].leader or found.partitions[partition].preferred_leader
         return metadata.nodes.get(leader)
 
+    def leader_address(self, topic: str, partition: int) -> str | None:
+        """The address of the partition's leader (from the cache and leader hints; fetches metadata if needed)."""
+        return self._leader_address(topic, partition)
+
+    def cached_leader(self, topic: str, partition: int) -> str | None:
+        """The address of the partition's leader as far as the cache knows, without any I/O (None if unknown)."""
+        metadata = self._metadata
+        if metadata is None:
+            return None
+        leader = self._leaders.get((topic, partition))
+        if leader is None:
+            found = metadata.topics.get(topic)
+            if found is None or not 0 <= partition < len(found.partitions):
+                return None
+            leader = found.partitions[partition].leader or found.partitions[partition].preferred_leader
+        return metadata.nodes.get(leader)
+
+    def learn_leader(self, topic: str, partition: int, error: NotLeaderError) -> None:
+        """Remember a NOT_LEADER answer's leader hint (or forget the cached leader when it has none)."""
+        self._learn_leader(topic, partition, error)
+
+    def refresh_metadata_quietly(self) -> None:
+        """Refresh the metadata cache, ignoring failures (a caller's retry loop decides when to give up)."""
+        self._refresh_quietly()
+
+    def addresses(self) -> list[str]:
+        """Where to send a call any node serves: known nodes (shuffled), then the bootstrap addresses."""
+        return self._candidates(())
+
     def _learn_leader(self, topic: str, partition: int, error: NotLeaderError) -> None:
         with self._lock:
             if error.leader_id:
@@ -249,7 +280,26 @@ class ClusterClient:
         timeout_s: float | None = None,
         prefer: Iterable[str] = (),
     ) -> Response:
-        """Run an admin call on any node that answers (known nodes first, then the bootstrap list)."""
+        """Run an Admin call on any node that answers (known nodes first, then the bootstrap list)."""
+        return self.call_any_node(
+            lambda channel, timeout: call(pb_grpc.AdminStub(channel), timeout), timeout_s=timeout_s, prefer=prefer
+        )
+
+    def call_any_log(
+        self, call: Callable[[pb_grpc.LogStub, float], Response], *, timeout_s: float | None = None
+    ) -> Response:
+        """Run a Log call that every node serves (producer ids, group offsets: a node forwards them)."""
+        return self.call_any_node(lambda channel, timeout: call(pb_grpc.LogStub(channel), timeout), timeout_s=timeout_s)
+
+    def call_any_node(
+        self,
+        call: Callable[[grpc.Channel, float], Response],
+        *,
+        timeout_s: float | None = None,
+        prefer: Iterable[str] = (),
+    ) -> Response:
+        """Run ``call(channel, timeout)`` on any node that answers, retrying retriable errors until the
+        deadline (known nodes first, shuffled, then the bootstrap list)."""
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.request_timeout_s)
         backoff = _BACKOFF_START_S
         last: MultiraftError = ConnectionFailedError(f"no node of {self._bootstrap} answered")
@@ -259,7 +309,7 @@ class ClusterClient:
                 if remaining <= 0:
                     break
                 try:
-                    return call(self.admin_stub(address), min(remaining, max(1.0, remaining / 2)))
+                    return call(self.channel(address), min(remaining, max(1.0, remaining / 2)))
                 except grpc.RpcError as exc:
                     last = from_rpc_error(exc)
                 if not last.retriable:

@@ -11,6 +11,7 @@ Errors. A failed call ends with a gRPC status whose details hold a google.rpc.Er
   RECORD_TOO_LARGE (INVALID_ARGUMENT; metadata max_bytes)   CORRUPT_BATCH (INVALID_ARGUMENT)
   INVALID_ARGUMENT (INVALID_ARGUMENT; metadata field)        NOT_ENOUGH_REPLICAS (UNAVAILABLE)
   OUT_OF_ORDER_SEQUENCE, PRODUCER_FENCED (FAILED_PRECONDITION)
+  NODE_HAS_REPLICAS (FAILED_PRECONDITION)   ASSIGNMENT_CHANGED (ABORTED)
   TIMEOUT (DEADLINE_EXCEEDED)   UNAVAILABLE (UNAVAILABLE)   STORAGE_ERROR (INTERNAL)
 A stream that must outlive one failed item carries the same information in the item's `error` field.
 Offsets are record offsets within a partition; indexes are Raft log indexes and never appear here.

@@ -77,3 +77,12 @@ def test_node_has_replicas_says_how_many_and_what_to_do() -> None:
     error = NodeHasReplicasError(4, 12)
     assert error.metadata == {"node_id": "4", "replicas": "12"}
     assert "drain" in str(error)
+
+
+@pytest.mark.parametrize("error", [e for e in ERRORS if e.reason != "INTERNAL"], ids=lambda e: e.__name__)
+def test_every_controller_reason_travels_as_the_shared_error_with_the_same_status(error: type[ControllerError]) -> None:
+    from multiraft.errors import error_for_reason
+
+    shared = error_for_reason(error.reason, "message", {})
+    assert shared.reason == error.reason, f"multiraft.errors has no class for {error.reason}"
+    assert shared.code.name == error.status

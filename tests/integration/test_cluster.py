@@ -75,13 +75,26 @@ def test_killing_each_partition_leader_in_turn_loses_no_acknowledged_write(clust
                 f"acknowledged batch at {offset} of payments/{partition} is missing or moved"
             )
 
-    # With the cluster stopped, every replica of every partition holds the same bytes.
+    # Once the followers have caught up, every replica of every partition holds the same bytes.
+    _wait_caught_up(cluster, "payments", timeout_s=30)
     directory = cluster.info.directory
     cluster_down(directory)
     _assert_replicas_identical(directory, "payments", 6)
 
 
+def _wait_caught_up(cluster: Cluster, topic: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        partitions = cluster.describe(topic).partitions
+        if all(len(p.replica_lag) == len(p.replicas) - 1 and not any(p.replica_lag.values()) for p in partitions):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"followers of {topic} still behind after {timeout_s}s: {cluster.describe(topic)}")
+
+
 def _assert_replicas_identical(directory: str, topic: str, partitions: int) -> None:
+    """Identical logs, except that a leader elected while the cluster was stopping may have appended its
+    term's first (empty) entry where the nodes already stopped could not get it."""
     info = load_cluster(directory)
     logs: dict[int, list[list[tuple[int, int, int, bytes]]]] = {}
     for node_id, node in info.nodes.items():
@@ -91,10 +104,18 @@ def _assert_replicas_identical(directory: str, topic: str, partitions: int) -> N
                 log = store.log(topic, partition, create=False)
                 entries = log.entries(log.first_index(), log.last_index() + 1)
                 logs[node_id].append([(e.index, e.term, int(e.kind), e.payload) for e in entries])
-    first, *others = logs.values()
+    (first_node, first), *others = logs.items()
     for partition in range(partitions):
-        for other in others:
-            assert other[partition] == first[partition], f"{topic}/{partition} differs between replicas"
+        for node_id, other in others:
+            mine, theirs = first[partition], other[partition]
+            common = min(len(mine), len(theirs))
+            if mine[:common] != theirs[:common] or abs(len(mine) - len(theirs)) > 2:
+                at = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b), common)
+                raise AssertionError(
+                    f"{topic}/{partition} differs between nodes {first_node} ({len(mine)} entries) and {node_id} "
+                    f"({len(theirs)} entries) from position {at}: "
+                    f"{[e[:3] for e in mine[at : at + 3]]} vs {[e[:3] for e in theirs[at : at + 3]]}"
+                )
 
 
 def test_stopping_and_restarting_the_whole_cluster_keeps_data_and_topics(cluster: Cluster) -> None:
@@ -212,3 +233,21 @@ def test_deleting_a_topic_removes_its_groups_and_data_and_the_name_can_be_reused
         with LogStore.open(Path(node.directory) / "data") as store:
             assert sorted(p for t, p in store.logs() if t == "scratch") == [0]
             assert store.log("scratch", 0, create=False).next_offset() == 1
+
+
+def test_an_idle_partition_stays_in_sync_and_a_killed_node_shows_as_unreachable(cluster: Cluster) -> None:
+    cluster.create_topic("quiet", partitions=2, replication_factor=3)
+    produce(cluster.client, "quiet", 0, [b"one"])
+    time.sleep(2)  # long enough for the groups to go quiescent (no heartbeats)
+    assert all(sorted(p.in_sync_replicas) == [1, 2, 3] for p in cluster.describe("quiet").partitions)
+
+    cluster.kill(3)
+    stub = cluster.client.admin_stub(cluster.info.nodes[1].client_address)
+    deadline = time.monotonic() + 10
+    states: dict[int, str] = {}
+    while time.monotonic() < deadline:
+        states = {n.node_id: n.state for n in stub.DescribeCluster(pb.DescribeClusterRequest(), timeout=10).nodes}
+        if states.get(3) == "unreachable":
+            break
+        time.sleep(0.1)
+    assert states == {1: "alive", 2: "alive", 3: "unreachable"}

@@ -94,6 +94,15 @@ def test_a_sliced_arrow_array_encodes_only_its_slice() -> None:
     assert decode_batches(encode_arrow_batch(values, timestamps_ms=1)).column("value").to_pylist() == [b"a", b"bb"]
 
 
+def test_a_null_headers_row_that_still_points_at_entries_writes_none_of_them() -> None:
+    # Arrow allows a null list row backed by a non-empty range of child entries; those entries are not data.
+    entries = pa.array([{"key": "a", "value": b"1"}, {"key": "hidden", "value": b"x"}], type=headers_type().value_type)
+    headers = pa.ListArray.from_arrays(pa.array([0, 1, 2], pa.int32()), entries, mask=pa.array([False, True]))
+    batch = encode_arrow_batch(pa.array([b"v0", b"v1"]), timestamps_ms=1, headers=headers)
+    decoded = decode_batches(batch, include_headers=True).column("headers").to_pylist()
+    assert decoded == [[{"key": "a", "value": b"1"}], []]
+
+
 def test_the_log_writes_the_base_offset_without_invalidating_the_crc() -> None:
     encoded = bytearray(encode_batch([b"x"] * 4, timestamps_ms=1))
     set_base_offset(encoded, 1_000_000)

@@ -1,0 +1,270 @@
+"""``multiraft consume TOPIC``: records to stdout as text, JSON lines or hex.
+
+Where to start (``--from``):
+
+* ``earliest`` / ``latest``: the log start / the high watermark of each partition;
+* ``N`` (a bare integer): offset N in each partition; ``-N``: N records before the high watermark;
+* ``@MS``: the first record whose timestamp is at or after MS milliseconds since the epoch;
+* an ISO-8601 time (``2024-05-01T12:00:00Z``, ``2024-05-01``): the same; a time without a zone is UTC.
+
+Without ``--from`` a group resumes at its committed offsets (the log start where it committed nothing); without
+a group, reading starts at the log start.
+
+JSON lines carry bytes (key, value, header values) as a string when they are valid UTF-8 and as
+``{"base64": "..."}`` otherwise, so both kinds read back without guessing; absent ones are ``null``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import enum
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import IO, TYPE_CHECKING
+
+import typer
+
+from multiraft.cli._options import (
+    BootstrapOption,
+    ClusterDirOption,
+    TimeoutOption,
+    bootstrap_addresses,
+    fail,
+    open_admin,
+    silence_stdout,
+    unescape,
+)
+
+if TYPE_CHECKING:
+    from multiraft.client import Consumer, Record, TopicPartition
+
+__all__ = ["consume", "Format", "parse_start", "json_bytes", "record_json"]
+
+Start = str | int | datetime
+
+_POLL_S = 0.5
+
+
+class Format(enum.StrEnum):
+    TEXT = "text"
+    JSON = "json"
+    HEX = "hex"
+
+
+def parse_start(text: str) -> Start:
+    """``--from``: ``"earliest"``, ``"latest"``, an int offset (negative: from the end), or a datetime (UTC)."""
+    lowered = text.strip().lower()
+    if lowered in ("earliest", "latest"):
+        return lowered
+    if re.fullmatch(r"[+-]?\d+", lowered):
+        return int(lowered)
+    if re.fullmatch(r"@\d+", lowered):
+        ms = int(lowered[1:])
+        return datetime.fromtimestamp(ms // 1000, UTC) + timedelta(milliseconds=ms % 1000)
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is not earliest, latest, an OFFSET, @MILLISECONDS or an ISO-8601 time", param_hint="--from"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def json_bytes(data: bytes | None) -> str | dict[str, str] | None:
+    """Bytes in a JSON line: the text when valid UTF-8, else ``{"base64": ...}``; None stays null."""
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def record_json(record: Record) -> str:
+    return json.dumps(
+        {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "timestamp": record.timestamp_ms,
+            "key": json_bytes(record.key),
+            "value": json_bytes(record.value),
+            "headers": [[key, json_bytes(value)] for key, value in record.headers],
+        },
+        ensure_ascii=False,
+    )
+
+
+def _iso_ms(timestamp_ms: int) -> str:
+    moment = datetime.fromtimestamp(timestamp_ms // 1000, UTC) + timedelta(milliseconds=timestamp_ms % 1000)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _text_formatter(
+    as_hex: bool, separator: bytes, print_key: bool, print_offset: bool, print_timestamp: bool
+) -> Callable[[Record], bytes]:
+    def field(data: bytes | None) -> bytes:
+        if data is None:
+            return b""
+        return data.hex().encode() if as_hex else data
+
+    def format_record(record: Record) -> bytes:
+        parts: list[bytes] = []
+        if print_offset:
+            parts.append(f"{record.partition}/{record.offset}".encode())
+        if print_timestamp:
+            parts.append(_iso_ms(record.timestamp_ms).encode())
+        if print_key:
+            parts.append(field(record.key))
+        parts.append(field(record.value))
+        return separator.join(parts) + b"\n"
+
+    return format_record
+
+
+class _Run:
+    """One consume: which partitions, where they end (without --follow), what was written and committed."""
+
+    def __init__(self, consumer: Consumer, out: IO[bytes], group: str | None) -> None:
+        self.consumer = consumer
+        self.out = out
+        self.group = group
+        self.written = 0
+        self.ends: dict[TopicPartition, int] = {}
+        self.done: set[TopicPartition] = set()
+
+    def finished(self) -> bool:
+        for tp, end in self.ends.items():
+            if tp not in self.done and self.consumer.position(tp) >= end:
+                self.done.add(tp)
+        return len(self.done) == len(self.ends)
+
+    def write(self, records: list[Record], format_record: Callable[[Record], bytes], limit: int | None) -> None:
+        from multiraft.client import TopicPartition
+
+        chunk: list[bytes] = []
+        next_offsets: dict[TopicPartition, int] = {}
+        for record in records:
+            tp = TopicPartition(record.topic, record.partition)
+            end = self.ends.get(tp)
+            if end is not None and record.offset >= end:  # arrived after we started: not ours without --follow
+                self.done.add(tp)
+                continue
+            if limit is not None and self.written + len(chunk) >= limit:
+                break
+            chunk.append(format_record(record))
+            next_offsets[tp] = record.offset + 1
+        if chunk:
+            self.out.write(b"".join(chunk))
+            self.out.flush()
+            self.written += len(chunk)
+        if self.group is not None and next_offsets:  # only what reached stdout counts as consumed
+            self.consumer.commit(next_offsets)
+
+
+def consume(
+    topic: str = typer.Argument(..., metavar="TOPIC", help="Topic to read."),
+    from_: str | None = typer.Option(
+        None,
+        "--from",
+        help="earliest | latest | OFFSET | -N (N before the end) | @MILLISECONDS | ISO-8601 time.",
+        show_default="the group's committed offsets, else earliest",
+    ),
+    partition: list[int] = typer.Option([], "--partition", "-p", min=0, help="Read only this partition (repeatable)."),
+    group: str | None = typer.Option(
+        None, "--group", "-g", help="Consumer group: resume at its committed offsets and commit what is printed."
+    ),
+    follow: bool = typer.Option(
+        False, "--follow", "-F", help="Keep waiting for new records (default: stop at the end seen at start)."
+    ),
+    max_records: int | None = typer.Option(None, "--max", "-n", min=1, help="Stop after this many records."),
+    output_format: Format = typer.Option(Format.TEXT, "--format", help="text, json (one object per line) or hex."),
+    print_key: bool = typer.Option(False, "--print-key", help="text/hex: print the key before the value."),
+    print_offset: bool = typer.Option(False, "--print-offset", help="text/hex: print PARTITION/OFFSET first."),
+    print_timestamp: bool = typer.Option(False, "--print-timestamp", help="text/hex: print the ISO timestamp."),
+    separator: str = typer.Option(
+        "\\t", "--separator", help="text/hex: what goes between printed fields (backslash escapes work: \\t, \\n)."
+    ),
+    bootstrap: BootstrapOption = None,
+    cluster_dir: ClusterDirOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Print records of a topic on stdout, one per line; exit 0 at the end, 130 on Ctrl-C."""
+    from multiraft.client import Consumer, TopicPartition
+
+    start = parse_start(from_) if from_ is not None else None
+    if start is None and group is None:
+        start = "earliest"
+    if output_format is Format.JSON:
+        format_record: Callable[[Record], bytes] = lambda record: (record_json(record) + "\n").encode()  # noqa: E731
+    else:
+        format_record = _text_formatter(
+            output_format is Format.HEX, unescape(separator), print_key, print_offset, print_timestamp
+        )
+    addresses = bootstrap_addresses(bootstrap, cluster_dir)
+    with open_admin(addresses, None, timeout) as admin:
+        count = len(admin.describe_topic(topic).partitions)
+        wanted = sorted(set(partition)) if partition else list(range(count))
+        missing = [p for p in wanted if p >= count]
+        if missing:
+            fail(f"topic {topic!r} has {count} partitions, there is no partition {missing[0]} (UNKNOWN_PARTITION)")
+        ends = admin.list_offsets(topic, "latest", wanted)
+        earliest = admin.list_offsets(topic, "earliest", wanted) if isinstance(start, int) and start < 0 else {}
+    tps = [TopicPartition(topic, p) for p in wanted]
+    consumer = Consumer(
+        addresses,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_poll_records=500,
+    )
+    run = _Run(consumer, sys.stdout.buffer, group)
+    try:
+        if isinstance(start, int) and start < 0:
+            consumer.assign(tps, start="latest")
+            for tp in tps:
+                consumer.seek(tp, max(earliest[tp.partition], ends[tp.partition] + start))
+        elif follow and not partition:
+            consumer.subscribe(topic, start=start)  # follows partitions added while it runs
+        else:
+            consumer.assign(tps, start=start)
+        if not follow:
+            run.ends = {tp: ends[tp.partition] for tp in tps}
+        _loop(run, format_record, max_records, follow, timeout)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except BrokenPipeError:  # `| head` closed the pipe: stop quietly
+        silence_stdout()
+    finally:
+        with contextlib.suppress(Exception):
+            consumer.close()
+    if sys.stderr.isatty():
+        print(f"consumed {run.written} records from {topic}", file=sys.stderr)
+
+
+def _loop(
+    run: _Run, format_record: Callable[[Record], bytes], max_records: int | None, follow: bool, stall_s: float
+) -> None:
+    """Poll until --max records, or (without --follow) every partition reached its end; a partition that
+    stops making progress for ``stall_s`` is an error, not a hang."""
+    last_progress = time.monotonic()
+    positions: dict[TopicPartition, int] = {}
+    while max_records is None or run.written < max_records:
+        if not follow and run.finished():
+            return
+        remaining = None if max_records is None else max_records - run.written
+        records = run.consumer.poll(timeout_s=_POLL_S, max_records=remaining)
+        run.write(records, format_record, max_records)
+        if follow:
+            continue
+        now_positions = {tp: run.consumer.position(tp) for tp in run.ends if tp not in run.done}
+        if records or now_positions != positions:
+            positions, last_progress = now_positions, time.monotonic()
+        elif time.monotonic() - last_progress > stall_s:
+            stuck = ", ".join(f"{tp.topic}/{tp.partition} at {offset}" for tp, offset in sorted(now_positions.items()))
+            fail(f"no progress for {stall_s:.0f} s before the end of {stuck}")

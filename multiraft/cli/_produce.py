@@ -1,0 +1,221 @@
+"""``multiraft produce TOPIC``: one record per input line, from stdin or a file."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import io
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+from multiraft.cli._common import err_console
+from multiraft.cli._options import (
+    BootstrapOption,
+    ClusterDirOption,
+    TimeoutOption,
+    bootstrap_addresses,
+    describe_error,
+    fail,
+    silence_stdout,
+    unescape,
+)
+from multiraft.cli._topic import key_values
+
+if TYPE_CHECKING:
+    from multiraft.client import RecordMetadata
+
+__all__ = ["produce", "Compression"]
+
+_PROGRESS_EVERY_BYTES = 256 * 1024
+_READ_BYTES = 1 << 20
+_MAX_PENDING = 100_000  # --verbose keeps futures to print offsets in input order; bound how many
+
+
+class Compression(enum.StrEnum):
+    NONE = "none"
+    ZSTD = "zstd"
+    LZ4 = "lz4"
+
+
+class _Tally:
+    """Acknowledgements counted from the producer's callback threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.acknowledged = 0
+        self.failed = 0
+        self.first_error: BaseException | None = None
+
+    def __call__(self, metadata: RecordMetadata | None, error: BaseException | None) -> None:
+        with self._lock:
+            if error is None:
+                self.acknowledged += 1
+            else:
+                self.failed += 1
+                if self.first_error is None:
+                    self.first_error = error
+
+
+def _lines(stream: io.BufferedIOBase) -> Iterator[tuple[bytes, int]]:
+    """Each line without its line ending (``\\n`` or ``\\r\\n``), and how many input bytes it took.
+
+    Reads with ``read1``: big chunks from a file (few system calls, so the producer's threads keep the GIL
+    less often), but a line typed on a terminal is sent as soon as it is entered.
+    """
+    partial: list[bytes] = []  # a line longer than one chunk
+    while chunk := stream.read1(_READ_BYTES):
+        if b"\n" not in chunk:
+            partial.append(chunk)
+            continue
+        lines = chunk.split(b"\n")
+        if partial:
+            lines[0] = b"".join([*partial, lines[0]])
+            partial.clear()
+        partial.append(lines.pop())
+        for line in lines:
+            yield (line[:-1] if line.endswith(b"\r") else line), len(line) + 1
+    last = b"".join(partial)
+    if last:
+        yield (last[:-1] if last.endswith(b"\r") else last), len(last)
+
+
+def _human_bytes(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
+def _print_offset(future: Future[RecordMetadata]) -> None:
+    error = future.exception()
+    if error is None:
+        metadata = future.result()
+        sys.stdout.write(f"{metadata.partition}/{metadata.offset}\n")
+    else:
+        reason = getattr(error, "reason", type(error).__name__)
+        sys.stdout.write(f"failed ({reason})\n")
+
+
+def produce(
+    topic: str = typer.Argument(..., metavar="TOPIC", help="Topic to write to."),
+    file: Path | None = typer.Option(
+        None, "--file", "-f", exists=True, dir_okay=False, readable=True, help="Read lines from this file, not stdin."
+    ),
+    key_separator: str | None = typer.Option(
+        None,
+        "--key-separator",
+        "-K",
+        help="Text before the first SEP on a line is the record key, the rest its value (\\t is a tab).",
+    ),
+    header: list[str] = typer.Option([], "--header", "-H", help="A header KEY=VALUE on every record (repeatable)."),
+    partition: int | None = typer.Option(
+        None, "--partition", "-p", min=0, help="Write every record to this partition (default: by key, or spread)."
+    ),
+    compression: Compression = typer.Option(Compression.NONE, "--compression", help="Batch compression."),
+    linger_ms: int = typer.Option(5, "--linger-ms", min=0, help="How long to wait to fill a batch [ms]."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Print PARTITION/OFFSET of each record, in input order, on stdout."
+    ),
+    bootstrap: BootstrapOption = None,
+    cluster_dir: ClusterDirOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Write one record per line of stdin (or --file), then print a summary on stderr.
+
+    Exits 1 with one line on stderr if any record was not acknowledged.
+    """
+    from multiraft.client import Producer
+
+    headers = [(key, value.encode()) for key, value in key_values(header, "--header").items()]
+    separator = unescape(key_separator) if key_separator else None
+    tally = _Tally()
+    pending: deque[Future[RecordMetadata]] = deque()
+    records = read_bytes = 0
+    started = time.monotonic()
+    interrupted = False
+    total_bytes = file.stat().st_size if file is not None else 0
+    show_progress = file is not None and err_console.is_terminal
+    progress = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+        disable=not show_progress,
+    )
+    producer = Producer(
+        bootstrap_addresses(bootstrap, cluster_dir),
+        compression=compression.value,
+        linger_ms=linger_ms,
+        request_timeout_s=timeout,
+    )
+    try:
+        with contextlib.ExitStack() as stack:
+            stream = (
+                stack.enter_context(file.open("rb")) if file is not None else cast(io.BufferedIOBase, sys.stdin.buffer)
+            )
+            stack.enter_context(progress)
+            task = progress.add_task(f"producing to {topic}", total=total_bytes or None)
+            shown = 0
+            for line, size in _lines(stream):
+                key: bytes | None = None
+                value = line
+                if separator is not None:
+                    key, found, rest = line.partition(separator)
+                    if found:
+                        value = rest
+                    else:  # no separator on this line: all of it is the value
+                        key, value = None, line
+                future = producer.send(
+                    topic, value, key=key, headers=headers or None, partition=partition, callback=tally
+                )
+                records += 1
+                read_bytes += size
+                if verbose:
+                    pending.append(future)
+                    while pending and (pending[0].done() or len(pending) > _MAX_PENDING):
+                        _print_offset(pending.popleft())
+                if tally.failed:  # exit 1 is certain now; do not send (or re-resolve a bad topic for) the rest
+                    break
+                if read_bytes - shown >= _PROGRESS_EVERY_BYTES:
+                    progress.update(task, completed=read_bytes)
+                    shown = read_bytes
+            progress.update(task, completed=read_bytes)
+            producer.flush(timeout_s=None)
+        while pending:
+            _print_offset(pending.popleft())
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"interrupted after {records} records were sent", file=sys.stderr)
+        raise typer.Exit(130) from None
+    except BrokenPipeError:  # --verbose into `| head`: stop reading input, say how far it got
+        silence_stdout()
+        fail(f"stdout was closed after {records} records were sent; the rest of the input was not read")
+    finally:
+        with contextlib.suppress(Exception):  # what did not make it is counted in the tally
+            producer.close(timeout_s=2.0 if interrupted else timeout)
+    seconds = time.monotonic() - started
+    unacknowledged = records - tally.acknowledged
+    if unacknowledged:
+        error = tally.first_error
+        first = describe_error(error) if error is not None else "not acknowledged before the producer closed"
+        fail(f"{unacknowledged} of {records} records failed; first: {first}")
+    rate = records / seconds if seconds > 0 else 0.0
+    print(
+        f"produced {records} record{'' if records == 1 else 's'} ({_human_bytes(read_bytes)}) to {topic} "
+        f"in {seconds:.2f} s ({rate:,.0f} records/s)",
+        file=sys.stderr,
+    )

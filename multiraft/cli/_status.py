@@ -1,0 +1,196 @@
+"""``multiraft status``: nodes, controller, partitions and consumer groups of a running cluster."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from multiraft.cli._common import console
+from multiraft.cli._options import BootstrapOption, ClusterDirOption, TimeoutOption, describe_error, open_admin
+from multiraft.cli._topic import format_replica_lag, partition_status, print_table
+from multiraft.errors import MultiraftError, UnknownTopicError
+
+if TYPE_CHECKING:
+    from rpc.client import Admin, ClusterInfo, TopicInfo
+
+__all__ = ["status"]
+
+_STATE_STYLES = {
+    "active": "green",
+    "alive": "green",
+    "suspect": "yellow",
+    "draining": "yellow",
+    "dead": "bold red",
+    "unreachable": "bold red",
+    "left": "dim",
+}
+
+
+@dataclass
+class _GroupRow:
+    group: str
+    topic: str
+    partition: int
+    committed: int
+    lag: int | None
+
+
+@dataclass
+class _Snapshot:
+    cluster: ClusterInfo
+    topics: list[TopicInfo]
+    groups: list[_GroupRow] = field(default_factory=list)
+    groups_error: str | None = None
+
+
+def _snapshot(admin: Admin) -> _Snapshot:
+    cluster = admin.describe_cluster()
+    topics: list[TopicInfo] = []
+    for listed in sorted(admin.list_topics(), key=lambda t: t.name):
+        try:
+            topics.append(admin.describe_topic(listed.name))
+        except UnknownTopicError:  # deleted since it was listed
+            continue
+    snapshot = _Snapshot(cluster, topics)
+    try:
+        for group in admin.list_groups():
+            committed = admin.group_offsets(group)
+            lag = admin.group_lag(group)
+            snapshot.groups.extend(
+                _GroupRow(group, tp.topic, tp.partition, offset, lag.get(tp)) for tp, offset in committed.items()
+            )
+    except MultiraftError as exc:  # the rest of the status is still worth showing
+        snapshot.groups_error = describe_error(exc)
+    return snapshot
+
+
+def _as_json(snapshot: _Snapshot) -> dict[str, Any]:
+    cluster = snapshot.cluster
+    loads = {load.node_id: load for load in cluster.loads}
+    under = set(cluster.under_replicated)
+    return {
+        "cluster_id": cluster.cluster_id,
+        "controller_id": cluster.controller_id,
+        "nodes": [
+            {
+                "node_id": node.node_id,
+                "address": node.client_address,
+                "rack": node.rack,
+                "state": node.state,
+                "replicas": loads[node.node_id].replicas if node.node_id in loads else 0,
+                "leaders": loads[node.node_id].leaders if node.node_id in loads else 0,
+                "controller": node.node_id == cluster.controller_id,
+            }
+            for node in sorted(cluster.nodes, key=lambda n: n.node_id)
+        ],
+        "topics": [
+            {
+                "name": topic.name,
+                "replication_factor": topic.replication_factor,
+                "partitions": [
+                    {
+                        "partition": p.partition,
+                        "leader": p.leader,
+                        "replicas": list(p.replicas),
+                        "in_sync_replicas": list(p.in_sync_replicas),
+                        "log_start_offset": p.log_start_offset,
+                        "high_watermark": p.high_watermark,
+                        "replica_lag": {str(node): lag for node, lag in sorted(p.replica_lag.items())},
+                        "under_replicated": (topic.name, p.partition) in under
+                        or bool(set(p.replicas) - set(p.in_sync_replicas)),
+                    }
+                    for p in topic.partitions
+                ],
+            }
+            for topic in snapshot.topics
+        ],
+        "groups": [
+            {"group": g.group, "topic": g.topic, "partition": g.partition, "committed": g.committed, "lag": g.lag}
+            for g in snapshot.groups
+        ],
+        "groups_error": snapshot.groups_error,
+    }
+
+
+def _print_tables(snapshot: _Snapshot) -> None:
+    cluster = snapshot.cluster
+    loads = {load.node_id: load for load in cluster.loads}
+    under = set(cluster.under_replicated)
+    controller = f"node {cluster.controller_id}" if cluster.controller_id else "[red]none (no controller leader)"
+    console.print(
+        f"cluster [bold]{cluster.cluster_id}[/bold]  controller leader: {controller}  "
+        f"partitions: {cluster.partitions}  under-replicated: {len(under)}",
+        highlight=False,
+    )
+
+    nodes = Table(title="nodes")
+    for column in ("node", "address", "rack", "state", "replicas", "leaders"):
+        nodes.add_column(column, justify="right" if column in ("node", "replicas", "leaders") else "left")
+    for node in sorted(cluster.nodes, key=lambda n: n.node_id):
+        load = loads.get(node.node_id)
+        label = f"{node.node_id} (controller)" if node.node_id == cluster.controller_id else str(node.node_id)
+        nodes.add_row(
+            label,
+            node.client_address,
+            node.rack or "-",
+            Text(node.state, style=_STATE_STYLES.get(node.state, "")),
+            str(load.replicas if load else 0),
+            str(load.leaders if load else 0),
+        )
+    print_table(nodes)
+
+    if not snapshot.topics:
+        console.print("no topics")
+    else:
+        partitions = Table(title="partitions")
+        for column in ("topic", "partition", "leader", "replicas", "ISR", "high watermark", "replica lag", "status"):
+            partitions.add_column(
+                column, justify="right" if column in ("partition", "leader", "high watermark") else "left"
+            )
+        for topic in snapshot.topics:
+            for p in topic.partitions:
+                partitions.add_row(
+                    topic.name,
+                    str(p.partition),
+                    str(p.leader or "-"),
+                    ",".join(map(str, p.replicas)),
+                    ",".join(map(str, p.in_sync_replicas)) or "-",
+                    str(p.high_watermark),
+                    format_replica_lag(p.leader, p.replicas, p.replica_lag),
+                    partition_status(p.leader, p.replicas, p.in_sync_replicas, (topic.name, p.partition) in under),
+                )
+        print_table(partitions)
+
+    if snapshot.groups_error is not None:
+        console.print(f"[yellow]consumer groups unavailable:[/yellow] {snapshot.groups_error}", highlight=False)
+    elif not snapshot.groups:
+        console.print("no consumer groups")
+    else:
+        groups = Table(title="consumer groups")
+        for column in ("group", "topic", "partition", "committed", "lag"):
+            groups.add_column(column, justify="right" if column in ("partition", "committed", "lag") else "left")
+        for row in snapshot.groups:
+            lag = Text("-" if row.lag is None else str(row.lag), style="yellow" if row.lag else "")
+            groups.add_row(row.group, row.topic, str(row.partition), str(row.committed), lag)
+        print_table(groups)
+
+
+def status(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    bootstrap: BootstrapOption = None,
+    cluster_dir: ClusterDirOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Nodes, the controller leader, every partition (leader, replicas, ISR, lag) and consumer-group lag."""
+    with open_admin(bootstrap, cluster_dir, timeout) as admin:
+        snapshot = _snapshot(admin)
+    if as_json:
+        sys.stdout.write(json.dumps(_as_json(snapshot)) + "\n")
+    else:
+        _print_tables(snapshot)

@@ -1,0 +1,217 @@
+"""``multiraft topic create|list|describe|delete|alter``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from multiraft.cli._common import console
+from multiraft.cli._options import BootstrapOption, ClusterDirOption, TimeoutOption, fail, open_admin
+
+__all__ = ["topic_app", "partition_status", "format_replica_lag", "key_values", "print_table"]
+
+_PIPE_WIDTH = 240
+
+topic_app = typer.Typer(help="Create, list, describe, delete and alter topics.", no_args_is_help=True)
+
+
+def key_values(items: list[str], option: str) -> dict[str, str]:
+    """``["a=1", "b=2"]`` -> ``{"a": "1", "b": "2"}``; a malformed item is a usage error naming ``option``."""
+    found: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
+        found[key.strip()] = value
+    return found
+
+
+def format_replica_lag(leader: int, replicas: tuple[int, ...], lag: dict[int, int]) -> str:
+    """``"2:0 3:12"``: log entries each follower is behind the leader; ``"-"`` when the cluster did not say."""
+    if not lag:
+        return "-"
+    return " ".join(f"{node}:{lag.get(node, '?')}" for node in replicas if node != leader) or "-"
+
+
+def print_table(table: Table) -> None:
+    """A table on stdout; into a pipe or file it is not squeezed into 80 columns."""
+    (console if console.is_terminal else Console(width=_PIPE_WIDTH)).print(table)
+
+
+def partition_status(leader: int, replicas: tuple[int, ...], in_sync: tuple[int, ...], under: bool) -> Text:
+    if not leader:
+        return Text("no leader", style="bold red")
+    if under or set(replicas) - set(in_sync):
+        return Text("under-replicated", style="red")
+    return Text("ok", style="green")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def _ids(nodes: tuple[int, ...]) -> str:
+    return ",".join(str(n) for n in nodes) or "-"
+
+
+def _print_json(payload: Any) -> None:
+    sys.stdout.write(json.dumps(payload) + "\n")
+
+
+@topic_app.command("create")
+def create(
+    name: str = typer.Argument(..., metavar="NAME", help="Topic name."),
+    partitions: int = typer.Option(0, "--partitions", "-p", min=0, help="Partition count (0: the cluster default)."),
+    replication_factor: int = typer.Option(
+        0, "--replication-factor", "-r", min=0, help="Replicas per partition (0: the cluster default)."
+    ),
+    config: list[str] = typer.Option([], "--config", "-c", help="A topic config KEY=VALUE (repeatable)."),
+    bootstrap: BootstrapOption = None,
+    cluster_dir: ClusterDirOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Create a topic; returns once every partition has a leader."""
+    configs = key_values(config, "--config")
+    with open_admin(bootstrap, cluster_dir, timeout) as admin:
+        topic = admin.create_topic(name, partitions=partitions, replication_factor=replication_factor, configs=configs)
+    console.print(
+        f"created topic {topic.name!r}: {_count(len(topic.partitions), 'partition')}, "
+        f"replication factor {topic.replication_factor}",
+        highlight=False,
+    )
+
+
+@topic_app.command("list")
+def list_(
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON array instead of a table."),
+    bootstrap: BootstrapOption = None,
+    cluster_dir: ClusterDirOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Every topic with its partition count, replication factor and configs."""
+    with open_admin(bootstrap, cluster_dir, timeout) as admin:
+        topics = sorted(admin.list_topics(), key=lambda t: t.name)
+    if as_json:
+        _print_json(
+            [
+                {
+                    "name": t.name,
+                    "partitions": len(t.partitions),
+                    "replication_factor": t.replication_factor,
+                    "configs": t.configs,
+                }
+                for t in topics
+            ]
+        )
+        return
+    if not topics:
+        console.print("no topics")
+        return
+    table = Table(title="topics")
+    table.add_column("topic")
+    table.add_column("partitions", justify="right")
+    table.add_column("replication factor", justify="right")
+    table.add_column("configs")
+    for topic in topics:
+        configs = " ".join(f"{k}={v}" for k, v in sorted(topic.configs.items()))
+        table.add_row(topic.name, str(len(topic.partitions)), str(topic.replication_factor), configs or "-")
+    print_table(table)
+
+
+@topic_app.command("describe")
+def describe(
+    name: str = typer.Argument(..., metavar="NAME", help="Topic name."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    bootstrap: BootstrapOption = None,
+    cluster_dir: ClusterDirOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Partitions (leader, replicas, ISR, log start, high watermark, replica lag) and configs of a topic."""
+    with open_admin(bootstrap, cluster_dir, timeout) as admin:
+        topic = admin.describe_topic(name)
+    if as_json:
+        payload = asdict(topic)
+        for partition in payload["partitions"]:
+            partition["under_replicated"] = bool(set(partition["replicas"]) - set(partition["in_sync_replicas"]))
+        _print_json(payload)
+        return
+    console.print(
+        f"topic [bold]{topic.name}[/bold]: {_count(len(topic.partitions), 'partition')}, "
+        f"replication factor {topic.replication_factor}",
+        highlight=False,
+    )
+    table = Table(title="partitions")
+    for column in ("partition", "leader", "replicas", "ISR", "log start", "high watermark", "replica lag", "status"):
+        table.add_column(
+            column, justify="right" if column in ("partition", "leader", "log start", "high watermark") else "left"
+        )
+    for p in topic.partitions:
+        table.add_row(
+            str(p.partition),
+            str(p.leader or "-"),
+            _ids(p.replicas),
+            _ids(p.in_sync_replicas),
+            str(p.log_start_offset),
+            str(p.high_watermark),
+            format_replica_lag(p.leader, p.replicas, p.replica_lag),
+            partition_status(p.leader, p.replicas, p.in_sync_replicas, False),
+        )
+    print_table(table)
+    _print_configs(topic.configs)
+
+
+def _print_configs(configs: dict[str, str]) -> None:
+    if not configs:
+        console.print("configs: cluster defaults")
+        return
+    table = Table(title="configs")
+    table.add_column("key")
+    table.add_column("value")
+    for key, value in sorted(configs.items()):
+        table.add_row(key, value)
+    print_table(table)
+
+
+@topic_app.command("delete")
+def delete(
+    name: str = typer.Argument(..., metavar="NAME", help="Topic name."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    bootstrap: BootstrapOption = None,
+    cluster_dir: ClusterDirOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Delete a topic and every record in it (asks first unless --yes)."""
+    if not yes:
+        if not sys.stdin.isatty():
+            fail(f"not deleting topic {name!r}: pass --yes to confirm (stdin is not a terminal)")
+        if not typer.confirm(f"Delete topic {name!r} and all its records?", default=False):
+            fail(f"topic {name!r} not deleted")
+    with open_admin(bootstrap, cluster_dir, timeout) as admin:
+        admin.delete_topic(name)
+    console.print(f"deleted topic {name!r}", highlight=False)
+
+
+@topic_app.command("alter")
+def alter(
+    name: str = typer.Argument(..., metavar="NAME", help="Topic name."),
+    set_: list[str] = typer.Option([], "--set", "-s", help="Set a topic config KEY=VALUE (repeatable)."),
+    delete_: list[str] = typer.Option([], "--delete", "-d", help="Reset a config KEY to the default (repeatable)."),
+    bootstrap: BootstrapOption = None,
+    cluster_dir: ClusterDirOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Change a topic's configs; prints the configs that result."""
+    to_set = key_values(set_, "--set")
+    if not to_set and not delete_:
+        raise typer.BadParameter("give at least one --set KEY=VALUE or --delete KEY", param_hint="--set/--delete")
+    with open_admin(bootstrap, cluster_dir, timeout) as admin:
+        topic = admin.alter_topic_configs(name, set=to_set, delete=delete_)
+    console.print(f"altered topic {topic.name!r}", highlight=False)
+    _print_configs(topic.configs)

@@ -1,0 +1,694 @@
+"""The producer's record accumulator: per-partition batches filled by ``send()``, drained by the sender.
+
+``send()`` only appends its (already converted) arguments to Python lists; the sender encodes a whole batch
+with one :func:`storage.encode_batch` call. ``send_batch()`` queues :class:`BulkBatch` objects instead: slices
+of Arrow columns, one per wire batch, that are encoded straight from their buffers. Memory is bounded: every
+record reserves its estimated size in a :class:`BufferPool` before it is queued and gives it back when its
+batch is acknowledged or fails, so a producer that outruns the cluster blocks in ``send()`` and
+``send_batch()`` (up to ``max_block_s``) instead of growing.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from multiraft.errors import MultiraftError, ProducerError, RecordTooLargeError, RequestTimeoutError
+from rpc.client._futures import RecordFuture
+from rpc.client._records import BatchMetadata, RecordMetadata, TopicPartition
+from storage.batch import HEADER_SIZE, Compression, encode_arrow_batch, encode_batch
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pyarrow as pa
+
+__all__ = [
+    "BufferPool",
+    "BulkBatch",
+    "BulkCall",
+    "BulkColumns",
+    "Header",
+    "ProducerBatch",
+    "RecordAccumulator",
+    "record_size",
+    "RECORD_OVERHEAD",
+]
+
+Header = tuple[str, bytes | None]
+
+# Per record in a batch body: value length, key length, header count (i32 each) and a timestamp delta.
+RECORD_OVERHEAD = 16
+_HEADER_OVERHEAD = 8  # header key and value lengths
+
+
+def record_size(value: bytes | None, key: bytes | None, headers: Sequence[Header] | None) -> int:
+    """Estimated bytes a record adds to an uncompressed batch (an upper bound)."""
+    size = RECORD_OVERHEAD + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+    if headers:
+        for name, header_value in headers:
+            size += _HEADER_OVERHEAD + len(name.encode()) + (len(header_value) if header_value is not None else 0)
+    return size
+
+
+class BufferPool:
+    """Bytes of records waiting in the producer; ``reserve`` blocks while the pool is exhausted."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._available = capacity
+        self._cond = threading.Condition()
+        self._waiters: deque[object] = deque()  # first come, first served: a large send_batch() is not starved
+        self._closed = False
+
+    @property
+    def available(self) -> int:
+        return self._available
+
+    def reserve(self, size: int, timeout_s: float) -> None:
+        """Take ``size`` bytes, waiting up to ``timeout_s`` for other records to be acknowledged. Waiters are
+        served in arrival order."""
+        if size > self.capacity:
+            raise RecordTooLargeError(
+                f"a record of {size} bytes does not fit the producer's buffer_bytes={self.capacity}",
+                max_bytes=self.capacity,
+            )
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            if self._closed:
+                raise ProducerError("the producer is closed")
+            if self._available >= size and not self._waiters:
+                self._available -= size
+                return
+            ticket = object()
+            self._waiters.append(ticket)
+            try:
+                while self._waiters[0] is not ticket or self._available < size:
+                    if self._closed:
+                        raise ProducerError("the producer closed while send() waited for buffer space")
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise RequestTimeoutError(
+                            f"the producer's buffer ({self.capacity} bytes) stayed full for "
+                            f"max_block_s={timeout_s:g}s: records are produced faster than the cluster "
+                            "acknowledges them"
+                        )
+                    self._cond.wait(remaining)
+                self._available -= size
+            finally:
+                self._waiters.remove(ticket)
+                self._cond.notify_all()  # the next waiter's turn
+
+    def release(self, size: int) -> None:
+        if size:
+            with self._cond:
+                self._available += size
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class ProducerBatch:
+    """Records for one partition, sent and acknowledged together.
+
+    The accumulator fills the lists; once the sender takes the batch it gets a producer id and sequence
+    and is encoded once. A retry sends the same bytes again, so the leader can recognise it.
+    """
+
+    __slots__ = (
+        "attempts",
+        "base_sequence",
+        "closed",
+        "condition",
+        "created",
+        "deadline",
+        "done",
+        "futures",
+        "has_headers",
+        "has_keys",
+        "headers",
+        "keys",
+        "limit",
+        "maybe_written",
+        "payload",
+        "producer_epoch",
+        "producer_id",
+        "reserved",
+        "send_index",
+        "size",
+        "timestamps",
+        "tp",
+        "values",
+    )
+
+    def __init__(self, tp: TopicPartition, limit: int, created: float, deadline: float) -> None:
+        self.tp = tp
+        self.limit = limit
+        self.created = created
+        self.deadline = deadline
+        self.values: list[bytes | None] = []
+        self.keys: list[bytes | None] = []
+        self.headers: list[Sequence[Header] | None] = []
+        self.timestamps: list[int] = []
+        self.futures: list[Future[RecordMetadata]] = []
+        self.has_keys = False
+        self.has_headers = False
+        self.size = HEADER_SIZE
+        self.reserved = 0
+        self.closed = False
+        self.condition = threading.Condition()  # shared by the records' futures (see _futures.py)
+        self.done = threading.Event()
+        # Set by the sender.
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = -1
+        self.payload: bytes | None = None
+        self.attempts = 0
+        self.send_index = 0  # per partition, increasing with every send (the order the leader sees)
+        self.maybe_written = False
+
+    def __repr__(self) -> str:
+        return f"ProducerBatch({self.tp}, records={len(self.values)}, sequence={self.base_sequence})"
+
+    @property
+    def record_count(self) -> int:
+        return len(self.values)
+
+    @property
+    def last_sequence(self) -> int:
+        return self.base_sequence + self.record_count - 1
+
+    def fits(self, size: int) -> bool:
+        return not self.values or self.size + size <= self.limit
+
+    def append(
+        self,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Sequence[Header] | None,
+        timestamp_ms: int,
+        size: int,
+    ) -> RecordFuture:
+        future = RecordFuture(self.condition)
+        self.values.append(value)
+        self.keys.append(key)
+        self.headers.append(headers)
+        self.timestamps.append(timestamp_ms)
+        self.futures.append(future)
+        if key is not None:
+            self.has_keys = True
+        if headers:
+            self.has_headers = True
+        self.size += size
+        self.reserved += size
+        return future
+
+    def set_producer(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        if (producer_id, producer_epoch, base_sequence) != (self.producer_id, self.producer_epoch, self.base_sequence):
+            self.producer_id, self.producer_epoch, self.base_sequence = producer_id, producer_epoch, base_sequence
+            self.payload = None
+
+    def encode(self, compression: Compression) -> bytes:
+        """The batch's bytes: encoded on first use, then the same bytes for every retry."""
+        if self.payload is None:
+            self.payload = encode_batch(
+                self.values,
+                timestamps_ms=self.timestamps,
+                keys=self.keys if self.has_keys else None,
+                headers=self.headers if self.has_headers else None,
+                compression=compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=self.base_sequence,
+            )
+        return self.payload
+
+    def split(self) -> tuple[ProducerBatch, ProducerBatch]:
+        """Two batches of the first and the second half of the records (for a batch the leader found too large)."""
+        half = len(self.values) // 2
+        parts = []
+        for lo, hi in ((0, half), (half, len(self.values))):
+            part = ProducerBatch(self.tp, self.limit, self.created, self.deadline)
+            part.condition = self.condition
+            part.values, part.keys = self.values[lo:hi], self.keys[lo:hi]
+            part.headers, part.timestamps = self.headers[lo:hi], self.timestamps[lo:hi]
+            part.futures = self.futures[lo:hi]
+            part.has_keys = any(k is not None for k in part.keys)
+            part.has_headers = any(part.headers)
+            part.attempts = self.attempts
+            parts.append(part)
+        first, second = parts
+        first.reserved = self.reserved * half // len(self.values)
+        second.reserved = self.reserved - first.reserved
+        first.size = self.size * half // len(self.values)
+        second.size = self.size - first.size + HEADER_SIZE
+        if self.base_sequence >= 0:
+            first.set_producer(self.producer_id, self.producer_epoch, self.base_sequence)
+            second.set_producer(self.producer_id, self.producer_epoch, self.base_sequence + half)
+        return first, second
+
+    def complete(self, base_offset: int, duplicate: bool, append_time_ms: int | None) -> None:
+        topic, partition = self.tp
+        if append_time_ms is not None:
+            for i, future in enumerate(self.futures):
+                future.set_result(RecordMetadata(topic, partition, base_offset + i, append_time_ms, duplicate))
+        else:
+            for i, (future, timestamp) in enumerate(zip(self.futures, self.timestamps, strict=True)):
+                future.set_result(RecordMetadata(topic, partition, base_offset + i, timestamp, duplicate))
+        self.done.set()
+
+    def fail(self, error: MultiraftError) -> None:
+        for future in self.futures:
+            future.set_exception(error)
+        self.done.set()
+
+
+class BulkColumns(NamedTuple):
+    """Records of a ``send_batch()`` call as columns: binary or string Arrow arrays, a ``headers_type()``
+    array, and one timestamp or an int64 array of them."""
+
+    values: pa.Array
+    keys: pa.Array | None
+    headers: pa.Array | None
+    timestamps: int | npt.NDArray[np.int64]
+
+    def slice(self, start: int, stop: int) -> BulkColumns:
+        """Records ``[start, stop)``, without copying."""
+        timestamps = self.timestamps if isinstance(self.timestamps, int) else self.timestamps[start:stop]
+        return BulkColumns(
+            self.values.slice(start, stop - start),
+            None if self.keys is None else self.keys.slice(start, stop - start),
+            None if self.headers is None else self.headers.slice(start, stop - start),
+            timestamps,
+        )
+
+    @property
+    def first_timestamp(self) -> int:
+        return self.timestamps if isinstance(self.timestamps, int) else int(self.timestamps[0])
+
+
+class BulkCall:
+    """The outcome of one ``send_batch()`` call: its future resolves once every one of its wire batches was
+    acknowledged (to their :class:`BatchMetadata`, by partition and offset) or fails once all are done and at
+    least one failed (with the first error)."""
+
+    def __init__(self, future: Future[list[BatchMetadata]], batches: int) -> None:
+        self.future = future
+        self._lock = threading.Lock()
+        self._pending = batches
+        self._results: list[BatchMetadata] = []
+        self._error: MultiraftError | None = None
+
+    def split(self) -> None:
+        """One of the call's batches became two."""
+        with self._lock:
+            self._pending += 1
+
+    def done(self, metadata: BatchMetadata) -> None:
+        with self._lock:
+            self._results.append(metadata)
+            self._pending -= 1
+            finished = self._pending == 0
+        if finished:
+            self._finish()
+
+    def failed(self, error: MultiraftError, batches: int = 1) -> None:
+        with self._lock:
+            if self._error is None:
+                self._error = error
+            self._pending -= batches
+            finished = self._pending == 0
+        if finished:
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._error is not None:
+            self.future.set_exception(self._error)
+        else:
+            self.future.set_result(sorted(self._results, key=lambda m: (m.partition, m.base_offset)))
+
+
+class BulkBatch(ProducerBatch):
+    """Records of one ``send_batch()`` call for one partition: one wire batch, queued ready to send.
+
+    It holds column slices rather than record lists and reports to its :class:`BulkCall` rather than to
+    per-record futures.
+    """
+
+    __slots__ = ("call", "columns")
+
+    def __init__(self, tp: TopicPartition, call: BulkCall, columns: BulkColumns, size: int) -> None:
+        super().__init__(tp, HEADER_SIZE + size, 0.0, 0.0)
+        self.call = call
+        self.columns = columns
+        self.size = HEADER_SIZE + size
+        self.closed = True
+
+    def __repr__(self) -> str:
+        return f"BulkBatch({self.tp}, records={self.record_count}, sequence={self.base_sequence})"
+
+    @property
+    def record_count(self) -> int:
+        return len(self.columns.values)
+
+    def fits(self, size: int) -> bool:
+        return False
+
+    def append(self, *args: Any, **kwargs: Any) -> RecordFuture:
+        raise TypeError("a BulkBatch takes no more records")
+
+    def encode(self, compression: Compression) -> bytes:
+        if self.payload is None:
+            columns = self.columns
+            self.payload = encode_arrow_batch(  # straight from the columns' buffers
+                columns.values,
+                timestamps_ms=columns.timestamps,
+                keys=columns.keys,
+                headers=columns.headers,
+                compression=compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=self.base_sequence,
+            )
+        return self.payload
+
+    def split(self) -> tuple[ProducerBatch, ProducerBatch]:
+        count = self.record_count
+        half = count // 2
+        body = self.size - HEADER_SIZE
+        first_body = body * half // count
+        first = BulkBatch(self.tp, self.call, self.columns.slice(0, half), first_body)
+        second = BulkBatch(self.tp, self.call, self.columns.slice(half, count), body - first_body)
+        for part in (first, second):
+            part.created, part.deadline, part.attempts = self.created, self.deadline, self.attempts
+        first.reserved = self.reserved * half // count
+        second.reserved = self.reserved - first.reserved
+        if self.base_sequence >= 0:
+            first.set_producer(self.producer_id, self.producer_epoch, self.base_sequence)
+            second.set_producer(self.producer_id, self.producer_epoch, self.base_sequence + half)
+        self.call.split()
+        return first, second
+
+    def complete(self, base_offset: int, duplicate: bool, append_time_ms: int | None) -> None:
+        topic, partition = self.tp
+        timestamp = append_time_ms if append_time_ms is not None else self.columns.first_timestamp
+        self.call.done(BatchMetadata(topic, partition, base_offset, self.record_count, timestamp, duplicate))
+        self.done.set()
+
+    def fail(self, error: MultiraftError) -> None:
+        self.call.failed(error)
+        self.done.set()
+
+
+class _Queue:
+    """One partition's batches waiting in the accumulator: full ones first, then the one still filling."""
+
+    __slots__ = ("full", "open")
+
+    def __init__(self) -> None:
+        self.full: deque[ProducerBatch] = deque()
+        self.open: ProducerBatch | None = None
+
+
+class RecordAccumulator:
+    """Thread-safe: any number of ``send()`` threads append, one sender drains."""
+
+    def __init__(
+        self,
+        *,
+        batch_bytes: int,
+        buffer_bytes: int,
+        linger_s: float,
+        delivery_timeout_s: float,
+        max_block_s: float,
+        wake: Callable[[], None] = lambda: None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.batch_bytes = batch_bytes
+        self.linger_s = linger_s
+        self.delivery_timeout_s = delivery_timeout_s
+        self.max_block_s = max_block_s
+        self.pool = BufferPool(buffer_bytes)
+        self.wake = wake
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self._queues: dict[TopicPartition, _Queue] = {}
+        self._sticky: dict[str, tuple[int, ProducerBatch]] = {}
+        self._incomplete: set[ProducerBatch] = set()
+        self._flushing = 0
+        self._closed = False
+
+    # --------------------------------------------------------------------------------------------- append
+
+    def append(
+        self,
+        topic: str,
+        partition: int | None,
+        partitions: int,
+        max_batch_bytes: int,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Sequence[Header] | None,
+        timestamp_ms: int,
+        size: int,
+    ) -> tuple[int, Future[RecordMetadata]]:
+        """Append one record; ``partition=None`` uses the sticky partition of ``topic``. Returns the partition
+        and the record's future.
+
+        Blocks while the buffer is full (up to ``max_block_s``), then raises :class:`RequestTimeoutError`.
+        """
+        self.pool.reserve(size, self.max_block_s)
+        wake = False
+        try:
+            with self._lock:
+                if self._closed:
+                    raise ProducerError("the producer is closed")
+                limit = min(self.batch_bytes, max_batch_bytes)
+                sticky = partition is None
+                if partition is None:
+                    partition = self._sticky_partition(topic, partitions, size)
+                tp = TopicPartition(topic, partition)
+                queue = self._queues.get(tp)
+                if queue is None:
+                    queue = self._queues[tp] = _Queue()
+                batch = queue.open
+                if batch is not None and not batch.fits(size):
+                    batch.closed = True
+                    queue.full.append(batch)
+                    batch = queue.open = None
+                    wake = True
+                if batch is None:
+                    now = time.monotonic()
+                    batch = queue.open = ProducerBatch(tp, limit, now, now + self.delivery_timeout_s)
+                    self._incomplete.add(batch)
+                    wake = True
+                future = batch.append(value, key, headers, timestamp_ms, size)
+                if sticky:
+                    self._sticky[topic] = (partition, batch)
+                if batch.size >= limit:
+                    batch.closed = True
+                    queue.full.append(batch)
+                    queue.open = None
+                    wake = True
+        except BaseException:
+            self.pool.release(size)
+            raise
+        if wake:
+            self.wake()
+        return partition, future
+
+    def sticky_partition(self, topic: str, partitions: int) -> int:
+        """The partition a ``send_batch()`` without keys writes to: the current sticky partition, if its batch
+        is still filling, else another."""
+        with self._lock:
+            return self._sticky_partition(topic, partitions, 0)
+
+    def append_bulk(self, batches: Sequence[BulkBatch], sticky: int | None) -> None:
+        """Queue the wire batches of one ``send_batch()`` call, in order, behind each partition's earlier
+        records; ``sticky`` is the call's sticky partition (then moved on), if it used one.
+
+        Its records reserve their buffer space all at once when they fit the buffer, so that each partition's
+        share stays contiguous; otherwise batch by batch. Raises :class:`RequestTimeoutError` (buffer full for
+        ``max_block_s``) or :class:`ProducerError` (closed) if nothing was queued; once some batches are
+        queued, such an error fails the remaining ones through the call instead.
+        """
+        total = sum(batch.size - HEADER_SIZE for batch in batches)
+        if total <= self.pool.capacity:
+            self.pool.reserve(total, self.max_block_s)
+            try:
+                self._queue_bulk(batches, sticky)
+            except BaseException:
+                self.pool.release(total)
+                raise
+            return
+        for index, batch in enumerate(batches):
+            size = batch.size - HEADER_SIZE
+            try:
+                self.pool.reserve(size, self.max_block_s)
+                try:
+                    self._queue_bulk([batch], sticky)
+                except BaseException:
+                    self.pool.release(size)
+                    raise
+            except MultiraftError as exc:
+                if index == 0:
+                    raise
+                batch.call.failed(exc, len(batches) - index)
+                return
+
+    def _queue_bulk(self, batches: Sequence[BulkBatch], sticky: int | None) -> None:
+        with self._lock:
+            if self._closed:
+                raise ProducerError("the producer is closed")
+            now = time.monotonic()
+            for batch in batches:
+                queue = self._queues.get(batch.tp)
+                if queue is None:
+                    queue = self._queues[batch.tp] = _Queue()
+                if queue.open is not None:  # earlier records of the partition go first
+                    queue.open.closed = True
+                    queue.full.append(queue.open)
+                    queue.open = None
+                batch.created, batch.deadline = now, now + self.delivery_timeout_s
+                batch.reserved = batch.size - HEADER_SIZE
+                queue.full.append(batch)
+                self._incomplete.add(batch)
+                if batch.tp.partition == sticky:
+                    self._sticky[batch.tp.topic] = (sticky, batch)  # closed: the next records move on
+        self.wake()
+
+    def _sticky_partition(self, topic: str, partitions: int, size: int) -> int:
+        """Stay on the current partition while its batch is still filling, else move to another one."""
+        current = self._sticky.get(topic)
+        if current is not None:
+            partition, batch = current
+            if partition < partitions and not batch.closed and batch.fits(size):
+                return partition
+            previous = partition
+        else:
+            previous = -1
+        if partitions == 1:
+            return 0
+        if not 0 <= previous < partitions:
+            return self._rng.randrange(partitions)
+        choice = self._rng.randrange(partitions - 1)  # any partition but the previous one
+        return choice + 1 if choice >= previous else choice
+
+    # ---------------------------------------------------------------------------------------------- drain
+
+    def drain(
+        self, now: float, capacity: Callable[[TopicPartition], int], *, force: bool = False
+    ) -> tuple[list[ProducerBatch], float | None]:
+        """Batches ready to send (full, lingered long enough, or flushing), as many per partition as
+        ``capacity`` allows; and when the next open batch's linger ends (None if there is none)."""
+        ready: list[ProducerBatch] = []
+        next_at: float | None = None
+        with self._lock:
+            flush = force or self._flushing > 0 or self._closed
+            for tp, queue in self._queues.items():
+                if not queue.full and queue.open is None:
+                    continue
+                room = capacity(tp)
+                while room > 0 and queue.full:
+                    ready.append(queue.full.popleft())
+                    room -= 1
+                batch = queue.open
+                if batch is None:
+                    continue
+                if room <= 0:
+                    continue  # the sender looks again when an answer frees room
+                due = batch.created + self.linger_s
+                if flush or due <= now:
+                    batch.closed = True
+                    queue.open = None
+                    ready.append(batch)
+                elif next_at is None or due < next_at:
+                    next_at = due
+        return ready, next_at
+
+    def expire(self, now: float) -> list[ProducerBatch]:
+        """Remove and return waiting batches whose delivery timeout passed (the caller fails them)."""
+        expired: list[ProducerBatch] = []
+        with self._lock:
+            for queue in self._queues.values():
+                while queue.full and queue.full[0].deadline <= now:
+                    expired.append(queue.full.popleft())
+                if queue.open is not None and queue.open.deadline <= now and not queue.full:
+                    queue.open.closed = True
+                    expired.append(queue.open)
+                    queue.open = None
+        return expired
+
+    def next_deadline(self) -> float | None:
+        with self._lock:
+            deadlines = [q.full[0].deadline for q in self._queues.values() if q.full]
+            deadlines += [q.open.deadline for q in self._queues.values() if q.open is not None]
+        return min(deadlines, default=None)
+
+    def has_waiting(self) -> bool:
+        with self._lock:
+            return any(q.full or q.open is not None for q in self._queues.values())
+
+    def take_all(self) -> list[ProducerBatch]:
+        """Remove every waiting batch (a producer closing without waiting fails them)."""
+        taken: list[ProducerBatch] = []
+        with self._lock:
+            for queue in self._queues.values():
+                taken.extend(queue.full)
+                queue.full.clear()
+                if queue.open is not None:
+                    queue.open.closed = True
+                    taken.append(queue.open)
+                    queue.open = None
+        return taken
+
+    # --------------------------------------------------------------------------------- completion, flush
+
+    def release(self, batch: ProducerBatch) -> None:
+        """A batch was acknowledged or failed: give its memory back."""
+        with self._lock:
+            self._incomplete.discard(batch)
+        self.pool.release(batch.reserved)
+        batch.reserved = 0
+
+    def replace(self, old: ProducerBatch, parts: Iterable[ProducerBatch]) -> None:
+        """``old`` was split into ``parts`` (its memory moves with them)."""
+        with self._lock:
+            self._incomplete.discard(old)
+            self._incomplete.update(parts)
+        old.reserved = 0
+
+    def incomplete(self) -> list[ProducerBatch]:
+        with self._lock:
+            return list(self._incomplete)
+
+    def begin_flush(self) -> list[ProducerBatch]:
+        """Send everything now, ignoring linger; returns the batches the flush waits for."""
+        with self._lock:
+            self._flushing += 1
+            pending = list(self._incomplete)
+        self.wake()
+        return pending
+
+    def end_flush(self) -> None:
+        with self._lock:
+            self._flushing -= 1
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """No more appends; waiting and blocked ``send()`` calls fail; everything waiting is sent at once."""
+        with self._lock:
+            self._closed = True
+        self.pool.close()
+        self.wake()

@@ -1,0 +1,80 @@
+"""The values a Producer and a Consumer hand to their user: where a record is, and the record itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+__all__ = ["TopicPartition", "RecordMetadata", "BatchMetadata", "Record"]
+
+
+class TopicPartition(NamedTuple):
+    """One partition of a topic."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where an acknowledged record was written.
+
+    ``timestamp_ms`` is the record's own timestamp, or the leader's append time for a topic with
+    ``message.timestamp.type=LogAppendTime``. ``duplicate`` says the leader recognised the batch as a retry
+    of one it had already written (idempotent producers): the offset is where the first copy went.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    duplicate: bool = False
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """Where one acknowledged batch of a ``Producer.send_batch()`` call was written: ``record_count`` records
+    at offsets ``base_offset`` to ``last_offset`` of one partition, in the order they were given.
+
+    ``timestamp_ms`` is the timestamp of the batch's first record, or the leader's append time for a topic
+    with ``message.timestamp.type=LogAppendTime``. ``duplicate`` as in :class:`RecordMetadata`.
+    """
+
+    topic: str
+    partition: int
+    base_offset: int
+    record_count: int
+    timestamp_ms: int
+    duplicate: bool = False
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.record_count - 1
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One consumed record."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)

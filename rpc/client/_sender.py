@@ -1,0 +1,648 @@
+"""The producer's sender: one background thread running an asyncio loop with grpc.aio channels.
+
+It drains ready batches from the accumulator, gives each a producer id and sequence (idempotence), encodes
+it once and sends it on the ``ProduceStream`` of the partition's leader node: one stream per node, which
+the node answers in request order. Per partition at most ``max_in_flight`` batches are in flight, all on one
+stream. When a batch fails retriably (NOT_LEADER, a broken stream, a timeout) the partition stops sending,
+waits for the answers to its other in-flight batches, refreshes metadata and re-sends every unacknowledged
+batch, with the same bytes, in sequence order to the (new) leader; the leader recognises a batch it already
+wrote and answers with the original offset.
+
+Without idempotence a batch is sent at most once: only a batch that provably never left the client (no
+connection to the node could be made) is retried; any other failure fails its records.
+
+A node that does not know ``ProduceStream`` (an older version answering UNIMPLEMENTED) is written with
+unary ``Produce`` calls, one batch in flight per partition; one that does not know ``InitProducer`` gets
+non-idempotent writes, with a warning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from multiraft.errors import (
+    ConnectionFailedError,
+    MultiraftError,
+    NotLeaderError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    RecordTooLargeError,
+    RequestTimeoutError,
+    UnavailableError,
+)
+from multiraft.logging import get_logger
+from rpc.client._accumulator import ProducerBatch, RecordAccumulator
+from rpc.client._cluster import CHANNEL_OPTIONS, ClusterClient
+from rpc.client._records import TopicPartition
+from rpc.proto import multiraft_pb2 as pb
+from rpc.proto import multiraft_pb2_grpc as pb_grpc
+from rpc.status import from_proto_error, from_rpc_error
+from storage.batch import Compression
+
+__all__ = ["Sender"]
+
+log = get_logger(__name__)
+
+_BACKOFF_START_S = 0.02
+_BACKOFF_MAX_S = 0.5
+_REFRESH_MIN_INTERVAL_S = 0.1
+_CONNECT_TIMEOUT_S = 5.0
+_IDLE_WAKE_S = 0.2
+_STREAM_GRACE_S = 5.0  # beyond the request timeout, before an unanswered stream is given up
+
+
+@dataclass(eq=False)
+class _PartitionState:
+    """What the sender knows of one partition (loop thread only)."""
+
+    tp: TopicPartition
+    producer_id: int = -1
+    producer_epoch: int = -1
+    next_sequence: int = 0
+    acked_once: bool = False  # the first batch of a producer id goes alone (it fixes where sequences start)
+    inflight: list[ProducerBatch] = field(default_factory=list)  # sent, unanswered, in sequence order
+    retry: list[ProducerBatch] = field(default_factory=list)  # to re-send, in sequence order
+    address: str | None = None  # the node the in-flight batches went to
+    backoff_s: float = 0.0
+    backoff_until: float = 0.0
+    reset_error: MultiraftError | None = None  # the sequence broke: fail what is unacknowledged, new id
+    resetting: bool = False
+    sends: int = 0
+    first_failed_send: int | None = None  # of the in-flight round: later answers may be out of order
+
+
+@dataclass(eq=False)
+class _Sent:
+    sequence: int
+    batch: ProducerBatch
+    sent_at: float
+
+
+async def _connect(channel: grpc.aio.Channel, timeout_s: float) -> bool:
+    """Whether the channel gets ready within ``timeout_s``; False at once when the node refuses connections
+    (a dead leader should cost one failed attempt, not a timeout)."""
+    deadline = time.monotonic() + timeout_s
+    state = channel.get_state(try_to_connect=True)
+    while state != grpc.ChannelConnectivity.READY:
+        remaining = deadline - time.monotonic()
+        if state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN) or remaining <= 0:
+            return False
+        try:
+            await asyncio.wait_for(channel.wait_for_state_change(state), remaining)
+        except TimeoutError:
+            return False
+        state = channel.get_state(try_to_connect=True)
+    return True
+
+
+class _Stream:
+    """One ProduceStream to one node; answers come back in request order."""
+
+    def __init__(self, sender: Sender, address: str, channel: grpc.aio.Channel) -> None:
+        self.address = address
+        self.outstanding: deque[_Sent] = deque()
+        self.closed = False
+        self._sender = sender
+        self._channel = channel
+        self._queue: asyncio.Queue[tuple[pb.ProduceRequest, ProducerBatch] | None] = asyncio.Queue()
+        self._call: grpc.aio.StreamStreamCall[pb.ProduceRequest, pb.ProduceResponse] | None = None
+        self._timed_out = False
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"produce-stream-{address}")
+
+    def send(self, sequence: int, batch: ProducerBatch, request: pb.ProduceRequest) -> None:
+        self.outstanding.append(_Sent(sequence, batch, time.monotonic()))
+        self._queue.put_nowait((request, batch))
+
+    def finish(self) -> None:
+        """No more requests: the node ends the stream after the last answer."""
+        self._queue.put_nowait(None)
+
+    def give_up(self) -> None:
+        """The oldest request has waited too long for its answer: break the stream."""
+        if self._call is not None and not self._timed_out:
+            self._timed_out = True
+            self._call.cancel()
+
+    async def _requests(self) -> AsyncIterator[pb.ProduceRequest]:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            request, batch = item
+            batch.maybe_written = True
+            yield request
+
+    async def _run(self) -> None:
+        error: MultiraftError
+        if not await _connect(self._channel, _CONNECT_TIMEOUT_S):
+            error = ConnectionFailedError(f"could not connect to {self.address}")
+        else:
+            stub = pb_grpc.LogStub(self._channel)
+            call = stub.ProduceStream(self._requests())
+            self._call = call
+            try:
+                async for response in call:
+                    if not self.outstanding or self.outstanding[0].sequence != response.sequence:
+                        error = UnavailableError(f"the produce stream to {self.address} answered out of order")
+                        call.cancel()
+                        break
+                    sent = self.outstanding.popleft()
+                    self._sender.on_response(sent.batch, response, None)
+                else:
+                    error = UnavailableError(f"the produce stream to {self.address} ended")
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    self._sender.streams_unsupported(self.address)
+                    for sent in self.outstanding:
+                        sent.batch.maybe_written = False  # the node refused the call: nothing was written
+                error = from_rpc_error(exc)
+            except asyncio.CancelledError:
+                if not self._timed_out:
+                    self._fail_outstanding(UnavailableError("the producer closed"))
+                    raise
+                error = RequestTimeoutError(f"no answer from {self.address} within the request timeout")
+        self._fail_outstanding(error)
+
+    def _fail_outstanding(self, error: MultiraftError) -> None:
+        self.closed = True
+        outstanding, self.outstanding = self.outstanding, deque()
+        self._sender.on_stream_closed(self)
+        for sent in outstanding:
+            self._sender.on_response(sent.batch, None, error)
+
+
+class Sender:
+    """Runs the producer's network side on its own thread."""
+
+    def __init__(
+        self,
+        client: ClusterClient,
+        accumulator: RecordAccumulator,
+        *,
+        idempotence: bool,
+        max_in_flight: int,
+        request_timeout_s: float,
+        compression: Compression,
+        uses_append_time: Callable[[str], bool],
+        learn_max_bytes: Callable[[str, int], None],
+    ) -> None:
+        self.idempotent = idempotence
+        self._client = client
+        self._accumulator = accumulator
+        self._max_in_flight = max_in_flight
+        self._request_timeout_s = request_timeout_s
+        self._compression = compression
+        self._uses_append_time = uses_append_time
+        self._learn_max_bytes = learn_max_bytes
+        self._states: dict[TopicPartition, _PartitionState] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._streams: dict[str, _Stream] = {}
+        self._use_streams = True
+        self._request_ids = itertools.count(1)
+        self._producer: tuple[int, int] | None = None  # (id, epoch) once InitProducer answered
+        self._ready = not idempotence
+        self._fatal: MultiraftError | None = None
+        self._stopping = False
+        self._abort: MultiraftError | None = None
+        self._refreshing = False
+        self._last_refresh = 0.0
+        self._tasks: set[asyncio.Future[None]] = set()
+        self._wake_requested = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="multiraft-producer-metadata")
+        self._thread = threading.Thread(target=self._run, name="multiraft-producer-sender", daemon=True)
+
+    # ------------------------------------------------------------------------------ control (any thread)
+
+    def start(self) -> None:
+        self._thread.start()
+        self._started.wait()
+
+    @property
+    def fatal_error(self) -> MultiraftError | None:
+        return self._fatal
+
+    @property
+    def producer_id(self) -> int:
+        return self._producer[0] if self._producer is not None else -1
+
+    def wake(self) -> None:
+        loop, event = self._loop, self._event
+        if loop is None or event is None or self._wake_requested:
+            return
+        self._wake_requested = True
+        with contextlib.suppress(RuntimeError):  # the loop has stopped
+            loop.call_soon_threadsafe(event.set)
+
+    def stop(self, abort: MultiraftError | None = None, timeout_s: float | None = None) -> bool:
+        """Finish (sending what is waiting, unless ``abort`` fails it) and stop; True once the thread ended."""
+        loop = self._loop
+        if loop is not None and self._thread.is_alive():
+
+            def request_stop() -> None:
+                self._stopping = True
+                if abort is not None and self._abort is None:
+                    self._abort = abort
+                if self._event is not None:
+                    self._event.set()
+
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(request_stop)
+        self._thread.join(timeout_s)
+        if not self._thread.is_alive():
+            self._executor.shutdown(wait=False)
+            return True
+        return False
+
+    # ------------------------------------------------------------------------------------ the loop thread
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+        self._started.set()
+        if not self._ready:
+            self._spawn(self._init_producer())
+        try:
+            while True:
+                self._wake_requested = False
+                self._event.clear()
+                now = time.monotonic()
+                if self._abort is not None:
+                    self._fail_everything(self._abort)
+                    break
+                for batch in self._accumulator.expire(now):
+                    self._fail(batch, RequestTimeoutError(f"{batch.tp}: not sent within the delivery timeout"))
+                next_at = self._dispatch(now)
+                self._watch_streams(now)
+                if self._stopping and not self._busy():
+                    break
+                deadline = self._accumulator.next_deadline()
+                wake_at = min(t for t in (next_at, deadline, now + _IDLE_WAKE_S) if t is not None)
+                if wake_at > now:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._event.wait(), wake_at - now)
+                else:
+                    await asyncio.sleep(0)
+        finally:
+            await self._shutdown()
+
+    def _busy(self) -> bool:
+        return self._accumulator.has_waiting() or any(s.inflight or s.retry for s in self._states.values())
+
+    async def _shutdown(self) -> None:
+        for stream in list(self._streams.values()):
+            stream.finish()
+        tasks = [stream.task for stream in self._streams.values()]
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=2.0)
+            for task in pending:
+                task.cancel()
+        for helper in list(self._tasks):
+            helper.cancel()
+        for channel in self._channels.values():
+            await channel.close(grace=None)
+        self._channels.clear()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _poke(self) -> None:
+        if self._event is not None:
+            self._event.set()
+
+    # ------------------------------------------------------------------------------------ producer ids
+
+    async def _new_producer_id(self) -> tuple[int, int] | None:
+        """A fresh (producer id, epoch) from any node; None if the cluster does not know InitProducer."""
+        backoff = _BACKOFF_START_S
+        while not self._stopping:
+            for address in self._client.addresses():
+                stub = pb_grpc.LogStub(self._channel(address))
+                try:
+                    response = await stub.InitProducer(pb.InitProducerRequest(), timeout=self._request_timeout_s)
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                        return None
+                    log.debug("InitProducer failed", address=address, error=str(from_rpc_error(exc)))
+                    continue
+                return response.producer_id, response.producer_epoch
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX_S)
+        return None
+
+    async def _init_producer(self) -> None:
+        producer = await self._new_producer_id()
+        if producer is None and not self._stopping:
+            log.warning("the cluster does not support idempotent produce (InitProducer); retries may duplicate")
+            self.idempotent = False
+        self._producer = producer
+        self._ready = True
+        self._poke()
+
+    async def _reset_partition(self, state: _PartitionState) -> None:
+        producer = await self._new_producer_id()
+        if producer is not None:
+            state.producer_id, state.producer_epoch = producer
+        state.next_sequence = 0
+        state.acked_once = False
+        state.resetting = False
+        log.info("partition producer reset", partition=str(state.tp), producer_id=state.producer_id)
+        self._poke()
+
+    # -------------------------------------------------------------------------------------------- sending
+
+    def _state(self, tp: TopicPartition) -> _PartitionState:
+        state = self._states.get(tp)
+        if state is None:
+            state = self._states[tp] = _PartitionState(tp)
+            if self._producer is not None:
+                state.producer_id, state.producer_epoch = self._producer
+        return state
+
+    def _dispatch(self, now: float) -> float | None:
+        """Send what may be sent; returns when to look again for a partition that is backing off."""
+        if not self._ready or self._fatal is not None:
+            return None
+        next_at: float | None = None
+        for state in list(self._states.values()):
+            if state.retry and not state.inflight:
+                at = self._resend(state, now)
+                if at is not None and (next_at is None or at < next_at):
+                    next_at = at
+        batches, linger_at = self._accumulator.drain(now, lambda tp: self._capacity(tp, now))
+        for batch in batches:
+            state = self._state(batch.tp)
+            if self.idempotent:
+                batch.set_producer(state.producer_id, state.producer_epoch, state.next_sequence)
+                state.next_sequence += batch.record_count
+            address = self._client.cached_leader(batch.tp.topic, batch.tp.partition)
+            if address is None:  # a metadata refresh just forgot the leader capacity() saw
+                self._retry(state, batch)
+                continue
+            self._send(state, batch, address)
+        if linger_at is not None and (next_at is None or linger_at < next_at):
+            next_at = linger_at
+        return next_at
+
+    def _capacity(self, tp: TopicPartition, now: float) -> int:
+        state = self._state(tp)
+        if state.retry or state.resetting or state.reset_error is not None or now < state.backoff_until:
+            return 0
+        address = self._client.cached_leader(tp.topic, tp.partition)
+        if address is None:
+            self._request_refresh()
+            return 0
+        if state.inflight and state.address != address:
+            return 0  # never two streams for one partition: wait for the old node's answers
+        limit = self._max_in_flight if self._use_streams else 1
+        if self.idempotent and not state.acked_once:
+            limit = 1
+        return limit - len(state.inflight)
+
+    def _resend(self, state: _PartitionState, now: float) -> float | None:
+        """Re-send a partition's failed batches in sequence order, or give them up."""
+        if state.reset_error is not None:
+            error, state.reset_error = state.reset_error, None
+            self._give_up_partition(state, error)
+            return None
+        expired = [b for b in state.retry if b.deadline <= now]
+        if expired:
+            error = RequestTimeoutError(f"{state.tp}: not acknowledged within the delivery timeout")
+            if self.idempotent:
+                self._give_up_partition(state, error)
+            else:
+                for batch in expired:
+                    state.retry.remove(batch)
+                    self._fail(batch, error)
+            return None
+        if now < state.backoff_until:
+            return state.backoff_until
+        if state.resetting:
+            return None
+        address = self._client.cached_leader(state.tp.topic, state.tp.partition)
+        if address is None:
+            self._request_refresh()
+            self._back_off(state, now)
+            return state.backoff_until
+        if self.idempotent:
+            state.retry.sort(key=lambda b: b.base_sequence)
+        limit = self._max_in_flight if self._use_streams else 1
+        if self.idempotent and not state.acked_once:
+            limit = 1
+        resend, state.retry = state.retry[:limit], state.retry[limit:]
+        for batch in resend:
+            self._send(state, batch, address)
+        return None
+
+    def _give_up_partition(self, state: _PartitionState, error: MultiraftError) -> None:
+        """Fail every unacknowledged batch of the partition and continue under a new producer id (a
+        sequence the leader does not expect would otherwise block the partition for good)."""
+        batches, state.retry = state.retry, []
+        for batch in batches:
+            self._fail(batch, error)
+        if self.idempotent:
+            state.resetting = True
+            self._spawn(self._reset_partition(state))
+
+    def _send(self, state: _PartitionState, batch: ProducerBatch, address: str) -> None:
+        payload = batch.encode(self._compression)
+        batch.attempts += 1
+        state.sends += 1
+        batch.send_index = state.sends
+        state.inflight.append(batch)
+        state.address = address
+        sequence = next(self._request_ids)
+        request = pb.ProduceRequest(
+            topic=batch.tp.topic,
+            partition=batch.tp.partition,
+            batch=payload,
+            sequence=sequence,
+            timeout_ms=int(self._request_timeout_s * 1000),
+        )
+        if self._use_streams:
+            stream = self._streams.get(address)
+            if stream is None or stream.closed:
+                stream = self._streams[address] = _Stream(self, address, self._channel(address))
+            stream.send(sequence, batch, request)
+        else:
+            self._spawn(self._produce_unary(address, batch, request))
+
+    async def _produce_unary(self, address: str, batch: ProducerBatch, request: pb.ProduceRequest) -> None:
+        channel = self._channel(address)
+        if not await _connect(channel, _CONNECT_TIMEOUT_S):
+            self.on_response(batch, None, ConnectionFailedError(f"could not connect to {address}"))
+            return
+        batch.maybe_written = True
+        try:
+            response = await pb_grpc.LogStub(channel).Produce(request, timeout=self._request_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            self.on_response(batch, None, from_rpc_error(exc))
+            return
+        self.on_response(batch, response, None)
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        return channel
+
+    def _watch_streams(self, now: float) -> None:
+        limit = self._request_timeout_s + _STREAM_GRACE_S
+        for stream in self._streams.values():
+            if stream.outstanding and now - stream.outstanding[0].sent_at > limit:
+                log.warning("produce stream unanswered; reconnecting", address=stream.address)
+                stream.give_up()
+
+    # ---------------------------------------------------------------------------------------- answers
+
+    def streams_unsupported(self, address: str) -> None:
+        if self._use_streams:
+            log.info("the cluster does not support ProduceStream; using unary Produce", address=address)
+        self._use_streams = False
+
+    def on_stream_closed(self, stream: _Stream) -> None:
+        if self._streams.get(stream.address) is stream:
+            del self._streams[stream.address]
+
+    def on_response(
+        self, batch: ProducerBatch, response: pb.ProduceResponse | None, error: MultiraftError | None
+    ) -> None:
+        state = self._state(batch.tp)
+        if batch in state.inflight:
+            state.inflight.remove(batch)
+        if error is None and response is not None and response.HasField("error"):
+            error = from_proto_error(response.error)
+        if error is None and response is not None:
+            state.acked_once = True
+            state.backoff_s = 0.0
+            append_time = response.log_append_time_ms if self._uses_append_time(batch.tp.topic) else None
+            batch.complete(response.base_offset, response.duplicate, append_time)
+            self._accumulator.release(batch)
+        else:
+            assert error is not None
+            first_failed = state.first_failed_send
+            follows_failure = first_failed is not None and batch.send_index > first_failed
+            if first_failed is None or batch.send_index < first_failed:
+                state.first_failed_send = batch.send_index
+            self._on_failure(state, batch, error, follows_failure=follows_failure)
+        if not state.inflight:
+            state.first_failed_send = None
+        self._poke()
+
+    def _on_failure(
+        self, state: _PartitionState, batch: ProducerBatch, error: MultiraftError, *, follows_failure: bool
+    ) -> None:
+        tp = batch.tp
+        log.debug("batch failed", partition=str(tp), sequence=batch.base_sequence, error=str(error))
+        if isinstance(error, NotLeaderError):
+            self._client.learn_leader(tp.topic, tp.partition, error)
+            if not error.leader_id:
+                self._request_refresh()
+        elif error.retriable:
+            self._request_refresh()
+        if self._stopping and self._abort is not None:
+            self._fail(batch, error)
+            return
+        if isinstance(error, ProducerFencedError):
+            self._fatal = error
+            self._fail(batch, error)
+            self._fail_everything(error)
+            return
+        if isinstance(error, RecordTooLargeError):
+            max_bytes = int(error.metadata.get("max_bytes", "0") or 0)
+            if max_bytes:
+                self._learn_max_bytes(tp.topic, max_bytes)
+            if batch.record_count > 1:  # not written: send it as two smaller batches, same sequences
+                parts = batch.split()
+                self._accumulator.replace(batch, parts)
+                state.retry.extend(parts)
+                return
+            self._reject(state, batch, error)
+            return
+        if isinstance(error, OutOfOrderSequenceError) and self.idempotent:
+            if follows_failure:
+                self._retry(state, batch)  # an earlier batch of the round failed: the leader expected that one
+            else:
+                state.reset_error = error  # the leader expects another sequence than our oldest batch's
+                state.retry.append(batch)
+            return
+        if error.retriable and (self.idempotent or not batch.maybe_written):
+            self._retry(state, batch)
+            return
+        if error.retriable:
+            self._fail(batch, error)  # it may have been written; sending it again could duplicate it
+            return
+        self._reject(state, batch, error)
+
+    def _retry(self, state: _PartitionState, batch: ProducerBatch) -> None:
+        state.retry.append(batch)
+        self._back_off(state, time.monotonic())
+
+    def _back_off(self, state: _PartitionState, now: float) -> None:
+        state.backoff_s = min(max(state.backoff_s * 2, _BACKOFF_START_S), _BACKOFF_MAX_S)
+        state.backoff_until = max(state.backoff_until, now + state.backoff_s)
+
+    def _reject(self, state: _PartitionState, batch: ProducerBatch, error: MultiraftError) -> None:
+        """The leader refused the batch (it was not written): fail it, and close the gap it leaves in the
+        sequence: later batches of the partition move down (the leader refused them as out of order)."""
+        self._fail(batch, error)
+        if batch.base_sequence < 0:
+            return
+        count = batch.record_count
+        for other in (*state.inflight, *state.retry):
+            if other.producer_id == batch.producer_id and other.base_sequence > batch.base_sequence:
+                other.set_producer(other.producer_id, other.producer_epoch, other.base_sequence - count)
+        if state.producer_id == batch.producer_id:
+            state.next_sequence -= count
+
+    def _fail(self, batch: ProducerBatch, error: MultiraftError) -> None:
+        batch.fail(error)
+        self._accumulator.release(batch)
+
+    def _fail_everything(self, error: MultiraftError) -> None:
+        for batch in self._accumulator.take_all():
+            self._fail(batch, error)
+        for state in self._states.values():
+            for batch in (*state.inflight, *state.retry):
+                if not batch.done.is_set():
+                    self._fail(batch, error)
+            state.inflight.clear()
+            state.retry.clear()
+        for stream in list(self._streams.values()):
+            stream.outstanding.clear()
+            stream.finish()
+
+    # --------------------------------------------------------------------------------------- metadata
+
+    def _request_refresh(self) -> None:
+        now = time.monotonic()
+        if self._refreshing or now - self._last_refresh < _REFRESH_MIN_INTERVAL_S or self._loop is None:
+            return
+        self._refreshing = True
+        future = self._loop.run_in_executor(self._executor, self._client.refresh_metadata_quietly)
+
+        def done(_: object) -> None:
+            self._refreshing = False
+            self._last_refresh = time.monotonic()
+            self._poke()
+
+        future.add_done_callback(done)

@@ -1,0 +1,273 @@
+"""Fuzzing the gRPC servicers of a real 3-node cluster with Hypothesis-generated requests.
+
+Random bytes as batches, flipped bits, lying headers, huge sizes, negative and enormous numbers, unknown
+topics, names with odd characters. Every request must end with a *precise* status (a multiraft reason and a
+gRPC code other than INTERNAL or UNKNOWN, or success), the nodes must stay up, and the data committed before
+the fuzzing must read back unchanged after it.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from multiraft.errors import REASONS
+from multiraft.launcher import cluster_status
+from rpc.proto import multiraft_pb2 as pb
+from rpc.status import from_rpc_error
+from storage import HEADER_SIZE, encode_batch
+from tests.integration.conftest import Cluster, fetch_all, produce
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "fuzzed"
+KNOWN_REASONS = REASONS
+IMPRECISE = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
+FUZZ = settings(
+    max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None
+)
+
+odd_names = st.one_of(
+    st.just(TOPIC),
+    st.sampled_from(["", "ghost", "__consumer_offsets", "__cluster_metadata", "../etc", "a" * 300, "t\x00x"]),
+    st.from_regex(r"[a-z][a-z0-9._-]{0,10}", fullmatch=True),
+    st.text(max_size=40),
+)
+int32s = st.one_of(st.sampled_from([0, 1, 2, -1, 2**31 - 1, -(2**31)]), st.integers(-(2**31), 2**31 - 1))
+int64s = st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, 1, -1, 2**62]))
+
+
+def _valid_batch(values: list[bytes]) -> bytes:
+    return encode_batch(values, timestamps_ms=int(time.time() * 1000))
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> bytes:
+    """Mostly broken record batches: random bytes, bit flips, lying header fields, truncations."""
+    valid = _valid_batch(draw(st.lists(st.binary(max_size=64), min_size=1, max_size=5)))
+    kind = draw(st.sampled_from(["random", "flip", "header", "truncate", "extend", "valid", "idempotent", "huge"]))
+    if kind == "random":
+        return draw(st.binary(max_size=512))
+    if kind == "flip":
+        position = draw(st.integers(0, len(valid) - 1))
+        return valid[:position] + bytes([valid[position] ^ (1 << draw(st.integers(0, 7)))]) + valid[position + 1 :]
+    if kind == "header":  # overwrite one header field with a random value (the CRC may or may not cover it)
+        at, fmt = draw(
+            st.sampled_from(
+                [(8, "<I"), (12, "<B"), (17, "<H"), (19, "<i"), (39, "<q"), (47, "<h"), (49, "<i"), (53, "<I")]
+            )
+        )
+        size = struct.calcsize(fmt)
+        value = draw(st.integers(0, 2 ** (8 * size) - 1))
+        return valid[:at] + value.to_bytes(size, "little") + valid[at + size :]
+    if kind == "truncate":
+        return valid[: draw(st.integers(0, len(valid) - 1))]
+    if kind == "extend":
+        return valid + draw(st.binary(min_size=1, max_size=64))
+    if kind == "idempotent":
+        return encode_batch(
+            [b"i"],
+            timestamps_ms=1,
+            producer_id=draw(st.integers(-5, 2**40)),
+            producer_epoch=draw(st.integers(-5, 5)),
+            base_sequence=draw(st.integers(-5, 2**31 - 1)),
+        )
+    if kind == "huge":
+        return _valid_batch([b"x" * (5 * 1024 * 1024)])
+    return valid[:HEADER_SIZE] + valid[HEADER_SIZE:]
+
+
+def _stub(cluster: Cluster, node_id: int) -> Any:
+    return cluster.client.log_stub(cluster.info.nodes[node_id].client_address)
+
+
+def _admin(cluster: Cluster, node_id: int) -> Any:
+    return cluster.client.admin_stub(cluster.info.nodes[node_id].client_address)
+
+
+def _answered_precisely(call: Callable[[], object]) -> None:
+    try:
+        call()
+    except grpc.RpcError as exc:
+        code = exc.code()  # type: ignore[attr-defined]
+        assert code not in IMPRECISE, f"imprecise status {code}: {exc.details()}"  # type: ignore[attr-defined]
+        if code not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED):
+            assert from_rpc_error(exc).reason in KNOWN_REASONS
+
+
+@pytest.fixture(scope="module")
+def fuzzed(shared_cluster: Cluster) -> Iterator[tuple[Cluster, dict[int, list[tuple[int, bytes]]]]]:
+    shared_cluster.create_topic(TOPIC, partitions=2, replication_factor=3, max_message_bytes="1048576")
+    for partition in (0, 1):
+        for i in range(20):
+            produce(shared_cluster.client, TOPIC, partition, [b"committed-%d-%d" % (partition, i)])
+    before = {p: fetch_all(shared_cluster.client, TOPIC, p) for p in (0, 1)}
+    yield shared_cluster, before
+    nodes = cluster_status(shared_cluster.info.directory)
+    assert all(node["serving"] for node in nodes), f"a node stopped serving while being fuzzed: {nodes}"
+    for partition in (0, 1):
+        after = fetch_all(shared_cluster.client, TOPIC, partition)
+        assert after[: len(before[partition])] == before[partition], "committed data changed"
+
+
+@FUZZ
+@given(node=st.integers(1, 3), topic=odd_names, partition=int32s, batch=batches(), timeout_ms=int32s)
+def test_produce_answers_every_request_precisely(
+    fuzzed: tuple[Cluster, Any], node: int, topic: str, partition: int, batch: bytes, timeout_ms: int
+) -> None:
+    cluster, _ = fuzzed
+    request = pb.ProduceRequest(topic=topic, partition=partition, batch=batch, timeout_ms=min(timeout_ms, 2_000))
+    _answered_precisely(lambda: _stub(cluster, node).Produce(request, timeout=10))
+
+
+@FUZZ
+@given(
+    node=st.integers(1, 3),
+    topic=odd_names,
+    partition=int32s,
+    offset=int64s,
+    max_bytes=int32s,
+    max_wait_ms=st.integers(-10, 50),
+    min_bytes=int32s,
+)
+def test_fetch_answers_every_request_precisely(
+    fuzzed: tuple[Cluster, Any],
+    node: int,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    max_wait_ms: int,
+    min_bytes: int,
+) -> None:
+    cluster, _ = fuzzed
+    request = pb.FetchRequest(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        max_bytes=max_bytes,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+    )
+    _answered_precisely(lambda: _stub(cluster, node).Fetch(request, timeout=10))
+
+
+@FUZZ
+@given(
+    node=st.integers(1, 3),
+    topic=odd_names,
+    partitions=st.lists(int32s, max_size=4),
+    spec=st.integers(-3, 6),
+    timestamp=int64s,
+)
+def test_list_offsets_answers_every_request_precisely(
+    fuzzed: tuple[Cluster, Any], node: int, topic: str, partitions: list[int], spec: int, timestamp: int
+) -> None:
+    cluster, _ = fuzzed
+    request = pb.ListOffsetsRequest(topic=topic, partitions=partitions, spec=spec, timestamp_ms=timestamp)  # type: ignore[arg-type]
+    _answered_precisely(lambda: _stub(cluster, node).ListOffsets(request, timeout=10))
+
+
+@FUZZ
+@given(
+    node=st.integers(1, 3),
+    group=st.one_of(st.text(max_size=20), st.just("x" * 400)),
+    rows=st.lists(st.tuples(odd_names, int32s, int64s, st.text(max_size=20)), max_size=3),
+    fetch=st.booleans(),
+)
+def test_offset_commits_and_fetches_answer_every_request_precisely(
+    fuzzed: tuple[Cluster, Any], node: int, group: str, rows: list[tuple[str, int, int, str]], fetch: bool
+) -> None:
+    cluster, _ = fuzzed
+    if fetch:
+        request: Any = pb.FetchOffsetsRequest(
+            group=group, partitions=[pb.TopicPartition(topic=t, partition=p) for t, p, _, _ in rows]
+        )
+        _answered_precisely(lambda: _stub(cluster, node).FetchOffsets(request, timeout=30))
+    else:
+        request = pb.CommitOffsetsRequest(
+            group=group,
+            offsets=[pb.CommittedOffset(topic=t, partition=p, offset=o, metadata=m) for t, p, o, m in rows],
+        )
+        _answered_precisely(lambda: _stub(cluster, node).CommitOffsets(request, timeout=30))
+
+
+@FUZZ
+@given(
+    node=st.integers(1, 3),
+    name=odd_names,
+    partitions=int32s,
+    replication_factor=int32s,
+    configs=st.dictionaries(
+        st.sampled_from(["retention.ms", "segment.bytes", "max.message.bytes", "colour", ""]),
+        st.one_of(st.text(max_size=8), st.integers(-(2**70), 2**70).map(str)),
+        max_size=2,
+    ),
+)
+def test_create_topic_answers_every_request_precisely(
+    fuzzed: tuple[Cluster, Any], node: int, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+) -> None:
+    cluster, _ = fuzzed
+    partitions = partitions if partitions > 64 or partitions < 1 else min(partitions, 3)  # keep valid ones small
+    request = pb.CreateTopicRequest(
+        name=name, partitions=partitions, replication_factor=replication_factor, configs=configs
+    )
+
+    def create_then_clean_up() -> None:
+        _admin(cluster, node).CreateTopic(request, timeout=30)
+        if name != TOPIC:
+            _admin(cluster, node).DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=30)
+
+    _answered_precisely(create_then_clean_up)
+
+
+@FUZZ
+@given(
+    node=st.integers(1, 3),
+    name=odd_names,
+    set_=st.dictionaries(
+        st.sampled_from(["retention.ms", "segment.bytes", "cleanup.policy", "x"]), st.text(max_size=6), max_size=2
+    ),
+    delete=st.lists(st.sampled_from(["retention.ms", "nope", ""]), max_size=2),
+)
+def test_alter_and_describe_answer_every_request_precisely(
+    fuzzed: tuple[Cluster, Any], node: int, name: str, set_: dict[str, str], delete: list[str]
+) -> None:
+    cluster, _ = fuzzed
+    if name == TOPIC:
+        set_ = {k: v for k, v in set_.items() if k not in ("retention.ms", "segment.bytes")}  # keep the data
+    admin = _admin(cluster, node)
+    _answered_precisely(
+        lambda: admin.AlterTopicConfigs(pb.AlterTopicConfigsRequest(name=name, set=set_, delete=delete), timeout=30)
+    )
+    _answered_precisely(lambda: admin.DescribeTopic(pb.DescribeTopicRequest(name=name), timeout=30))
+    _answered_precisely(lambda: admin.Metadata(pb.MetadataRequest(topics=[name]), timeout=30))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+@given(
+    node=st.integers(1, 3),
+    requests=st.lists(st.tuples(odd_names, int32s, batches()), min_size=1, max_size=6),
+)
+def test_produce_stream_answers_every_item_precisely(
+    fuzzed: tuple[Cluster, Any], node: int, requests: list[tuple[str, int, bytes]]
+) -> None:
+    cluster, _ = fuzzed
+    messages = [pb.ProduceRequest(topic=t, partition=p, batch=b, sequence=i) for i, (t, p, b) in enumerate(requests)]
+
+    def stream() -> None:
+        responses = list(_stub(cluster, node).ProduceStream(iter(messages), timeout=30))
+        assert [r.sequence for r in responses] == list(range(len(messages)))
+        for response in responses:
+            if response.error.reason:
+                assert response.error.reason in KNOWN_REASONS
+                assert response.error.code not in (grpc.StatusCode.INTERNAL.value[0], grpc.StatusCode.UNKNOWN.value[0])
+
+    _answered_precisely(stream)
