@@ -78,7 +78,16 @@ class NodeConfig:
         "running cluster through seeds.",
     )
     seeds: tuple[str, ...] = _setting(
-        (), "list of host:port", "Gossip addresses of running nodes to join through (member-list seeds)."
+        (),
+        "list of host:port",
+        "Gossip addresses of running nodes to join through (member-list seeds). A node of initial_cluster "
+        "retries its seeds until one answers; a node that joins a running cluster needs at least one.",
+    )
+    membership_profile: str = _setting(
+        "lan",
+        "profile",
+        "Member-list timings: lan (probe every 1 s, a crash is declared within about 10 s) or local (one "
+        "host: probe every 200 ms, declared within about 2 s). See membership.MembershipConfig.",
     )
     rack: str = _setting("", "name", "Failure domain; replicas of a partition go to different racks when possible.")
     capacity: float = _setting(1.0, "weight", "Relative capacity used when placing replicas; > 0.")
@@ -134,11 +143,22 @@ class NodeConfig:
     max_segments: int = _setting(65536, "segments", "Most segments in the node's log store at once.")
 
     replica_replace_after_ms: int = _setting(
-        30_000, "ms", "How long a node is dead before its replicas are re-created on other nodes."
+        30_000,
+        "ms",
+        "How long the member-list must have declared a node dead (or gone) before the controller re-creates "
+        "its replicas on other nodes.",
+    )
+    rebalance_interval_ms: int = _setting(
+        1_000,
+        "ms",
+        "How often the controller leader advances replica moves and plans new ones (repair, drain, balance).",
     )
     max_concurrent_moves: int = _setting(4, "moves", "Replica moves in flight at once across the cluster.")
     move_bandwidth_mb_s: float = _setting(
-        50.0, "MB/s", "Cluster-wide budget for copying segments to new replicas (0 = unlimited)."
+        50.0,
+        "MB/s",
+        "Cluster-wide budget for copying segments to new replicas (0 = unlimited); each of the "
+        "max_concurrent_moves moves gets an equal share (move_bandwidth_bytes_per_s).",
     )
 
     log_level: str = _setting("info", "level", "debug, info, warning or error.")
@@ -153,6 +173,14 @@ class NodeConfig:
     @property
     def advertised_peer_address(self) -> str:
         return self.advertise_peer_address or self.peer_address
+
+    @property
+    def move_bandwidth_bytes_per_s(self) -> float:
+        """One replica move's share of the cluster-wide copy budget, in bytes/s (0 = unlimited).
+
+        The controller runs at most ``max_concurrent_moves`` moves at once, so shares that each copier keeps
+        to add up to at most ``move_bandwidth_mb_s`` cluster-wide without copiers coordinating."""
+        return self.move_bandwidth_mb_s * 1_000_000 / self.max_concurrent_moves
 
     def initial_members(self) -> dict[int, str]:
         """node id -> peer address of the initial cluster, in the configured order."""
@@ -216,6 +244,7 @@ class NodeConfig:
             "replica_replace_after_ms": (0, 86_400_000),
             "max_concurrent_moves": (1, 1_000),
             "move_bandwidth_mb_s": (0, 100_000),
+            "rebalance_interval_ms": (10, 3_600_000),
         }
         for key, (low, high) in ranges.items():
             value = getattr(self, key)
@@ -227,6 +256,8 @@ class NodeConfig:
             raise ConfigError("heartbeat_ticks", "must be smaller than election_ticks")
         if self.max_frame_bytes < self.max_append_bytes + self.max_batch_bytes:
             raise ConfigError("max_frame_bytes", "must hold an append message of max_append_bytes plus one batch")
+        if self.membership_profile not in ("lan", "local"):
+            raise ConfigError("membership_profile", f"must be lan or local, got {self.membership_profile!r}")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ConfigError("log_level", f"must be debug, info, warning or error, got {self.log_level!r}")
         if self.log_format not in ("text", "json"):

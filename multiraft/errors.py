@@ -13,7 +13,8 @@ whichever side of the wire an error started on::
     │   └── InvalidTopicError       a bad topic name or topic config
     ├── NotFoundError
     │   ├── UnknownTopicError
-    │   └── UnknownPartitionError
+    │   ├── UnknownPartitionError
+    │   └── UnknownNodeError        no registered node has this id (drain, remove)
     ├── TopicExistsError
     ├── OffsetOutOfRangeError       below the log start or beyond the high watermark
     ├── NotLeaderError              retry on ``leader_id`` / ``leader_address`` (may be unknown)
@@ -46,6 +47,7 @@ __all__ = [
     "NotFoundError",
     "UnknownTopicError",
     "UnknownPartitionError",
+    "UnknownNodeError",
     "TopicExistsError",
     "OffsetOutOfRangeError",
     "NotLeaderError",
@@ -130,6 +132,12 @@ class NotFoundError(MultiraftError):
 
 class UnknownTopicError(NotFoundError):
     reason = "UNKNOWN_TOPIC"
+
+
+class UnknownNodeError(NotFoundError):
+    """No registered node has this id (drain, remove)."""
+
+    reason = "UNKNOWN_NODE"
 
 
 class UnknownPartitionError(NotFoundError):

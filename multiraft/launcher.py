@@ -38,6 +38,7 @@ __all__ = [
     "cluster_status",
     "kill_node",
     "start_node",
+    "add_node",
     "stop_node",
     "load_cluster",
     "cluster_app",
@@ -115,7 +116,7 @@ def _toml_value(value: Any) -> str:
     return json.dumps(str(value))
 
 
-def _write_config(node: NodeProcess, initial_cluster: list[str], settings: dict[str, Any]) -> None:
+def _write_config(node: NodeProcess, initial_cluster: list[str], settings: dict[str, Any], seeds: list[str]) -> None:
     values: dict[str, Any] = {
         "node_id": node.node_id,
         "data_dir": str(Path(node.directory) / "data"),
@@ -123,6 +124,7 @@ def _write_config(node: NodeProcess, initial_cluster: list[str], settings: dict[
         "peer_address": node.peer_address,
         "gossip_address": node.gossip_address,
         "initial_cluster": initial_cluster,
+        "seeds": seeds,
         **settings,
     }
     node.config_path.write_text("".join(f"{key} = {_toml_value(value)}\n" for key, value in values.items()))
@@ -281,8 +283,9 @@ def cluster_up(
             directory=str(node_dir),
         )
     initial = [f"{n.node_id}={n.peer_address}" for n in cluster.nodes.values()]
+    seeds = [n.gossip_address for n in cluster.nodes.values()]
     for node in cluster.nodes.values():
-        _write_config(node, initial, cluster.settings)
+        _write_config(node, initial, cluster.settings, seeds)
     cluster.save()
     try:
         for node_id in cluster.nodes:
@@ -292,6 +295,37 @@ def cluster_up(
         cluster_down(root)
         raise
     return cluster
+
+
+def add_node(cluster: ClusterInfo, node_id: int | None = None, *, wait: bool = True, rack: str = "") -> NodeProcess:
+    """Start a new node that joins the running cluster through the member-list (no initial_cluster).
+
+    Its seeds are the gossip addresses of every node recorded so far; it registers with the controller,
+    which makes it a learner of the metadata group, and the controller's rebalancing then moves replicas to
+    it. ``node_id`` defaults to one above the highest recorded id.
+    """
+    new_id = node_id if node_id is not None else max(cluster.nodes, default=0) + 1
+    if new_id in cluster.nodes:
+        raise ValueError(f"node {new_id} is already part of the cluster in {cluster.directory}")
+    ports = _free_ports(3)
+    node_dir = Path(cluster.directory) / f"n{new_id}"
+    node_dir.mkdir(exist_ok=True)
+    node = NodeProcess(
+        node_id=new_id,
+        client_address=f"127.0.0.1:{ports[0]}",
+        peer_address=f"127.0.0.1:{ports[1]}",
+        gossip_address=f"127.0.0.1:{ports[2]}",
+        directory=str(node_dir),
+    )
+    seeds = [n.gossip_address for n in cluster.nodes.values()]
+    settings = {**cluster.settings, **({"rack": rack} if rack else {})}
+    _write_config(node, [], settings, seeds)
+    cluster.nodes[new_id] = node
+    cluster.save()
+    start_node(cluster, new_id)
+    if wait:
+        wait_serving(cluster, [new_id])
+    return node
 
 
 def cluster_down(directory: str | os.PathLike[str]) -> list[int]:
@@ -419,6 +453,18 @@ def start(
     start_node(cluster, node_id)
     if wait:
         wait_serving(cluster, [node_id])
+
+
+@cluster_app.command("add")
+def add(
+    directory: Path = typer.Option(..., "--dir"),
+    node_id: int = typer.Option(0, "--node-id", help="Id of the new node (default: one above the highest)."),
+    rack: str = typer.Option("", "--rack", help="The new node's rack."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the node serves."),
+) -> None:
+    """Start a new node that joins the running cluster through its seeds."""
+    node = add_node(load_cluster(directory), node_id or None, wait=wait, rack=rack)
+    typer.echo(f"node {node.node_id} at {node.client_address}")
 
 
 @cluster_app.command("stop")

@@ -292,6 +292,19 @@ class AdminServicer(pb_grpc.AdminServicer):
             nodes=[_node_pb(n) for n in cluster.nodes],
             loads=[pb.NodeLoad(node_id=n, replicas=r, leaders=lead) for n, r, lead in cluster.loads],
             under_replicated=[pb.TopicPartition(topic=t, partition=p) for t, p in cluster.under_replicated],
+            moves=[
+                pb.ReplicaMove(
+                    topic=m.move.topic,
+                    partition=m.move.partition,
+                    from_node=m.move.from_node or m.move.replaces or 0,
+                    to_node=m.move.to_node,
+                    phase=m.phase,
+                    bytes_copied=m.bytes_copied,
+                    bytes_total=m.bytes_total,
+                    eta_seconds=m.eta_seconds,
+                )
+                for m in cluster.moves
+            ],
             partitions=cluster.partitions,
         )
 
@@ -301,16 +314,25 @@ class AdminServicer(pb_grpc.AdminServicer):
     ) -> pb.ListGroupsResponse:
         return pb.ListGroupsResponse(groups=await self._node.list_groups())
 
-    # Arrive with replica rebalancing (issue 8).
-    async def DrainNode(self, request: Any, context: Any) -> Any:  # noqa: N802
-        await _unimplemented(context, "DrainNode")
+    @_mapped
+    async def DrainNode(  # noqa: N802
+        self, request: pb.DrainNodeRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DrainNodeResponse:
+        if request.node_id <= 0:
+            raise _invalid("node_id must be >= 1", "node_id")
+        drain = await self._node.drain_node(request.node_id)
+        return pb.DrainNodeResponse(
+            replicas_left=drain.replicas_left, leaders_left=drain.leaders_left, safe_to_stop=drain.safe_to_stop
+        )
 
-    async def RemoveNode(self, request: Any, context: Any) -> Any:  # noqa: N802
-        await _unimplemented(context, "RemoveNode")
-
-
-async def _unimplemented(context: Any, method: str) -> None:
-    await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented by this node version")
+    @_mapped
+    async def RemoveNode(  # noqa: N802
+        self, request: pb.RemoveNodeRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.RemoveNodeResponse:
+        if request.node_id <= 0:
+            raise _invalid("node_id must be >= 1", "node_id")
+        await self._node.remove_node(request.node_id)
+        return pb.RemoveNodeResponse()
 
 
 def _invalid(message: str, field: str) -> MultiraftError:

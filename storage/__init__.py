@@ -23,6 +23,7 @@ from storage.check import CheckReport, Dropped, LogCheck, Problem, RepairReport,
 from storage.config import StorageConfig
 from storage.errors import (
     BatchFormatError,
+    ChunkChecksumError,
     CompactedError,
     CorruptionError,
     EntryTooLargeError,
@@ -47,7 +48,12 @@ from storage.log import (
     SegmentedLog,
     SegmentInfo,
 )
-from storage.segment_file import SegmentFileInfo, read_segment_file_info
+from storage.segment_file import (
+    SegmentFileInfo,
+    SegmentFileReceiver,
+    read_segment_file_chunk,
+    read_segment_file_info,
+)
 
 __all__ = [
     # the log
@@ -63,6 +69,8 @@ __all__ = [
     "ReadResult",
     "SegmentFileInfo",
     "read_segment_file_info",
+    "read_segment_file_chunk",
+    "SegmentFileReceiver",
     # record batches
     "BatchHeader",
     "Compression",
@@ -96,6 +104,7 @@ __all__ = [
     "UnavailableError",
     "SegmentNotFoundError",
     "SegmentFileError",
+    "ChunkChecksumError",
     "CorruptionError",
     "StorageFullError",
 ]

@@ -14,6 +14,7 @@ the boundary (``raise ... from exc``) so callers never see a foreign exception::
     ├── UnavailableError          the requested index or offset is beyond the end of the log
     ├── SegmentNotFoundError      no sealed segment starts at the given index
     ├── SegmentFileError          an exported segment file is malformed, truncated or fails its checksum
+    │   └── ChunkChecksumError    a copied chunk of a segment file fails its checksum (fetch it again)
     ├── CorruptionError           data read from disk fails a check; names the file and the entry index
     └── StorageFullError          the disk or the LMDB map is full
 """
@@ -32,6 +33,7 @@ __all__ = [
     "UnavailableError",
     "SegmentNotFoundError",
     "SegmentFileError",
+    "ChunkChecksumError",
     "CorruptionError",
     "StorageFullError",
 ]
@@ -83,6 +85,10 @@ class SegmentNotFoundError(StorageError):
 
 class SegmentFileError(StorageError):
     """An exported segment file is malformed, truncated or fails its checksum."""
+
+
+class ChunkChecksumError(SegmentFileError):
+    """A chunk of a segment file being copied does not match its checksum; nothing of it was written."""
 
 
 class CorruptionError(StorageError):

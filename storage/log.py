@@ -1012,7 +1012,7 @@ class SegmentedLog:
             if record.base_index >= from_index:  # the only segment is emptied: keep it, empty
                 self._remove_segment_record(txn, self._segments.pop())
                 self._new_segment(record.base_index, record.base_offset)
-            else:
+            elif record.last_index >= from_index:  # a segment that ends before the cut stays as it is
                 self._segments[-1] = self._truncate_segment(txn, record, from_index)
         self._last_term = self._read_last_term()
 

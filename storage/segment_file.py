@@ -12,10 +12,17 @@ re-serialized. Layout, little-endian::
     trailer  8 bytes b"MRSEGEND", u32 crc32c of every byte before the trailer, u64 file length
 
 Import checks the file checksum first, then every entry's own CRC, index continuity and offsets.
+
+Copying between replicas (:func:`read_segment_file_chunk` on the source, :class:`SegmentFileReceiver` on the
+destination) moves the file in chunks, each with its own crc32c, and keeps a progress record beside the
+partial file so that a copy interrupted by a dropped connection or a restart continues from its last
+verified chunk.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import struct
 from collections.abc import Iterator
@@ -26,9 +33,16 @@ from typing import BinaryIO
 import crc32c
 
 from storage import _format as fmt
-from storage.errors import SegmentFileError
+from storage.errors import ChunkChecksumError, SegmentFileError
 
-__all__ = ["SegmentFileInfo", "SEGMENT_FILE_MAGIC", "read_segment_file_info", "iter_segment_file_values"]
+__all__ = [
+    "SegmentFileInfo",
+    "SEGMENT_FILE_MAGIC",
+    "SegmentFileReceiver",
+    "read_segment_file_info",
+    "read_segment_file_chunk",
+    "iter_segment_file_values",
+]
 
 SEGMENT_FILE_MAGIC = b"MRSEG\x00v1"
 _TRAILER_MAGIC = b"MRSEGEND"
@@ -162,3 +176,129 @@ def iter_segment_file_values(info: SegmentFileInfo) -> Iterator[tuple[int, bytes
                 raise SegmentFileError(f"{info.path}: {end - position} unexpected bytes after the last entry")
     except OSError as exc:
         raise SegmentFileError(f"cannot read {info.path}: {exc}") from exc
+
+
+def read_segment_file_chunk(path: str | os.PathLike[str], offset: int, length: int) -> tuple[bytes, int]:
+    """``length`` bytes (fewer at the end) of an exported segment file from ``offset``, and their crc32c."""
+    if offset < 0 or length < 1:
+        raise SegmentFileError(f"bad chunk range: offset {offset}, length {length}")
+    try:
+        with Path(path).open("rb") as raw:
+            raw.seek(offset)
+            data = raw.read(length)
+    except OSError as exc:
+        raise SegmentFileError(f"cannot read {path}: {exc}") from exc
+    return data, crc32c.crc32c(data)
+
+
+class SegmentFileReceiver:
+    """A segment file arriving in chunks at ``path``; resumable across restarts.
+
+    Chunks are appended to ``<path>.partial`` in order. After each chunk the data is fsynced, then the
+    number of verified bytes is written to ``<path>.progress`` (atomically, by rename): after a crash,
+    whatever the partial file holds past that count is cut off, so resuming never trusts unsynced bytes.
+    :meth:`finish` verifies the whole file against the expected size and checksum and renames it to ``path``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], expected_bytes: int, expected_crc: int) -> None:
+        self.path = Path(path)
+        self.expected_bytes = expected_bytes
+        self.expected_crc = expected_crc
+        self._partial = self.path.with_name(self.path.name + ".partial")
+        self._progress = self.path.with_name(self.path.name + ".progress")
+        self.received_bytes = 0
+        self.resumed_from = 0
+        if self.path.exists():
+            self.received_bytes = self.resumed_from = expected_bytes
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            verified = self._read_progress()
+            with self._partial.open("ab") as out:
+                # Bytes past the last recorded chunk may be torn (written, not synced): cut them off.
+                out.truncate(verified)
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as exc:
+            raise SegmentFileError(f"cannot prepare {self._partial}: {exc}") from exc
+        self.received_bytes = self.resumed_from = verified
+
+    def _read_progress(self) -> int:
+        try:
+            document = json.loads(self._progress.read_bytes())
+        except (OSError, ValueError):
+            return 0
+        if (
+            not isinstance(document, dict)
+            or document.get("expected_bytes") != self.expected_bytes
+            or document.get("expected_crc") != self.expected_crc
+        ):
+            return 0  # progress of another version of this file: start again
+        verified = int(document.get("bytes", 0))
+        try:
+            on_disk = self._partial.stat().st_size
+        except OSError:
+            return 0
+        return verified if 0 <= verified <= min(on_disk, self.expected_bytes) else 0
+
+    @property
+    def complete(self) -> bool:
+        return self.received_bytes >= self.expected_bytes
+
+    def write_chunk(self, offset: int, data: bytes, crc: int) -> None:
+        """Append a chunk that must start at :attr:`received_bytes`; a checksum mismatch writes nothing."""
+        if offset != self.received_bytes:
+            raise SegmentFileError(f"{self.path}: chunk at byte {offset}, expected byte {self.received_bytes}")
+        if crc32c.crc32c(data) != crc:
+            raise ChunkChecksumError(f"{self.path}: chunk at byte {offset} ({len(data)} bytes) fails its checksum")
+        if not data or offset + len(data) > self.expected_bytes:
+            raise SegmentFileError(f"{self.path}: chunk at byte {offset} of {len(data)} bytes overruns the file")
+        try:
+            with self._partial.open("r+b") as out:
+                out.seek(offset)
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            self.received_bytes = offset + len(data)
+            document = {
+                "bytes": self.received_bytes,
+                "expected_bytes": self.expected_bytes,
+                "expected_crc": self.expected_crc,
+            }
+            temporary = self._progress.with_name(self._progress.name + ".tmp")
+            temporary.write_bytes(json.dumps(document).encode())
+            temporary.replace(self._progress)
+        except OSError as exc:
+            raise SegmentFileError(f"cannot write {self._partial}: {exc}") from exc
+
+    def finish(self) -> SegmentFileInfo:
+        """Verify the complete file (size, trailer checksum, expected checksum) and move it into place."""
+        if self.path.exists():
+            info = read_segment_file_info(self.path)
+        else:
+            if not self.complete:
+                raise SegmentFileError(f"{self.path}: {self.received_bytes} of {self.expected_bytes} bytes received")
+            try:
+                info = read_segment_file_info(self._partial)
+            except SegmentFileError:
+                self.discard()  # every chunk passed its checksum, so the source itself is bad: start over
+                raise
+            try:
+                self._partial.replace(self.path)
+                self._progress.unlink(missing_ok=True)
+            except OSError as exc:
+                raise SegmentFileError(f"cannot move {self._partial} into place: {exc}") from exc
+            info = dataclasses.replace(info, path=self.path)
+        if info.crc != self.expected_crc or info.file_bytes != self.expected_bytes:
+            self.discard()
+            raise SegmentFileError(
+                f"{self.path}: got {info.file_bytes} bytes with crc {info.crc:#010x}, expected "
+                f"{self.expected_bytes} bytes with crc {self.expected_crc:#010x}"
+            )
+        return info
+
+    def discard(self) -> None:
+        """Remove the file and its progress (a later copy starts from byte 0)."""
+        self.received_bytes = 0
+        for path in (self.path, self._partial, self._progress):
+            path.unlink(missing_ok=True)

@@ -1,13 +1,18 @@
-"""``multiraft node start|config-reference``: run one node; every config key is also a flag.
+"""``multiraft node start|config-reference|drain|remove``: run one node, or take one out of a cluster.
 
-Flags are generated from :class:`multiraft.config.NodeConfig`, so a new key is a new flag with its doc.
+``start`` flags are generated from :class:`multiraft.config.NodeConfig`, so a new key is a new flag with its
+doc. ``drain`` and ``remove`` are client commands with the usual connection options (``--bootstrap``,
+``--cluster-dir``, ``--timeout``; see ``multiraft.cli._options``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import time
 import typing
+from pathlib import Path
 from typing import Any
 
 import click
@@ -18,7 +23,7 @@ from multiraft.logging import configure_logging
 __all__ = ["node_group"]
 
 
-@click.group("node", help="Run a node, or print its configuration reference.")
+@click.group("node", help="Run a node, print its configuration reference, or drain and remove one.")
 def node_group() -> None:
     pass
 
@@ -53,3 +58,84 @@ def start(config_path: str | None, **flags: Any) -> None:
 def reference() -> None:
     """Print every configuration key with its unit, default and meaning (Markdown)."""
     click.echo(config_reference(), nl=False)
+
+
+def _connection_options(command: Any) -> Any:
+    command = click.option(
+        "--timeout", type=click.FloatRange(min=0.1), default=30.0, help="Seconds to wait for each request."
+    )(command)
+    command = click.option(
+        "--cluster-dir",
+        envvar="MULTIRAFT_CLUSTER_DIR",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="A local cluster's directory (`multiraft cluster up --dir`); used when no --bootstrap is given.",
+    )(command)
+    return click.option(
+        "--bootstrap",
+        "-b",
+        envvar="MULTIRAFT_BOOTSTRAP",
+        metavar="HOST:PORT[,HOST:PORT]",
+        default=None,
+        help="Addresses of one or more nodes.",
+    )(command)
+
+
+@node_group.command("drain")
+@click.argument("node_id", type=click.IntRange(min=1))
+@click.option("--wait/--no-wait", default=True, help="Follow the drain until the node is safe to stop.")
+@click.option(
+    "--wait-timeout", type=click.FloatRange(min=0), default=0.0, help="Give up waiting after this many s (0: never)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of text.")
+@_connection_options
+def drain(
+    node_id: int,
+    wait: bool,
+    wait_timeout: float,
+    as_json: bool,
+    bootstrap: str | None,
+    cluster_dir: Path | None,
+    timeout: float,
+) -> None:
+    """Move every replica and leadership off NODE_ID, then report it safe to stop.
+
+    The controller keeps moving replicas after this command exits; run it again to see how far it got.
+    Exits 1 if --wait-timeout passes first.
+    """
+    from multiraft.cli._options import fail, open_admin
+
+    deadline = time.monotonic() + wait_timeout if wait_timeout else None
+    last: tuple[int, int, bool] | None = None
+    with open_admin(bootstrap, cluster_dir, timeout) as admin:
+        while True:
+            status = admin.drain_node(node_id)
+            current = (status.replicas_left, status.leaders_left, status.safe_to_stop)
+            if current != last:
+                last = current
+                if as_json:
+                    click.echo(json.dumps({"node_id": node_id, **dataclasses.asdict(status)}))
+                elif status.safe_to_stop:
+                    click.echo(f"node {node_id} holds no replicas and leads nothing: safe to stop")
+                else:
+                    click.echo(
+                        f"node {node_id} draining: {status.replicas_left} replicas and {status.leaders_left} "
+                        "leaderships left"
+                    )
+            if status.safe_to_stop or not wait:
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                fail(f"node {node_id} still holds {status.replicas_left} replicas after {wait_timeout:g}s")
+            time.sleep(1.0)
+
+
+@node_group.command("remove")
+@click.argument("node_id", type=click.IntRange(min=1))
+@_connection_options
+def remove(node_id: int, bootstrap: str | None, cluster_dir: Path | None, timeout: float) -> None:
+    """Forget NODE_ID. Refused (NODE_HAS_REPLICAS) while it still holds replicas: drain it first."""
+    from multiraft.cli._options import open_admin
+
+    with open_admin(bootstrap, cluster_dir, timeout) as admin:
+        admin.remove_node(node_id)
+    click.echo(f"node {node_id} removed")

@@ -29,6 +29,8 @@ _STATE_STYLES = {
     "dead": "bold red",
     "unreachable": "bold red",
     "left": "dim",
+    "unknown": "dim",
+    "removed": "dim",
 }
 
 
@@ -110,6 +112,20 @@ def _as_json(snapshot: _Snapshot) -> dict[str, Any]:
             }
             for topic in snapshot.topics
         ],
+        "under_replicated": [{"topic": t, "partition": p} for t, p in sorted(under)],
+        "moves": [
+            {
+                "topic": m.topic,
+                "partition": m.partition,
+                "from_node": m.from_node,
+                "to_node": m.to_node,
+                "phase": m.phase,
+                "bytes_copied": m.bytes_copied,
+                "bytes_total": m.bytes_total,
+                "eta_seconds": m.eta_seconds,
+            }
+            for m in cluster.moves
+        ],
         "groups": [
             {"group": g.group, "topic": g.topic, "partition": g.partition, "committed": g.committed, "lag": g.lag}
             for g in snapshot.groups
@@ -125,7 +141,7 @@ def _print_tables(snapshot: _Snapshot) -> None:
     controller = f"node {cluster.controller_id}" if cluster.controller_id else "[red]none (no controller leader)"
     console.print(
         f"cluster [bold]{cluster.cluster_id}[/bold]  controller leader: {controller}  "
-        f"partitions: {cluster.partitions}  under-replicated: {len(under)}",
+        f"partitions: {cluster.partitions}  under-replicated: {len(under)}  moves in flight: {len(cluster.moves)}",
         highlight=False,
     )
 
@@ -167,6 +183,22 @@ def _print_tables(snapshot: _Snapshot) -> None:
                 )
         print_table(partitions)
 
+    if cluster.moves:
+        moves = Table(title="replica moves in flight")
+        for column in ("topic", "partition", "from", "to", "phase", "copied", "ETA"):
+            moves.add_column(column, justify="left" if column in ("topic", "phase") else "right")
+        for m in cluster.moves:
+            moves.add_row(
+                m.topic,
+                str(m.partition),
+                str(m.from_node or "-"),
+                str(m.to_node),
+                m.phase,
+                _copied(m.bytes_copied, m.bytes_total),
+                f"{m.eta_seconds:.0f}s" if m.eta_seconds > 0 else "-",
+            )
+        print_table(moves)
+
     if snapshot.groups_error is not None:
         console.print(f"[yellow]consumer groups unavailable:[/yellow] {snapshot.groups_error}", highlight=False)
     elif not snapshot.groups:
@@ -181,13 +213,20 @@ def _print_tables(snapshot: _Snapshot) -> None:
         print_table(groups)
 
 
+def _copied(copied: int, total: int) -> str:
+    if total <= 0:
+        return "-"
+    return f"{copied / 1e6:.1f}/{total / 1e6:.1f} MB ({100 * copied / total:.0f}%)"
+
+
 def status(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     bootstrap: BootstrapOption = None,
     cluster_dir: ClusterDirOption = None,
     timeout: TimeoutOption = 30.0,
 ) -> None:
-    """Nodes, the controller leader, every partition (leader, replicas, ISR, lag) and consumer-group lag."""
+    """Nodes, the controller leader, every partition (leader, replicas, ISR, lag), replica moves in flight (bytes
+    copied, ETA) and consumer-group lag."""
     with open_admin(bootstrap, cluster_dir, timeout) as admin:
         snapshot = _snapshot(admin)
     if as_json:

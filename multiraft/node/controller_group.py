@@ -44,6 +44,8 @@ class ControllerMachine:
     scheduler: Scheduler
     on_state: Callable[[ctl.ClusterState, set[int], set[int]], None]  # new state, groups created, deleted
     on_leader: Callable[[int], None]  # controller leader id (0 if unknown), on the scheduler thread
+    # (ids the member-list holds live: alive or suspect, every id it remembers); published by the event loop.
+    liveness: Callable[[], tuple[frozenset[int], frozenset[int]]] | None = None
     state: ctl.ClusterState = field(default_factory=ctl.ClusterState)
     _snapshot_index: int = 0
 
@@ -94,7 +96,8 @@ class ControllerMachine:
 
     def on_snapshot(self, group: Group, snapshot: raft.Snapshot) -> None:
         previous = set(self.state.groups())
-        self.state = ctl.decode_snapshot(snapshot.data)
+        # A node that joins a running cluster may be sent the bootstrap snapshot, which carries no state.
+        self.state = ctl.decode_snapshot(snapshot.data) if snapshot.data else ctl.ClusterState()
         self._snapshot_index = snapshot.meta.index
         # Topics deleted in the history the snapshot skipped are gone for good.
         self.on_state(self.state, set(), previous - set(self.state.groups()))
@@ -163,12 +166,37 @@ class ControllerMachine:
                     capacity=float(node.get("capacity", 1.0)),
                 )
             )
+        if op == "set_partition_replicas":
+            expected_replicas = request.get("expected_replicas")
+            expected_learners = request.get("expected_learners")
+            return ctl.SetPartitionReplicas(
+                str(request["topic"]),
+                int(request["partition"]),
+                tuple(int(n) for n in request["replicas"]),
+                tuple(int(n) for n in request["learners"]),
+                int(request["preferred_leader"]),
+                None if expected_replicas is None else tuple(int(n) for n in expected_replicas),
+                None if expected_learners is None else tuple(int(n) for n in expected_learners),
+            )
+        if op == "set_node_state":
+            node_id = int(request["node_id"])
+            if node_id not in self.state.nodes:
+                raise ctl.UnknownNodeError(node_id)
+            return ctl.SetNodeState(node_id, ctl.NodeState(str(request["state"])))
         if op == "allocate_producer_ids":
             return ctl.AllocateProducerIds(int(request["count"]))
         raise ValueError(f"unknown controller operation {op!r}")
 
     def live_nodes(self, group: Group) -> list[ctl.NodeInfo]:
-        """ACTIVE registered nodes this leader has heard from recently (itself included)."""
+        """ACTIVE registered nodes the member-list holds alive or suspect (itself included).
+
+        A node the member-list has not heard of yet (gossip still converging after a restart) counts as live
+        if the controller group heard from it recently, so creating a topic right after start-up works."""
         status = group.raw.status()
-        alive = {self.node_id} | {peer for peer, progress in status.progress.items() if progress.recent_active}
+        recent = {self.node_id} | {peer for peer, progress in status.progress.items() if progress.recent_active}
+        if self.liveness is None:
+            alive = recent
+        else:
+            live, known = self.liveness()
+            alive = {self.node_id} | set(live) | {n for n in recent if n not in known}
         return [node for node in self.state.nodes_in_state(ctl.NodeState.ACTIVE) if node.node_id in alive]

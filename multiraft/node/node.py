@@ -16,13 +16,14 @@ import random
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from membership import EventKind, MemberEvent
 from multiraft import controller as ctl
 from multiraft import raft
 from multiraft.config import NodeConfig
@@ -37,15 +38,20 @@ from multiraft.errors import (
     StorageFailureError,
     TopicExistsError,
     UnavailableError,
+    UnknownNodeError,
     UnknownPartitionError,
     UnknownTopicError,
     error_for_reason,
 )
 from multiraft.logging import get_logger
+from multiraft.node.catchup import CATCHUP_REQUEST_KINDS, CatchupManager, snapshot_peers
 from multiraft.node.controller_group import CONTROLLER_TOPIC, ControllerMachine
+from multiraft.node.membership import NodeMembership
 from multiraft.node.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetsMachine, group_partition
 from multiraft.node.partition import PartitionMachine, PartitionView, RetentionPolicy
 from multiraft.node.raftlog import RaftLogStorage
+from multiraft.node.rebalancer import MoveProgress, Rebalancer
+from multiraft.node.reconfigure import Reconciler
 from multiraft.node.scheduler import Group, Scheduler, loop_completion
 from multiraft.node.transport import PeerTransport
 from storage import (
@@ -70,6 +76,7 @@ __all__ = [
     "TopicDescription",
     "NodeDescription",
     "ClusterDescription",
+    "DrainStatus",
 ]
 
 log = get_logger(__name__)
@@ -78,6 +85,7 @@ _REQUEST_CONTROLLER = 1
 _REQUEST_PARTITION_STATUS = 2
 _REQUEST_LEADERS = 3
 _REQUEST_OFFSETS = 4
+_REQUEST_MOVES = 5
 _STATUS_OK = 0
 _STATUS_ERROR = 1
 _GROUP_ATTRIBUTE = "node.group"
@@ -89,6 +97,7 @@ _MAX_GROUP_NAME = 255
 _OFFSETS_ATTEMPT_S = 2.0
 _OFFSETS_DIAL_S = 0.3  # a leader we have no connection to is likely dead; look again soon
 _MAX_OFFSET_METADATA = 4096
+_RECONCILE_S = 0.2  # how often partition leaders make Raft memberships follow the controller's assignments
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +156,17 @@ class ClusterDescription:
     loads: tuple[tuple[int, int, int], ...]  # (node id, replicas, leaders)
     under_replicated: tuple[tuple[str, int], ...]
     partitions: int
+    moves: tuple[MoveProgress, ...] = ()  # replica moves in flight (known to the controller leader)
+
+
+@dataclass(frozen=True, slots=True)
+class DrainStatus:
+    replicas_left: int
+    leaders_left: int
+
+    @property
+    def safe_to_stop(self) -> bool:
+        return self.replicas_left == 0 and self.leaders_left == 0
 
 
 @dataclass
@@ -188,6 +208,13 @@ class Node:
         self._stopped = asyncio.Event()
         self.client_port = 0
         self.peer_port = 0
+        self.membership: NodeMembership | None = None
+        self.rebalancer = Rebalancer(self)
+        # Hook for the replica catch-up copier: (group id, replicas catching up by snapshot) -> {node id: (bytes
+        # copied, bytes total)} of the segment copies this node (as leader) is sending; reported in partition
+        # status ("copy") and move progress. The rebalancer promotes no learner listed there.
+        self.catchup_progress: Callable[[int, Collection[int]], dict[int, tuple[int, int]]] | None = None
+        self.catchup: CatchupManager | None = None  # segment copies to and from this node
 
     # ------------------------------------------------------------------------------------------- lifecycle
 
@@ -214,12 +241,41 @@ class Node:
             if node_id != self.node_id:
                 self._transport.set_peer(node_id, address)
         self._scheduler = Scheduler(store_opener=self._open_store, tick_ms=config.tick_ms, outbox=self)
+        self.catchup = CatchupManager(
+            node_id=self.node_id,
+            data_dir=config.data_dir,
+            scheduler=self._scheduler,
+            call=self._transport.call,
+            disconnect=self._transport.disconnect,
+            views_by_group=self.views_by_group,
+            bandwidth_bytes_per_s=config.move_bandwidth_bytes_per_s,
+        )
+        self.catchup_progress = self.catchup.leader_progress
         self._scheduler.start(self._load_groups)
+        self.catchup.start(self._loop)
         self._scheduler.every(config.retention_check_ms / 1000, self._partition_housekeeping)
+        self._scheduler.every(
+            _RECONCILE_S,
+            Reconciler(
+                self.node_id,
+                self._scheduler,
+                lambda: self._controller.state if self._controller is not None else ctl.ClusterState(),
+                lambda: self.controller_leader,
+                self._drop_local_replica,
+            ),
+        )
         await self._start_grpc()
+        self.membership = NodeMembership(
+            config,
+            client_address=self._advertised_client(),
+            peer_address=self._advertised_peer(),
+            on_event=self._on_member_event,
+        )
+        await self.membership.start()
         self._tasks = [
             self._loop.create_task(self._register()),
             self._loop.create_task(self._broadcast_leaders()),
+            self._loop.create_task(self.rebalancer.run()),
         ]
         log.info(
             "node started",
@@ -232,8 +288,12 @@ class Node:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        if self.membership is not None:
+            await self.membership.stop()  # graceful leave: peers see "left" now, not a failure later
         if self._server is not None:
             await self._server.stop(grace=1.0)
+        if self.catchup is not None:
+            await self.catchup.stop()
         if self._transport is not None:
             await self._transport.stop()
         if self._scheduler is not None:
@@ -303,7 +363,9 @@ class Node:
             hard_state, snapshot = raft.bootstrap(raft.ConfState.of(voters, learners))
             storage.apply_snapshot(snapshot)
             storage.set_hard_state(hard_state)
-        machine = ControllerMachine(self.node_id, scheduler, self._on_cluster_state, self._on_controller_leader)
+        machine = ControllerMachine(
+            self.node_id, scheduler, self._on_cluster_state, self._on_controller_leader, liveness=self._liveness
+        )
         snapshot_index = storage.snapshot().meta.index
         storage.restart_at(snapshot_index)  # the cluster state is rebuilt from the snapshot, then replayed
         raw = raft.RawNode(self._raft_config(), storage, self._rng, applied=snapshot_index)
@@ -417,6 +479,53 @@ class Node:
         for group in list(self._sched.groups.values()):
             if isinstance(group.machine, PartitionMachine):
                 group.machine.housekeeping(group, now_ms)
+                if self.catchup is not None:
+                    self.catchup.leader_check(group)
+
+    def _drop_local_replica(self, group: Group) -> None:
+        """Remove a replica the controller moved off this node, and its log (scheduler thread)."""
+        scheduler = self._sched
+        scheduler.remove_group(group.group_id)
+        machine = group.machine
+        if isinstance(machine, PartitionMachine | OffsetsMachine):
+            assert scheduler.store is not None
+            scheduler.store.delete_log(machine.topic, machine.partition)
+            self._on_loop(lambda view=machine.view: self._remove_view(view))  # type: ignore[misc]
+
+    # ------------------------------------------------------------------------------ liveness (member-list)
+
+    def _liveness(self) -> tuple[frozenset[int], frozenset[int]]:
+        """(live ids, every id the member-list remembers); any thread (the sets are replaced, never mutated)."""
+        members = self.membership
+        if members is None:
+            return frozenset({self.node_id}), frozenset({self.node_id})
+        return members.live_ids, members.known_ids
+
+    def liveness(self, node_id: int) -> str:
+        """alive, suspect, dead, left or unknown, as the member-list says (loop thread)."""
+        if node_id == self.node_id:
+            return "alive"
+        return self.membership.state(node_id) if self.membership is not None else "unknown"
+
+    def is_live(self, node_id: int) -> bool:
+        return self.liveness(node_id) in ("alive", "suspect")
+
+    def is_suspect(self, node_id: int) -> bool:
+        return self.liveness(node_id) == "suspect"
+
+    def membership_gone_for(self, node_id: int) -> float | None:
+        """Seconds since the member-list declared ``node_id`` dead or saw it leave (None: it is not)."""
+        return self.membership.gone_for(node_id) if self.membership is not None else None
+
+    def _on_member_event(self, event: MemberEvent) -> None:
+        meta = event.member.meta
+        if meta.node_id == self.node_id:
+            return
+        if event.kind in (EventKind.JOIN, EventKind.UPDATE) and self._transport is not None:
+            # A node that joined through the seeds is reachable before the controller has registered it.
+            self._transport.set_peer(meta.node_id, meta.peer_addr)
+        elif event.kind in (EventKind.DEAD, EventKind.LEAVE) and self._scheduler is not None:
+            self._peer_unreachable(meta.node_id)  # wake quiescent followers of its groups so they campaign
 
     # ----------------------------------------------------------------------------- loop side: state
 
@@ -498,6 +607,8 @@ class Node:
 
     def _deliver(self, from_node: int, messages: list[tuple[int, raft.Message]]) -> None:
         scheduler = self._sched
+        if self.catchup is not None:  # InstallSnapshot with segment files waits for the copy
+            messages = self.catchup.intercept(from_node, messages)
         scheduler.submit(lambda: scheduler.deliver(messages))
 
     def _peer_unreachable(self, peer: int) -> None:
@@ -514,9 +625,18 @@ class Node:
         scheduler.submit(report)
 
     async def _serve_peer_request(self, from_node: int, kind: int, body: bytes) -> tuple[int, bytes]:
+        if kind in CATCHUP_REQUEST_KINDS and self.catchup is not None:
+            return await self.catchup.serve(from_node, kind, body)
         if kind == _REQUEST_CONTROLLER:
+            request = json.loads(body)
+            leader = self.controller_leader
             try:
-                result = await self._controller_local(json.loads(body), _CONTROLLER_TIMEOUT_S)
+                if leader and leader not in (self.node_id, from_node) and not request.get("forwarded"):
+                    # A node that joined through the seeds knows no controller leader yet: pass it on once.
+                    forwarded = {**request, "forwarded": True}
+                    result = await self._controller_remote(leader, forwarded, _CONTROLLER_TIMEOUT_S)
+                else:
+                    result = await self._controller_local(request, _CONTROLLER_TIMEOUT_S)
             except MultiraftError as exc:
                 return _STATUS_ERROR, _encode_error(exc)
             return _STATUS_OK, json.dumps(result).encode()
@@ -530,6 +650,8 @@ class Node:
             except MultiraftError as exc:
                 return _STATUS_ERROR, _encode_error(exc)
             return _STATUS_OK, json.dumps(result).encode()
+        if kind == _REQUEST_MOVES:
+            return _STATUS_OK, json.dumps([_move_json(m) for m in self.rebalancer.snapshot()]).encode()
         if kind == _REQUEST_LEADERS:
             for group_id, leader, term in json.loads(body):
                 self._leader_cache.learn(int(group_id), int(leader), int(term))
@@ -597,7 +719,7 @@ class Node:
         deadline = loop.time() + timeout_s
         last_error: MultiraftError = UnavailableError("the controller has no leader yet")
         while loop.time() < deadline:
-            leader = self.controller_leader
+            leader = self.controller_leader or self._any_live_peer()
             try:
                 if leader == self.node_id:
                     return await self._controller_local(request, deadline - loop.time())
@@ -609,6 +731,13 @@ class Node:
                 last_error = exc
             await asyncio.sleep(0.05)
         raise RequestTimeoutError(f"metadata request not served in {timeout_s:.0f}s: {last_error.message}")
+
+    def _any_live_peer(self) -> int:
+        """Some live member to forward a metadata request through while the controller leader is unknown."""
+        if self.membership is None:
+            return 0
+        peers = sorted(self.membership.peers())
+        return self._rng.choice(peers) if peers else 0
 
     async def _controller_local(self, request: dict[str, Any], timeout_s: float) -> Any:
         loop = asyncio.get_running_loop()
@@ -761,6 +890,10 @@ class Node:
             raise InvalidArgumentError(f"{field} must be >= 0", field=field)
         view = self._leader_view(topic, partition)
         max_bytes = max_bytes or self.config.fetch_max_bytes
+        if offset > view.high_watermark and not view.current:
+            # A new leader's high watermark catches up once it commits an entry of its term: the offset may
+            # well exist, so the client retries rather than resetting (Kafka's OFFSET_NOT_AVAILABLE).
+            raise UnavailableError(f"{topic}/{partition}: the new leader is still catching up")
         if offset < view.log_start_offset or offset > view.high_watermark:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of {topic}/{partition} is outside [{view.log_start_offset}, {view.high_watermark}]",
@@ -804,6 +937,8 @@ class Node:
         if spec == "earliest":
             return view.log_start_offset
         if spec == "latest":
+            if not view.current:
+                raise UnavailableError(f"{topic}/{partition}: the new leader is still catching up")
             return view.high_watermark
         found = view.log.offset_for_timestamp(timestamp_ms)
         return -1 if found is None or found >= view.high_watermark else found
@@ -1059,12 +1194,11 @@ class Node:
         ]
 
     def _node_state(self, node: ctl.NodeInfo) -> str:
-        """The administrative state, or for an active node whether this node can reach it now."""
+        """The administrative state (draining, removed), or for an active node its liveness as the member-list
+        says: alive, suspect, dead, left, or unknown (not gossiped to this node yet)."""
         if node.state is not ctl.NodeState.ACTIVE:
             return str(node.state)
-        if node.node_id == self.node_id or (self._transport is not None and self._transport.connected(node.node_id)):
-            return "alive"
-        return "unreachable"
+        return self.liveness(node.node_id)
 
     async def describe_cluster(self) -> ClusterDescription:
         partitions = [p for t in self._user_topics() for p in t.partitions]
@@ -1077,12 +1211,67 @@ class Node:
             leader = int(status.get("leader", self.leader_of(p.group_id)))
             if leader:
                 leaders[leader] = leaders.get(leader, 0) + 1
-            if len(status.get("isr", ())) < len(p.replicas):
+            # Short of the topic's replication factor in sync: a replica is down, lagging, or being replaced.
+            wanted = max(len(p.replicas), self.cluster.topics[p.topic].replication_factor)
+            if len(status.get("isr", ())) < wanted:
                 under.append((p.topic, p.partition))
         loads = tuple((node, replicas.get(node, 0), leaders.get(node, 0)) for node in sorted(replicas))
         return ClusterDescription(
-            self.config.cluster_id, self.controller_leader, tuple(self.nodes()), loads, tuple(under), len(partitions)
+            self.config.cluster_id,
+            self.controller_leader,
+            tuple(self.nodes()),
+            loads,
+            tuple(under),
+            len(partitions),
+            tuple(await self._moves()),
         )
+
+    async def _moves(self) -> list[MoveProgress]:
+        """Replica moves in flight, as the controller leader tracks them (empty if it cannot be asked)."""
+        leader = self.controller_leader
+        if leader == self.node_id or not leader or self._transport is None:
+            return self.rebalancer.snapshot()
+        try:
+            status, body = await self._transport.call(leader, _REQUEST_MOVES, b"", 2.0)
+        except (ConnectionError, TimeoutError):
+            return []
+        if status != _STATUS_OK:
+            return []
+        moves = []
+        for item in json.loads(body):
+            from_node = int(item["from_node"]) or None
+            move = ctl.ReplicaMove(str(item["topic"]), int(item["partition"]), from_node, int(item["to_node"]))
+            progress = MoveProgress(move, int(item["group_id"]), phase=str(item["phase"]))
+            progress.bytes_copied, progress.bytes_total = int(item["bytes_copied"]), int(item["bytes_total"])
+            progress.eta_seconds = float(item["eta_seconds"])
+            moves.append(progress)
+        return moves
+
+    async def partition_status(self, partitions: Sequence[ctl.PartitionState]) -> dict[int, dict[str, Any]]:
+        """Live status of partitions as their leaders report it (see ``_local_partition_status``)."""
+        return await self._partition_status(partitions)
+
+    async def drain_node(self, node_id: int) -> DrainStatus:
+        """Mark the node draining (idempotent) and report what is left on it; the controller leader's
+        rebalancing moves its replicas, and preferred leadership, to other nodes."""
+        node = self.cluster.nodes.get(node_id)
+        if node is None or node.state is ctl.NodeState.REMOVED:
+            raise UnknownNodeError(f"node {node_id} is not a registered node", node_id=node_id)
+        if node.state is not ctl.NodeState.DRAINING:
+            await self.controller_call({"op": "set_node_state", "node_id": node_id, "state": "draining"})
+        partitions = self.cluster.partitions_on_node(node_id)
+        led = 0
+        if partitions:
+            status = await self._partition_status(partitions)
+            led = sum(1 for p in partitions if int(status.get(p.group_id, {}).get("leader", 0)) == node_id)
+        return DrainStatus(replicas_left=len(partitions), leaders_left=led)
+
+    async def remove_node(self, node_id: int) -> None:
+        """Forget a node; the controller refuses (NODE_HAS_REPLICAS) while it holds any replica."""
+        node = self.cluster.nodes.get(node_id)
+        if node is None:
+            raise UnknownNodeError(f"node {node_id} is not a registered node", node_id=node_id)
+        await self.controller_call({"op": "set_node_state", "node_id": node_id, "state": "removed"})
 
     async def _partition_status(self, partitions: Sequence[ctl.PartitionState]) -> dict[int, dict[str, Any]]:
         """Live status (leader, term, high watermark, in-sync replicas) of partitions, asked of their leaders."""
@@ -1108,9 +1297,9 @@ class Node:
         await asyncio.gather(*(ask(node, ids) for node, ids in by_leader.items() if node))
         return results
 
-    def _peer_connected(self, peer: int) -> bool:
-        # A quiescent group sends no heartbeats, so Raft's recent_active goes stale; the connection does not.
-        return self._transport is not None and self._transport.connected(peer)
+    def _peer_live(self, peer: int) -> bool:
+        # A quiescent group sends no heartbeats, so Raft's recent_active goes stale; the member-list does not.
+        return peer in self._liveness()[0]
 
     async def _local_partition_status(self, group_ids: Sequence[int]) -> dict[str, dict[str, Any]]:
         loop = asyncio.get_running_loop()
@@ -1129,15 +1318,26 @@ class Node:
                     for peer, progress in status.progress.items()
                     if peer != self.node_id
                     and not progress.is_learner
-                    and (progress.recent_active or (status.quiescent and self._peer_connected(peer)))
+                    and (progress.recent_active or (status.quiescent and self._peer_live(peer)))
+                    and self._peer_live(peer)
                     and status.commit - progress.match <= 1_000
+                    and (progress.match > 0 or status.commit == 0)  # an empty new replica is not in sync
                 ]
+                segments = group.machine.log.segments()
+                hook = self.catchup_progress
+                copies = hook(group_id, snapshot_peers(status, group.storage.first_index())) if hook is not None else {}
                 out[str(group_id)] = {
+                    "bytes": sum(segment.size_bytes for segment in segments),
+                    "entries": max(0, status.last_index - group.storage.first_index() + 1),
+                    "copy": {str(peer): [copied, total] for peer, (copied, total) in copies.items()},
                     "lag": {
                         str(peer): max(0, status.last_index - progress.match)
                         for peer, progress in status.progress.items()
                         if peer != self.node_id
                     },
+                    # Peers that acknowledged entries: lag in entries alone would call an empty replica of a
+                    # partition with few large entries caught up.
+                    "acked": [peer for peer, progress in status.progress.items() if progress.match > 0],
                     "leader": self.node_id,
                     "term": status.term,
                     "hw": group.machine.high_watermark,
@@ -1180,6 +1380,20 @@ def _outcome_json(outcome: Any) -> Any:
     if isinstance(outcome, ctl.PartitionState):
         return {"group_id": outcome.group_id}
     return None
+
+
+def _move_json(move: MoveProgress) -> dict[str, Any]:
+    return {
+        "topic": move.move.topic,
+        "partition": move.move.partition,
+        "group_id": move.group_id,
+        "from_node": move.move.from_node or move.move.replaces or 0,
+        "to_node": move.move.to_node,
+        "phase": move.phase,
+        "bytes_copied": move.bytes_copied,
+        "bytes_total": move.bytes_total,
+        "eta_seconds": move.eta_seconds,
+    }
 
 
 def _encode_error(error: MultiraftError) -> bytes:

@@ -158,7 +158,9 @@ class OffsetsMachine:
         view, raw = self.view, group.raw
         leader_id, term, leader = raw.leader_id, raw.term, raw.role is raft.Role.LEADER
         self.publish(
-            lambda: view.update(high_watermark=0, log_start_offset=0, leader_id=leader_id, term=term, leader=leader)
+            lambda: view.update(
+                high_watermark=0, log_start_offset=0, leader_id=leader_id, term=term, leader=leader, current=False
+            )
         )
 
     # --------------------------------------------------------------------------------- leader requests

@@ -66,14 +66,18 @@ class PartitionView:
         self.leader_id = 0
         self.leader_term = 0
         self.is_leader = False
+        self.current = False  # leader that has applied an entry of its own term: its high watermark is final
         self.high_watermark = 0
         self.log_start_offset = 0
         self.replicas: tuple[int, ...] = ()
         self.removed = False
+        self.catchup: Any = None  # multiraft.node.catchup.CatchupProgress while segments are copied here
         self._advanced = asyncio.Event()
 
-    def update(self, *, high_watermark: int, log_start_offset: int, leader_id: int, term: int, leader: bool) -> None:
-        self.leader_id, self.leader_term, self.is_leader = leader_id, term, leader
+    def update(
+        self, *, high_watermark: int, log_start_offset: int, leader_id: int, term: int, leader: bool, current: bool
+    ) -> None:
+        self.leader_id, self.leader_term, self.is_leader, self.current = leader_id, term, leader, current
         self.log_start_offset = log_start_offset
         if high_watermark != self.high_watermark:
             self.high_watermark = high_watermark
@@ -124,6 +128,7 @@ class PartitionMachine:
     _last_entry_ms: int = 0
     _producers_saved_at: int = 0  # the applied index the persisted producer checkpoint covers
     _leading: bool = False
+    _current: bool = False  # leading, and an entry of this term is applied
     _duplicate_waiters: dict[int, list[Completion]] = field(default_factory=dict)  # index -> retries
 
     def start(self, group: Group) -> None:
@@ -243,6 +248,8 @@ class PartitionMachine:
         results: dict[int, Any] = {}
         pending, waiters = group.pending, self._duplicate_waiters
         data, control = raft.EntryKind.DATA, raft.EntryKind.CONTROL
+        if group.is_leader and entries[-1].term == group.raw.term:
+            self._current = True
         for entry in entries:
             self._applied_index = entry.index
             if entry.kind == data:
@@ -267,6 +274,7 @@ class PartitionMachine:
 
     def on_role_change(self, group: Group, soft_state: raft.SoftState) -> None:
         leading = soft_state.role is raft.Role.LEADER
+        self._current = False
         if leading and not self._leading:
             self._track_unapplied_suffix(group)
         elif not leading and self._leading:
@@ -276,9 +284,10 @@ class PartitionMachine:
         self._publish(group)
 
     def on_snapshot(self, group: Group, snapshot: raft.Snapshot) -> None:
-        self.high_watermark = self.log.start_offset()
-        self._applied_index = snapshot.meta.index
         manifest = decode_manifest(snapshot.data)
+        # A catch-up snapshot keeps the copied segments: the high watermark is the offset after its index.
+        self.high_watermark = max(self.log.start_offset(), manifest.next_offset)
+        self._applied_index = snapshot.meta.index
         self.producers = ProducerStates.decode(manifest.producers) if manifest.producers else ProducerStates()
         self.save_producers()
         self._publish(group)
@@ -307,6 +316,7 @@ class PartitionMachine:
         view, raw = self.view, group.raw
         high_watermark, log_start_offset = self.high_watermark, self.log.start_offset()
         leader_id, term, leader = raw.leader_id, raw.term, raw.role is raft.Role.LEADER
+        current = leader and self._current
         self.publish(
             lambda: view.update(
                 high_watermark=high_watermark,
@@ -314,6 +324,7 @@ class PartitionMachine:
                 leader_id=leader_id,
                 term=term,
                 leader=leader,
+                current=current,
             )
         )
 

@@ -14,14 +14,20 @@ everywhere, and a follower that needs it gets the snapshot, whose data is a smal
 at I, and the leader's sealed segments later replicas can copy). So a partition snapshot sits exactly at the
 log's compaction point, and the adapter keeps the configuration history needed to say which configuration
 was in force there. Metadata lives in the log's attributes, written in the same transaction as the entries.
+
+Catch-up snapshots (``multiraft.node.catchup``). For a far-behind replica the leader also makes a snapshot at
+the end of a sealed segment, whose manifest lists the sealed segment files (``files``) from the log's start
+to that index. Raft's compaction point moves there while the leader keeps the segments: the core then sends
+the far-behind replica this small manifest instead of the entries, the replica copies the files, and
+:meth:`RaftLogStorage.apply_snapshot` adopts them (``segment_installer``) instead of emptying the log.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from multiraft import raft
@@ -39,7 +45,7 @@ from storage import (
     UnavailableError as StorageUnavailableError,
 )
 
-__all__ = ["RaftLogStorage", "SnapshotManifest", "encode_manifest", "decode_manifest"]
+__all__ = ["RaftLogStorage", "SnapshotManifest", "SegmentRef", "encode_manifest", "decode_manifest"]
 
 _SNAPSHOT_META = "raft.snapshot"
 _COMPACTED = "raft.compacted"
@@ -52,18 +58,40 @@ _ZERO_OFFSET = bytes(8)
 
 
 @dataclass(frozen=True, slots=True)
+class SegmentRef:
+    """A sealed segment a catch-up snapshot lists, as the file ``SegmentedLog.export_segment`` writes."""
+
+    base_index: int
+    last_index: int
+    base_offset: int
+    next_offset: int
+    last_term: int  # identifies the content: entries up to an index of the same term are the same (Raft)
+    file_bytes: int
+    crc: int  # crc32c of the file (its trailer's), checked once the copy is complete
+
+    def as_list(self) -> list[int]:
+        return [self.base_index, self.last_index, self.base_offset, self.next_offset, self.last_term,
+                self.file_bytes, self.crc]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class SnapshotManifest:
     """The data of a partition snapshot: where the log resumes, and which sealed segments the leader has."""
 
     next_offset: int
     segments: tuple[tuple[int, int], ...] = ()  # (base index, last index) of sealed segments after it
     producers: bytes = b""  # the idempotent producers' state (multiraft.node.producers), at or after the index
+    files: tuple[SegmentRef, ...] = ()  # catch-up: segment files covering (start index, snapshot index]
+    start: tuple[int, int] = (0, 0)  # catch-up: (index, term) just before the first file
 
 
 def encode_manifest(manifest: SnapshotManifest) -> bytes:
     document: dict[str, Any] = {"v": 1, "next_offset": manifest.next_offset, "segments": list(manifest.segments)}
     if manifest.producers:
         document["producers"] = manifest.producers.decode()
+    if manifest.files:
+        document["files"] = [ref.as_list() for ref in manifest.files]
+        document["start"] = list(manifest.start)
     return json.dumps(document).encode()
 
 
@@ -76,7 +104,15 @@ def decode_manifest(data: bytes) -> SnapshotManifest:
     if not isinstance(document, dict) or document.get("v") != 1:
         return SnapshotManifest(0)
     segments = tuple((int(s[0]), int(s[1])) for s in document.get("segments", []))
-    return SnapshotManifest(int(document["next_offset"]), segments, str(document.get("producers", "")).encode())
+    files = tuple(SegmentRef(*(int(v) for v in ref)) for ref in document.get("files", []))
+    start = document.get("start", [0, 0])
+    return SnapshotManifest(
+        int(document["next_offset"]),
+        segments,
+        str(document.get("producers", "")).encode(),
+        files,
+        (int(start[0]), int(start[1])),
+    )
 
 
 def _to_raft_error(exc: StorageError) -> raft.StorageError:
@@ -108,6 +144,8 @@ class RaftLogStorage:
         self._conf_history: list[tuple[int, bytes]] = (
             [(int(i), bytes.fromhex(c)) for i, c in json.loads(history)] if history else []
         )
+        # Set by the catch-up copier once the files of the catch-up snapshot at this index are in place.
+        self.segment_installer: tuple[int, Callable[[SegmentedLog, SnapshotManifest], None]] | None = None
 
     # ----------------------------------------------------------------------------------------------- reads
 
@@ -202,7 +240,11 @@ class RaftLogStorage:
                 f"snapshot {snapshot.meta.index} is not newer than {self._snapshot_meta.index}"
             )
         manifest = decode_manifest(snapshot.data)
-        self.log.reset(snapshot.meta.index, snapshot.meta.term, manifest.next_offset)
+        installer, self.segment_installer = self.segment_installer, None
+        if manifest.files and installer is not None and installer[0] == snapshot.meta.index:
+            installer[1](self.log, manifest)  # the copied segments become the log, up to the snapshot index
+        else:
+            self.log.reset(snapshot.meta.index, snapshot.meta.term, manifest.next_offset)
         self._conf_history = []
         self._save_snapshot(snapshot.meta, snapshot.data)
         self._set_compacted(snapshot.meta.index, snapshot.meta.term)
@@ -238,12 +280,31 @@ class RaftLogStorage:
         """After retention dropped segments, make the snapshot the log's compaction point (partitions)."""
         index, term = self.log.compaction_point()
         if index <= self._snapshot_meta.index:
+            current = decode_manifest(self._snapshot_data)
+            if current.files and current.files[0].base_index <= index:
+                # Retention dropped segments a catch-up snapshot lists: list only those still here.
+                kept = tuple(ref for ref in current.files if ref.base_index > index)
+                pruned = replace(current, files=kept, start=(index, term), producers=producers or current.producers)
+                self._save_snapshot(self._snapshot_meta, encode_manifest(pruned))
             return self.snapshot()
         manifest = SnapshotManifest(self.log.start_offset(), tuple(segments), producers)
         meta = raft.SnapshotMeta(index, term, self.conf_state_at(index))
         data = encode_manifest(manifest)
         self._save_snapshot(meta, data)
         self._set_compacted(index, term)
+        return raft.Snapshot(meta, data)
+
+    def snapshot_for_catchup(self, index: int, manifest: SnapshotManifest) -> raft.Snapshot:
+        """Make a catch-up snapshot at ``index`` (the end of a sealed segment the state machine applied) and
+        move Raft's compaction point there; the log keeps its segments (see the module docstring)."""
+        if index <= self._snapshot_meta.index:
+            return self.snapshot()
+        if index > self.applied_index():
+            raise raft.UnavailableError(f"index {index} is not applied yet ({self.applied_index()})")
+        meta = raft.SnapshotMeta(index, self.term(index), self.conf_state_at(index))
+        data = encode_manifest(manifest)
+        self._save_snapshot(meta, data)
+        self._set_compacted(index, meta.term)
         return raft.Snapshot(meta, data)
 
     # ------------------------------------------------------------------------------- application state

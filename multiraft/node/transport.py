@@ -159,6 +159,12 @@ class PeerTransport:
     def known_peers(self) -> dict[int, str]:
         return {node_id: peer.address for node_id, peer in self._peers.items()}
 
+    def disconnect(self, node_id: int) -> None:
+        """Close our connection to a peer (calls in flight on it fail); the next send dials again."""
+        peer = self._peers.get(node_id)
+        if peer is not None and peer.writer is not None:
+            peer.writer.close()
+
     def connected(self, node_id: int) -> bool:
         peer = self._peers.get(node_id)
         return peer is not None and peer.writer is not None and not peer.writer.is_closing()

@@ -1,7 +1,16 @@
 """The multiraft client library (public names are re-exported by ``multiraft.client`` and the ``multiraft``
 package)."""
 
-from rpc.client._admin import Admin, ClusterInfo, NodeInfo, NodeLoad, PartitionInfo, TopicInfo
+from rpc.client._admin import (
+    Admin,
+    ClusterInfo,
+    DrainStatus,
+    MoveInfo,
+    NodeInfo,
+    NodeLoad,
+    PartitionInfo,
+    TopicInfo,
+)
 from rpc.client._cluster import ClusterClient, Metadata, PartitionMetadata, TopicMetadata, parse_bootstrap
 from rpc.client._consumer import Consumer, arrow_schema
 from rpc.client._partitioner import partition_for_key
@@ -18,7 +27,9 @@ __all__ = [
     "BatchMetadata",
     "ClusterClient",
     "ClusterInfo",
+    "DrainStatus",
     "Metadata",
+    "MoveInfo",
     "NodeInfo",
     "NodeLoad",
     "PartitionInfo",

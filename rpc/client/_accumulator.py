@@ -257,12 +257,13 @@ class ProducerBatch:
 
     def complete(self, base_offset: int, duplicate: bool, append_time_ms: int | None) -> None:
         topic, partition = self.tp
+        step = 1 if base_offset >= 0 else 0  # -1: written, at offsets no longer known (see the sender)
         if append_time_ms is not None:
             for i, future in enumerate(self.futures):
-                future.set_result(RecordMetadata(topic, partition, base_offset + i, append_time_ms, duplicate))
+                future.set_result(RecordMetadata(topic, partition, base_offset + i * step, append_time_ms, duplicate))
         else:
             for i, (future, timestamp) in enumerate(zip(self.futures, self.timestamps, strict=True)):
-                future.set_result(RecordMetadata(topic, partition, base_offset + i, timestamp, duplicate))
+                future.set_result(RecordMetadata(topic, partition, base_offset + i * step, timestamp, duplicate))
         self.done.set()
 
     def fail(self, error: MultiraftError) -> None:

@@ -19,7 +19,17 @@ from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import from_proto_error, from_rpc_error
 
-__all__ = ["Admin", "TopicInfo", "PartitionInfo", "NodeInfo", "ClusterInfo", "NodeLoad", "OffsetSpec"]
+__all__ = [
+    "Admin",
+    "TopicInfo",
+    "PartitionInfo",
+    "NodeInfo",
+    "ClusterInfo",
+    "NodeLoad",
+    "MoveInfo",
+    "DrainStatus",
+    "OffsetSpec",
+]
 
 OffsetSpec = Literal["earliest", "latest"] | int
 """``"earliest"`` (the log start), ``"latest"`` (the high watermark) or a timestamp in ms since the epoch."""
@@ -70,6 +80,29 @@ class NodeLoad:
 
 
 @dataclass(frozen=True, slots=True)
+class MoveInfo:
+    """A replica move in flight: ``from_node`` 0 when a replica is only added (a lost replica replaced)."""
+
+    topic: str
+    partition: int
+    from_node: int
+    to_node: int
+    phase: str
+    """adding, copying, catching_up, promoting or removing."""
+    bytes_copied: int
+    bytes_total: int
+    eta_seconds: float
+    """0 when unknown (nothing copied yet)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DrainStatus:
+    replicas_left: int
+    leaders_left: int
+    safe_to_stop: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterInfo:
     cluster_id: str
     controller_id: int
@@ -77,6 +110,7 @@ class ClusterInfo:
     loads: tuple[NodeLoad, ...]
     under_replicated: tuple[tuple[str, int], ...]
     partitions: int
+    moves: tuple[MoveInfo, ...] = ()
 
 
 def _topic(message: pb.TopicInfo) -> TopicInfo:
@@ -195,7 +229,28 @@ class Admin:
             loads=tuple(NodeLoad(n.node_id, n.replicas, n.leaders) for n in response.loads),
             under_replicated=tuple((tp.topic, tp.partition) for tp in response.under_replicated),
             partitions=response.partitions,
+            moves=tuple(
+                MoveInfo(
+                    m.topic, m.partition, m.from_node, m.to_node, m.phase, m.bytes_copied, m.bytes_total, m.eta_seconds
+                )
+                for m in response.moves
+            ),
         )
+
+    def drain_node(self, node_id: int) -> DrainStatus:
+        """Start draining a node (idempotent) and return what is left on it; call again to follow progress.
+
+        The controller moves every replica and preferred leadership off the node; it is safe to stop once
+        ``safe_to_stop``. Raises UnknownNodeError for an id that is not registered.
+        """
+        request = pb.DrainNodeRequest(node_id=node_id)
+        response = self._client.call_any(lambda stub, timeout: stub.DrainNode(request, timeout=timeout))
+        return DrainStatus(response.replicas_left, response.leaders_left, response.safe_to_stop)
+
+    def remove_node(self, node_id: int) -> None:
+        """Forget a node. Raises NodeHasReplicasError while it still holds replicas (drain it first)."""
+        request = pb.RemoveNodeRequest(node_id=node_id)
+        self._client.call_any(lambda stub, timeout: stub.RemoveNode(request, timeout=timeout))
 
     # ------------------------------------------------------------------------------------------ offsets
 

@@ -13,6 +13,7 @@ delivery semantics and idempotence.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import operator
 import threading
@@ -56,7 +57,13 @@ if TYPE_CHECKING:
 
     Int64Array = npt.NDArray[np.int64]
 
-__all__ = ["Producer", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_IN_FLIGHT_IDEMPOTENT"]
+__all__ = [
+    "Producer",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "MAX_IN_FLIGHT_IDEMPOTENT",
+    "MAX_PRODUCER_EPOCH",
+    "replay_producer_id",
+]
 
 log = get_logger(__name__)
 
@@ -67,6 +74,12 @@ DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 # batch in flight only if at most five are.
 MAX_IN_FLIGHT_IDEMPOTENT = 5
 
+# Producer epochs travel as an i16 in the batch header (storage/batch.py) and must be >= 0.
+MAX_PRODUCER_EPOCH = 2**15 - 1
+# Replay producer ids have bit 62 set: the controller counts its ids up from 1 and will never reach 2**62, and
+# the header's i64 keeps them positive (negative ids mean "not idempotent").
+_REPLAY_ID_BIT = 1 << 62
+
 _COMPRESSION = {"none": Compression.NONE, "zstd": Compression.ZSTD, "lz4": Compression.LZ4}
 
 Value = bytes | bytearray | memoryview | str | None
@@ -75,6 +88,13 @@ Callback = Callable[[RecordMetadata | None, BaseException | None], object]
 BulkValues = Sequence[Value] | Any  # or a binary/string pyarrow Array or ChunkedArray
 BulkHeaders = Sequence[Headers | None] | Any  # or a pyarrow array of storage.headers_type()
 BulkTimestamps = int | datetime | Sequence[int] | Any | None  # or a numpy or pyarrow array (ms or timestamps)
+
+
+def replay_producer_id(replay_key: str) -> int:
+    """The producer id a replay producer with ``replay_key`` writes under: 62 bits of BLAKE2b of the key's
+    UTF-8 bytes, with bit 62 set (never an id the controller hands out)."""
+    digest = hashlib.blake2b(replay_key.encode(), digest_size=8, person=b"multiraft-replay").digest()
+    return (int.from_bytes(digest, "big") & (_REPLAY_ID_BIT - 1)) | _REPLAY_ID_BIT
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +372,13 @@ class Producer:
     * ``max_block_s``: how long ``send()`` blocks for buffer space before it raises
       :class:`RequestTimeoutError`.
     * ``metadata_max_age_s``: metadata older than this is refreshed (new partitions, moved leaders).
+    * ``replay_key``, ``replay_epoch``: a *replay producer* (docs/client.md). Its producer id is derived from
+      the key (:func:`replay_producer_id`), its epoch is ``replay_epoch`` (0 to 32767) and its sequences
+      start at 0 in every partition, without asking the cluster for an id. A second producer with the same
+      key and epoch that sends the same records in the same batches (same calls, same partitions) writes
+      nothing twice: the leader answers each batch it already holds as a duplicate. A higher epoch fences
+      the lower ones of the same key. Its sequence cannot be restarted: where a normal producer would move
+      to a new id, a replay producer fails for good (create a new one, which replays from the start).
     """
 
     def __init__(
@@ -368,6 +395,8 @@ class Producer:
         request_timeout_s: float = 30.0,
         max_block_s: float = 60.0,
         metadata_max_age_s: float = 300.0,
+        replay_key: str | None = None,
+        replay_epoch: int = 0,
     ) -> None:
         if linger_ms < 0:
             raise ConfigError("linger_ms", f"must be >= 0, got {linger_ms}")
@@ -392,6 +421,23 @@ class Producer:
                 raise ConfigError(name, f"must be > 0, got {value}")
         if max_block_s < 0:
             raise ConfigError("max_block_s", f"must be >= 0, got {max_block_s}")
+        replay: tuple[int, int] | None = None
+        if replay_key is not None:
+            if not isinstance(replay_key, str) or not replay_key:
+                raise ConfigError("replay_key", f"must be a non-empty str, got {replay_key!r}")
+            if not idempotence:
+                raise ConfigError("replay_key", "needs idempotence=True (replays are deduplicated by sequence)")
+            if (
+                not isinstance(replay_epoch, int)
+                or isinstance(replay_epoch, bool)
+                or not 0 <= replay_epoch <= MAX_PRODUCER_EPOCH
+            ):
+                raise ConfigError(
+                    "replay_epoch", f"must be an int from 0 to {MAX_PRODUCER_EPOCH}, got {replay_epoch!r}"
+                )
+            replay = (replay_producer_id(replay_key), replay_epoch)
+        elif replay_epoch != 0:
+            raise ConfigError("replay_epoch", "is only meaningful with replay_key")
         self._client = ClusterClient(
             bootstrap, request_timeout_s=request_timeout_s, metadata_max_age_s=metadata_max_age_s
         )
@@ -416,6 +462,7 @@ class Producer:
             compression=_COMPRESSION[compression],
             uses_append_time=self._uses_append_time,
             learn_max_bytes=self._learn_max_bytes,
+            replay=replay,
         )
         self._sender.start()
 
@@ -432,6 +479,11 @@ class Producer:
     def idempotent(self) -> bool:
         """Whether batches carry producer ids and sequences (False if the cluster cannot dedupe them)."""
         return self._sender.idempotent
+
+    @property
+    def producer_id(self) -> int:
+        """The producer id batches carry (-1 until the cluster gave one, or without idempotence)."""
+        return self._sender.producer_id
 
     # ------------------------------------------------------------------------------------------- topics
 

@@ -24,7 +24,8 @@ class RecordMetadata:
 
     ``timestamp_ms`` is the record's own timestamp, or the leader's append time for a topic with
     ``message.timestamp.type=LogAppendTime``. ``duplicate`` says the leader recognised the batch as a retry
-    of one it had already written (idempotent producers): the offset is where the first copy went.
+    of one it had already written (idempotent producers): the offset is where the first copy went, or -1 when it
+    was written too long ago for the leader to remember where.
     """
 
     topic: str
@@ -44,7 +45,8 @@ class BatchMetadata:
     at offsets ``base_offset`` to ``last_offset`` of one partition, in the order they were given.
 
     ``timestamp_ms`` is the timestamp of the batch's first record, or the leader's append time for a topic
-    with ``message.timestamp.type=LogAppendTime``. ``duplicate`` as in :class:`RecordMetadata`.
+    with ``message.timestamp.type=LogAppendTime``. ``duplicate`` as in :class:`RecordMetadata`. A duplicate
+    written too long ago for the leader to remember where has ``base_offset`` (and ``last_offset``) -1.
     """
 
     topic: str
@@ -56,7 +58,7 @@ class BatchMetadata:
 
     @property
     def last_offset(self) -> int:
-        return self.base_offset + self.record_count - 1
+        return -1 if self.base_offset < 0 else self.base_offset + self.record_count - 1
 
     @property
     def topic_partition(self) -> TopicPartition:

@@ -11,6 +11,12 @@ wrote and answers with the original offset.
 Without idempotence a batch is sent at most once: only a batch that provably never left the client (no
 connection to the node could be made) is retried; any other failure fails its records.
 
+A leader that answers OUT_OF_ORDER_SEQUENCE expecting a sequence beyond a batch's last one already wrote that
+batch, too long ago to remember where (Kafka's DUPLICATE_SEQUENCE_NUMBER): the batch succeeds as a duplicate
+with offsets unknown (-1). A replay producer (``replay=(id, epoch)``) takes its id and epoch from its caller
+instead of ``InitProducer``; as its sequences must match an earlier run's, a broken sequence stops it for
+good instead of moving it to a new id.
+
 A node that does not know ``ProduceStream`` (an older version answering UNIMPLEMENTED) is written with
 unary ``Produce`` calls, one batch in flight per partition; one that does not know ``InitProducer`` gets
 non-idempotent writes, with a warning.
@@ -37,6 +43,7 @@ from multiraft.errors import (
     MultiraftError,
     NotLeaderError,
     OutOfOrderSequenceError,
+    ProducerError,
     ProducerFencedError,
     RecordTooLargeError,
     RequestTimeoutError,
@@ -197,6 +204,7 @@ class Sender:
         compression: Compression,
         uses_append_time: Callable[[str], bool],
         learn_max_bytes: Callable[[str, int], None],
+        replay: tuple[int, int] | None = None,
     ) -> None:
         self.idempotent = idempotence
         self._client = client
@@ -211,8 +219,9 @@ class Sender:
         self._streams: dict[str, _Stream] = {}
         self._use_streams = True
         self._request_ids = itertools.count(1)
-        self._producer: tuple[int, int] | None = None  # (id, epoch) once InitProducer answered
-        self._ready = not idempotence
+        self._producer: tuple[int, int] | None = replay  # (id, epoch) once InitProducer answered
+        self._replay = replay is not None
+        self._ready = not idempotence or self._replay
         self._fatal: MultiraftError | None = None
         self._stopping = False
         self._abort: MultiraftError | None = None
@@ -459,6 +468,14 @@ class Sender:
         batches, state.retry = state.retry, []
         for batch in batches:
             self._fail(batch, error)
+        if self._replay:
+            # A new id or restarted sequence would not line up with the run this producer replays: stop.
+            self._fatal = ProducerError(
+                f"replay producer {state.producer_id} stopped: the sequence of {state.tp} broke ({error}); "
+                "a new replay producer replays from the start"
+            )
+            self._fail_everything(self._fatal)
+            return
         if self.idempotent:
             state.resetting = True
             self._spawn(self._reset_partition(state))
@@ -531,7 +548,13 @@ class Sender:
             state.inflight.remove(batch)
         if error is None and response is not None and response.HasField("error"):
             error = from_proto_error(response.error)
-        if error is None and response is not None:
+        if error is not None and self._written_long_ago(batch, error):
+            log.debug("batch already written", partition=str(batch.tp), sequence=batch.base_sequence)
+            state.acked_once = True
+            state.backoff_s = 0.0
+            batch.complete(-1, True, None)  # where it went is forgotten: offsets unknown
+            self._accumulator.release(batch)
+        elif error is None and response is not None:
             state.acked_once = True
             state.backoff_s = 0.0
             append_time = response.log_append_time_ms if self._uses_append_time(batch.tp.topic) else None
@@ -547,6 +570,20 @@ class Sender:
         if not state.inflight:
             state.first_failed_send = None
         self._poke()
+
+    def _written_long_ago(self, batch: ProducerBatch, error: MultiraftError) -> bool:
+        """Whether the leader refused ``batch`` as out of order because it expects a sequence after the batch's
+        last one: the batch was written (a producer's sequences are written contiguously, and the leader
+        would have recognised it among its last five), only too long ago for the leader to say where."""
+        if not isinstance(error, OutOfOrderSequenceError) or not self.idempotent or batch.base_sequence < 0:
+            return False
+        try:
+            expected = int(error.metadata.get("expected_sequence", ""))
+        except ValueError:
+            return False
+        # Between first and last: the batch overlaps what was written with other boundaries (a replay that
+        # does not repeat the first run's batches): not a duplicate; the sequence broke.
+        return expected > batch.last_sequence
 
     def _on_failure(
         self, state: _PartitionState, batch: ProducerBatch, error: MultiraftError, *, follows_failure: bool

@@ -6,7 +6,7 @@ The multiraft client API, package multiraft.v1.
 Errors. A failed call ends with a gRPC status whose details hold a google.rpc.ErrorInfo with domain
 "multiraft" and a stable, machine-readable `reason`:
   NOT_LEADER (FAILED_PRECONDITION; metadata leader_id, leader_address when known)
-  UNKNOWN_TOPIC, UNKNOWN_PARTITION (NOT_FOUND)     TOPIC_EXISTS (ALREADY_EXISTS)
+  UNKNOWN_TOPIC, UNKNOWN_PARTITION, UNKNOWN_NODE (NOT_FOUND)     TOPIC_EXISTS (ALREADY_EXISTS)
   OFFSET_OUT_OF_RANGE (OUT_OF_RANGE; metadata log_start_offset, high_watermark)
   RECORD_TOO_LARGE (INVALID_ARGUMENT; metadata max_bytes)   CORRUPT_BATCH (INVALID_ARGUMENT)
   INVALID_ARGUMENT (INVALID_ARGUMENT; metadata field)        NOT_ENOUGH_REPLICAS (UNAVAILABLE)
@@ -555,7 +555,7 @@ class NodeInfo(_message.Message):
     peer_address: _builtins.str
     rack: _builtins.str
     state: _builtins.str
-    """alive, unreachable (from the answering node), draining, removed"""
+    """alive, suspect, dead, left, unknown (the answering node's member-list), draining, removed"""
     capacity: _builtins.float
     def __init__(
         self,
@@ -1144,6 +1144,8 @@ Global___DrainNodeRequest: _TypeAlias = DrainNodeRequest  # noqa: Y015
 
 @_typing.final
 class DrainNodeResponse(_message.Message):
+    """Idempotent: call it again to follow the drain until safe_to_stop."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     REPLICAS_LEFT_FIELD_NUMBER: _builtins.int

@@ -6,7 +6,7 @@ The multiraft client API, package multiraft.v1.
 Errors. A failed call ends with a gRPC status whose details hold a google.rpc.ErrorInfo with domain
 "multiraft" and a stable, machine-readable `reason`:
   NOT_LEADER (FAILED_PRECONDITION; metadata leader_id, leader_address when known)
-  UNKNOWN_TOPIC, UNKNOWN_PARTITION (NOT_FOUND)     TOPIC_EXISTS (ALREADY_EXISTS)
+  UNKNOWN_TOPIC, UNKNOWN_PARTITION, UNKNOWN_NODE (NOT_FOUND)     TOPIC_EXISTS (ALREADY_EXISTS)
   OFFSET_OUT_OF_RANGE (OUT_OF_RANGE; metadata log_start_offset, high_watermark)
   RECORD_TOO_LARGE (INVALID_ARGUMENT; metadata max_bytes)   CORRUPT_BATCH (INVALID_ARGUMENT)
   INVALID_ARGUMENT (INVALID_ARGUMENT; metadata field)        NOT_ENOUGH_REPLICAS (UNAVAILABLE)

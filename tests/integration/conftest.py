@@ -20,7 +20,13 @@ from rpc.client import ClusterClient
 from rpc.proto import multiraft_pb2 as pb
 from storage import decode_batches, encode_batch
 
-FAST = {"tick_ms": 25, "election_ticks": 10, "heartbeat_ticks": 2, "retention_check_ms": 200}
+FAST = {
+    "tick_ms": 25,
+    "election_ticks": 10,
+    "heartbeat_ticks": 2,
+    "retention_check_ms": 200,
+    "membership_profile": "local",  # a crash is declared dead in ~2 s instead of ~10 s
+}
 
 
 @dataclass

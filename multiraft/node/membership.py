@@ -1,0 +1,138 @@
+"""A node's seat in the SWIM member-list: who is alive, suspect, dead or gone, as gossip says.
+
+The node embeds one :class:`membership.MemberList` (UDP probes and gossip on ``gossip_address``, TCP push-pull)
+whose metadata carries the node's id, client and peer addresses, rack and capacity. Liveness everywhere in
+the node (DescribeCluster's node state, the in-sync replica set, the controller's live nodes and its repair
+timer) is read from here. Transport connections are not a liveness signal: a quiescent cluster sends
+nothing for long stretches, and a connection can stay up to a node whose event loop is stuck.
+
+Everything here runs on the event loop; :attr:`live_ids` and :attr:`known_ids` are republished as immutable
+frozensets so that the scheduler thread can read them without a lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from membership import EventKind, JoinError, MemberEvent, MemberList, MemberMeta, MembershipConfig, MemberState
+from membership import MembershipError as _MembershipError
+from multiraft.config import NodeConfig, parse_address
+from multiraft.logging import get_logger
+
+__all__ = ["NodeMembership", "LIVENESS_STATES"]
+
+log = get_logger(__name__)
+
+LIVENESS_STATES = ("alive", "suspect", "dead", "left", "unknown")
+_JOIN_RETRY_S = 1.0
+
+
+class NodeMembership:
+    """Start, join (retrying the seeds until one answers), answer liveness questions, leave on stop."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        *,
+        client_address: str,
+        peer_address: str,
+        on_event: Callable[[MemberEvent], None],
+    ) -> None:
+        self._config = config
+        profile = MembershipConfig.local if config.membership_profile == "local" else MembershipConfig.lan
+        self.swim_config = profile(cluster_name=config.cluster_id)
+        host, port = parse_address(config.gossip_address, "gossip_address")
+        self._members = MemberList(
+            MemberMeta(config.node_id, client_address, peer_address, config.rack, config.capacity),
+            self.swim_config,
+            host=host,
+            port=port,
+        )
+        self._on_event = on_event
+        self._gone_at: dict[int, float] = {}  # node id -> loop time it was declared dead or left
+        self.live_ids: frozenset[int] = frozenset({config.node_id})
+        self.known_ids: frozenset[int] = frozenset({config.node_id})
+        self.joined = asyncio.Event()
+        self._join_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._members.subscribe(self._handle)
+        await self._members.start()
+        self._join_task = asyncio.get_running_loop().create_task(self._join())
+
+    async def stop(self) -> None:
+        """Leave gracefully (peers see "left" at once instead of waiting out a suspicion), then close."""
+        if self._join_task is not None:
+            self._join_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._join_task
+        if self._members.running:
+            with contextlib.suppress(_MembershipError):
+                await self._members.leave()
+        await self._members.stop()
+
+    async def _join(self) -> None:
+        seeds = [s for s in self._config.seeds if s != self._members.gossip_addr]
+        if not seeds:
+            self.joined.set()
+            return
+        delay = 0.1
+        while True:
+            try:
+                answered = await self._members.join(seeds)
+            except JoinError as exc:
+                # Seeds start in any order: keep trying, a node alone in its member-list is harmless.
+                log.debug("member-list join not answered yet", seeds=seeds, error=str(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _JOIN_RETRY_S)
+                continue
+            log.info("joined the member-list", seeds_answered=answered, members=self._members.num_members)
+            self.joined.set()
+            return
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    @property
+    def gossip_addr(self) -> str:
+        return self._members.gossip_addr
+
+    def state(self, node_id: int) -> str:
+        """alive, suspect, dead, left, or unknown (never heard of: not yet gossiped to us)."""
+        member = self._members.member(node_id)
+        if member is None:
+            return "unknown"
+        return {
+            MemberState.ALIVE: "alive",
+            MemberState.SUSPECT: "suspect",
+            MemberState.DEAD: "dead",
+            MemberState.LEFT: "left",
+        }[member.state]
+
+    def gone_for(self, node_id: int) -> float | None:
+        """Seconds since the member-list declared ``node_id`` dead or saw it leave; None while it is not."""
+        at = self._gone_at.get(node_id)
+        if at is None:
+            return None
+        return asyncio.get_running_loop().time() - at
+
+    def peers(self) -> dict[int, MemberMeta]:
+        """Live members other than this node, with their metadata."""
+        return {m.node_id: m.meta for m in self._members.members() if m.node_id != self._config.node_id}
+
+    def counters(self) -> dict[str, int]:
+        return self._members.counters()
+
+    # ------------------------------------------------------------------------------------------ events
+
+    def _handle(self, event: MemberEvent) -> None:
+        node_id = event.member.node_id
+        if event.kind in (EventKind.DEAD, EventKind.LEAVE):
+            self._gone_at[node_id] = event.at
+        elif event.kind in (EventKind.JOIN, EventKind.ALIVE):
+            self._gone_at.pop(node_id, None)
+        self.live_ids = frozenset(m.node_id for m in self._members.members())
+        self.known_ids = frozenset(m.node_id for m in self._members.all_members())
+        # MemberList logs every event itself (member join/dead/leave at info).
+        self._on_event(event)

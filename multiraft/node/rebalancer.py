@@ -1,0 +1,294 @@
+"""The controller leader's healing and balancing loop, driven by the member-list (event loop).
+
+Every ``rebalance_interval_ms`` the node that leads the controller group:
+
+1. advances each replica move in flight by one step (:func:`multiraft.controller.replica_move_step`): the new
+   replica is added as a learner; it is promoted to voter only once its leader reports it caught up; then the
+   replica it replaces is removed. Each step is a conditional ``SetPartitionReplicas``, so a step planned
+   from a stale view fails (ASSIGNMENT_CHANGED) instead of undoing someone else's change;
+2. picks up moves it did not start (a learner left by a previous controller leader, or a partition with more
+   voters than its replication factor after a move was cut short) and finishes them;
+3. plans new moves while fewer than ``max_concurrent_moves`` are in flight, at most one per partition:
+   first replacements for replicas on nodes the member-list has declared dead (or that left) for
+   ``replica_replace_after_ms`` (:func:`~multiraft.controller.plan_repair`), then moves off draining nodes
+   and towards even replica counts (:func:`~multiraft.controller.plan_rebalance`);
+4. once nothing is moving, spreads preferred leaders (:func:`~multiraft.controller.plan_preferred_leaders`);
+   partition leaders then hand leadership to them (``PartitionMachine`` housekeeping).
+
+Placement is pure (``multiraft.controller.placement``); this module only feeds it the member-list's view
+and turns plans into commands. Moves live in memory: a new controller leader rebuilds them from the state
+(step 2), so nothing is lost when the controller fails over mid-move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from multiraft import controller as ctl
+from multiraft.errors import MultiraftError
+from multiraft.logging import get_logger
+
+if TYPE_CHECKING:
+    from multiraft.node.node import Node
+
+__all__ = ["Rebalancer", "MoveProgress", "CAUGHT_UP_ENTRIES"]
+
+log = get_logger(__name__)
+
+CAUGHT_UP_ENTRIES = 64
+"""A learner this close to its leader's last index is promoted: the rest arrives within a heartbeat or two,
+and producers keep the tail moving, so waiting for exactly zero could wait forever under load."""
+_PREFERRED_CHANGES_PER_ROUND = 8
+
+
+@dataclass
+class MoveProgress:
+    """One replica move in flight, as ``multiraft status`` shows it."""
+
+    move: ctl.ReplicaMove
+    group_id: int
+    started: float = field(default_factory=time.monotonic)
+    phase: str = "adding"  # adding, copying, catching_up, promoting, removing
+    bytes_copied: int = 0
+    bytes_total: int = 0
+    eta_seconds: float = 0.0
+
+    def sample(self, copied: int, total: int) -> None:
+        self.bytes_copied, self.bytes_total = max(0, copied), max(0, total)
+        elapsed = time.monotonic() - self.started
+        rate = self.bytes_copied / elapsed if elapsed > 0 else 0.0
+        remaining = max(0, self.bytes_total - self.bytes_copied)
+        self.eta_seconds = remaining / rate if rate > 0 else 0.0
+
+
+class Rebalancer:
+    """See the module docstring. ``run()`` is a task of the node; it acts only on the controller leader."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.moves: dict[int, MoveProgress] = {}  # group id -> move
+        self._was_leader = False
+
+    async def run(self) -> None:
+        interval = self.node.config.rebalance_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.round()
+            except MultiraftError as exc:
+                # The controller lost leadership or timed out mid-round: the next round starts from the state.
+                log.info("rebalancing round cut short", error=str(exc))
+            except Exception:
+                log.exception("rebalancing round failed")
+
+    # ----------------------------------------------------------------------------------------- a round
+
+    async def round(self) -> None:
+        node = self.node
+        if node.controller_leader != node.node_id:
+            if self._was_leader:
+                self.moves.clear()
+            self._was_leader = False
+            return
+        self._was_leader = True
+        state = node.cluster
+        dead = self.dead_nodes(state)
+        live_active = [n for n in state.nodes_in_state(ctl.NodeState.ACTIVE) if node.is_live(n.node_id)]
+        await self._advance(state, dead)
+        state = node.cluster
+        await self._adopt(state, dead)
+        state = node.cluster
+        self._plan(state, dead, live_active)
+        if self.moves:
+            await self._advance(node.cluster, dead)
+        elif not any(p.learners for p in node.cluster.groups().values()):
+            await self._balance_preferred_leaders(node.cluster, live_active)
+
+    def dead_nodes(self, state: ctl.ClusterState) -> set[int]:
+        """Registered nodes the member-list has declared dead, or seen leave, at least replace_after ago."""
+        after = self.node.config.replica_replace_after_ms / 1000
+        dead = set()
+        for node_id in state.nodes:
+            gone = self.node.membership_gone_for(node_id)
+            if gone is not None and gone >= after:
+                dead.add(node_id)
+        return dead
+
+    def _plan(self, state: ctl.ClusterState, dead: set[int], live_active: list[ctl.NodeInfo]) -> None:
+        budget = self.node.config.max_concurrent_moves - len(self.moves)
+        if budget <= 0:
+            return
+        busy = set(self.moves) | {p.group_id for p in state.groups().values() if p.learners}
+        planned: list[ctl.ReplicaMove] = []
+        for move in ctl.plan_repair(state, dead, live_active):
+            group_id = state.partition(move.topic, move.partition).group_id
+            if group_id not in busy and len(planned) < budget:
+                planned.append(move)
+                busy.add(group_id)
+        if len(planned) < budget and not any(self.node.is_suspect(n) for n in state.nodes):
+            # Balancing waits while a node is suspect: its replicas may be about to need repair instead.
+            for move in ctl.plan_rebalance(state, live_active, budget - len(planned)):
+                group_id = state.partition(move.topic, move.partition).group_id
+                if group_id not in busy:
+                    planned.append(move)
+                    busy.add(group_id)
+        for move in planned:
+            group_id = state.partition(move.topic, move.partition).group_id
+            self.moves[group_id] = MoveProgress(move, group_id)
+            log.info(
+                "replica move planned",
+                topic=move.topic,
+                partition=move.partition,
+                from_node=move.from_node or 0,
+                to_node=move.to_node,
+                replaces=move.replaces or 0,
+                reason="repair" if move.from_node is None else "rebalance",
+            )
+
+    async def _adopt(self, state: ctl.ClusterState, dead: set[int]) -> None:
+        """Finish what a previous controller leader (or a cut-short move) left half done."""
+        for p in state.groups().values():
+            if p.group_id in self.moves:
+                continue
+            if p.learners:
+                learner = p.learners[0]
+                leaving = self._excess_replica(state, p, dead, exclude=learner)
+                move = ctl.ReplicaMove(p.topic, p.partition, leaving, learner)
+                self.moves[p.group_id] = MoveProgress(move, p.group_id)
+                log.info("adopted a replica move in flight", topic=p.topic, partition=p.partition, to_node=learner)
+                continue
+            wanted = state.topics[p.topic].replication_factor
+            if len(p.replicas) > wanted:
+                leaving = self._excess_replica(state, p, dead)
+                if leaving is not None:
+                    keep = tuple(r for r in p.replicas if r != leaving)
+                    preferred = p.preferred_leader if p.preferred_leader in keep else keep[0]
+                    await self._propose(
+                        ctl.SetPartitionReplicas(
+                            p.topic, p.partition, keep, p.learners, preferred, p.replicas, p.learners
+                        )
+                    )
+
+    def _excess_replica(
+        self, state: ctl.ClusterState, p: ctl.PartitionState, dead: set[int], exclude: int | None = None
+    ) -> int | None:
+        """Which replica to drop when a partition has one too many: dead, then draining, then the busiest."""
+        wanted = state.topics[p.topic].replication_factor
+        if len(p.replicas) + (1 if exclude is not None else 0) <= wanted:
+            return None
+        counts = state.replica_counts()
+
+        def rank(n: int) -> tuple[int, int, int, int]:
+            node = state.nodes.get(n)
+            draining = node is not None and node.state is not ctl.NodeState.ACTIVE
+            return (n not in dead, not draining, -counts.get(n, 0), n)
+
+        candidates = [r for r in p.replicas if r != exclude]
+        return min(candidates, key=rank) if candidates else None
+
+    async def _advance(self, state: ctl.ClusterState, dead: set[int]) -> None:
+        if not self.moves:
+            return
+        groups = [p for p in (state.group(g) for g in self.moves) if p is not None]
+        status = await self.node.partition_status(groups)
+        for group_id, progress in list(self.moves.items()):
+            move = progress.move
+            p = state.group(group_id)
+            if p is None:
+                del self.moves[group_id]  # the topic was deleted
+                continue
+            if move.to_node in dead or move.to_node not in state.nodes:
+                await self._abort(p, progress)
+                continue
+            step = ctl.replica_move_step(state, move)
+            if step is None:
+                del self.moves[group_id]
+                log.info(
+                    "replica move done",
+                    topic=move.topic,
+                    partition=move.partition,
+                    to_node=move.to_node,
+                    seconds=round(time.monotonic() - progress.started, 2),
+                )
+                continue
+            if move.to_node in p.learners:
+                if not self._caught_up(progress, status.get(group_id, {})):
+                    continue
+                progress.phase = "promoting"
+            elif move.to_node in p.replicas:
+                progress.phase = "removing"
+            else:
+                progress.phase = "adding"
+            if not await self._propose(step):
+                del self.moves[group_id]  # lost a race with another change: replanned from the new state
+
+    def _caught_up(self, progress: MoveProgress, status: dict[str, Any]) -> bool:
+        """Update the move's copy progress from its leader's report; True once the learner is caught up."""
+        to_node = str(progress.move.to_node)
+        lag = status.get("lag", {}).get(to_node)
+        copy = status.get("copy", {}).get(to_node)  # segment copy progress, when the leader reports one
+        total_bytes = int(status.get("bytes", 0))
+        entries = max(1, int(status.get("entries", 1)))
+        if copy is not None:
+            progress.phase = "copying"
+            progress.sample(int(copy[0]), int(copy[1]))
+            return False
+        if lag is None:
+            progress.phase = "adding"  # the leader has not added it to the group yet
+            return False
+        behind = min(int(lag), entries)
+        progress.sample(int(total_bytes * (entries - behind) / entries), total_bytes)
+        progress.phase = "catching_up"
+        acked = progress.move.to_node in status.get("acked", ()) or int(status.get("entries", 0)) == 0
+        return acked and int(lag) <= CAUGHT_UP_ENTRIES and str(status.get("leader", "")) != ""
+
+    async def _abort(self, p: ctl.PartitionState, progress: MoveProgress) -> None:
+        """The node a replica was moving to died: drop it as a learner; the move is replanned."""
+        del self.moves[p.group_id]
+        to_node = progress.move.to_node
+        log.warning("replica move aborted: target node is gone", topic=p.topic, partition=p.partition, to_node=to_node)
+        if to_node in p.learners:
+            learners = tuple(n for n in p.learners if n != to_node)
+            await self._propose(
+                ctl.SetPartitionReplicas(
+                    p.topic, p.partition, p.replicas, learners, p.preferred_leader, p.replicas, p.learners
+                )
+            )
+
+    async def _balance_preferred_leaders(self, state: ctl.ClusterState, live_active: list[ctl.NodeInfo]) -> None:
+        changes = ctl.plan_preferred_leaders(state, live_active)
+        for change in changes[:_PREFERRED_CHANGES_PER_ROUND]:
+            p = state.partition(change.topic, change.partition)
+            await self._propose(
+                ctl.SetPartitionReplicas(
+                    p.topic, p.partition, p.replicas, p.learners, change.to_node, p.replicas, p.learners
+                )
+            )
+
+    async def _propose(self, command: ctl.SetPartitionReplicas) -> bool:
+        try:
+            await self.node.controller_call(
+                {
+                    "op": "set_partition_replicas",
+                    "topic": command.topic,
+                    "partition": command.partition,
+                    "replicas": list(command.replicas),
+                    "learners": list(command.learners),
+                    "preferred_leader": command.preferred_leader,
+                    "expected_replicas": list(command.expected_replicas or ()),
+                    "expected_learners": list(command.expected_learners or ()),
+                },
+                timeout_s=5.0,
+            )
+        except MultiraftError as exc:
+            log.info("replica change refused", topic=command.topic, partition=command.partition, error=str(exc))
+            return False
+        return True
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    def snapshot(self) -> list[MoveProgress]:
+        return sorted(self.moves.values(), key=lambda m: m.group_id)

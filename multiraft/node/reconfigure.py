@@ -1,0 +1,134 @@
+"""Making Raft group memberships follow the controller's assignments (scheduler thread).
+
+The controller changes a partition's replicas one step at a time (``SetPartitionReplicas``: add a learner,
+promote it, remove the replica it replaces). Applying that command changes metadata only; this module turns
+it into Raft membership changes:
+
+* On the leader of each partition group, :func:`reconcile_groups` compares the group's configuration with
+  the assignment and proposes one ``ConfChange`` towards it (learners added, learners promoted, replicas
+  removed). Raft accepts one change at a time (ConfChangePending), so a step that is still committing is
+  simply retried on the next pass. Several voter changes at once go through joint consensus (AUTO).
+* The controller group (group 0) gets every registered node as a learner, so that a node that joined a
+  running cluster through the member-list receives the metadata; removed nodes are taken out again.
+* A node that is no longer assigned a replica drops its local copy once that has held for
+  :data:`REMOVAL_GRACE_S`: the leader's removal entry may never reach the removed replica, and a replica of
+  a dead node that comes back must not linger. The grace keeps a metadata replay at start-up (where an
+  intermediate state may not list the node) from deleting data it is about to be given back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from multiraft import controller as ctl
+from multiraft import raft
+from multiraft.logging import get_logger
+from multiraft.node.scheduler import Group, Scheduler
+
+__all__ = ["Reconciler", "REMOVAL_GRACE_S", "conf_change_towards"]
+
+log = get_logger(__name__)
+
+REMOVAL_GRACE_S = 5.0
+
+
+def conf_change_towards(
+    current: raft.ConfState, voters: tuple[int, ...], learners: tuple[int, ...]
+) -> raft.ConfChange | None:
+    """The single change that moves ``current`` to the wanted voters and learners, or None if it is there.
+
+    A joint configuration is left alone: the leader leaves it by itself (AUTO transition).
+    """
+    if current.voters_outgoing:
+        return None
+    changes: list[raft.ConfChangeSingle] = []
+    have_voters, have_learners = set(current.voters), set(current.learners)
+    for node in voters:
+        if node not in have_voters:
+            changes.append(raft.ConfChangeSingle(raft.ConfChangeType.ADD_VOTER, node))
+    for node in learners:
+        if node not in have_learners:
+            changes.append(raft.ConfChangeSingle(raft.ConfChangeType.ADD_LEARNER, node))
+    wanted = set(voters) | set(learners)
+    for node in sorted(have_voters | have_learners):
+        if node not in wanted:
+            changes.append(raft.ConfChangeSingle(raft.ConfChangeType.REMOVE_NODE, node))
+    if not changes or not voters:
+        return None
+    return raft.ConfChange(tuple(changes))
+
+
+class Reconciler:
+    """Runs every few hundred ms on the scheduler thread (``Scheduler.every``)."""
+
+    def __init__(
+        self,
+        node_id: int,
+        scheduler: Scheduler,
+        state: Callable[[], ctl.ClusterState],
+        controller_leader: Callable[[], int],
+        drop_local: Callable[[Group], None],
+    ) -> None:
+        self.node_id = node_id
+        self.scheduler = scheduler
+        self._state = state
+        self._controller_leader = controller_leader
+        self._drop_local = drop_local
+        self._unassigned_since: dict[int, float] = {}
+
+    def __call__(self) -> None:
+        state = self._state()
+        now = time.monotonic()
+        for group_id, group in list(self.scheduler.groups.items()):
+            if group_id == ctl.CONTROLLER_GROUP_ID:
+                if group.is_leader:
+                    self._reconcile_controller(group, state)
+                continue
+            partition = state.group(group_id)
+            if partition is None:
+                continue  # a deleted topic: the node removes it when the deletion applies
+            if group.is_leader:
+                # Also when this node is the replica being removed: the leader proposes its own removal and
+                # keeps leading until a remaining voter takes over (see multiraft.raft.confchange).
+                self._propose(group, partition.replicas, partition.learners)
+            elif self.node_id not in partition.members:
+                self._maybe_drop(group, now)
+                continue
+            self._unassigned_since.pop(group_id, None)
+        for group_id in [g for g in self._unassigned_since if g not in self.scheduler.groups]:
+            del self._unassigned_since[group_id]
+
+    def _reconcile_controller(self, group: Group, state: ctl.ClusterState) -> None:
+        conf = group.raw.conf_state
+        voters = tuple(conf.voters)
+        registered = {n.node_id for n in state.nodes.values() if n.state is not ctl.NodeState.REMOVED}
+        # Voters stay as bootstrapped (controller_replicas); every other registered node follows as a learner.
+        learners = tuple(sorted(n for n in registered | set(conf.learners) if n not in voters and n in registered))
+        self._propose(group, voters, learners)
+
+    def _propose(self, group: Group, voters: tuple[int, ...], learners: tuple[int, ...]) -> None:
+        change = conf_change_towards(group.raw.conf_state, voters, learners)
+        if change is None:
+            return
+        try:
+            group.raw.propose_conf_change(change, timestamp_ms=int(time.time() * 1000))
+        except raft.RaftError as exc:
+            # ConfChangePending (the previous change is not applied yet), a leadership transfer in progress,
+            # or a leader that is being removed: the next pass tries again.
+            log.debug("membership change not proposed yet", group=group.group_id, error=type(exc).__name__)
+            return
+        log.info(
+            "proposed a membership change",
+            group=group.group_id,
+            changes=[(c.type.name, c.node_id) for c in change.changes],
+        )
+        self.scheduler.touch(group)
+
+    def _maybe_drop(self, group: Group, now: float) -> None:
+        since = self._unassigned_since.setdefault(group.group_id, now)
+        if now - since < REMOVAL_GRACE_S or not self._controller_leader():
+            return
+        self._unassigned_since.pop(group.group_id, None)
+        log.info("dropping a replica no longer assigned to this node", group=group.group_id)
+        self._drop_local(group)
