@@ -50,8 +50,8 @@ WORKLOADS = ("produce", "consume", "latency")
 PYTHON_CLIENTS = {"nats": "nats-py>=2.6", "redis": "redis>=5"}
 DEBIAN = {"nats": ("nats-server", "nats-server"), "redis": ("redis-server", "redis-server")}
 OURS_ACK_GUARANTEE = (
-    "multiraft (not run by this script) acknowledges a write once a majority of the partition's replicas "
-    "have fsynced it."
+    "multiraft (run beside these by benchmarks/peers/versus.py, with `multiraft bench`, whose JSON has the same "
+    "fields) acknowledges a write once a majority of the partition's replicas have fsynced it."
 )
 DEFAULTS = {"count": 100_000, "size": 1024, "window": 512, "latency_samples": 5000, "consume_batch": 1000, "runs": 3}
 QUICK = {"count": 10_000, "latency_samples": 1000, "runs": 1}

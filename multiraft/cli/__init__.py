@@ -13,6 +13,7 @@ import click
 import typer
 
 from multiraft import __version__
+from multiraft.cli._bench import bench_app
 from multiraft.cli._common import state
 from multiraft.cli._consume import consume
 from multiraft.cli._options import describe_error
@@ -37,6 +38,7 @@ app.command("consume")(consume)
 app.command("status")(status)
 app.add_typer(storage_app, name="storage")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(bench_app, name="bench")
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,833 @@
+"""``multiraft bench produce|consume|latency|e2e``: numbers from the public client, against a cluster.
+
+* ``produce``: throughput of ``Producer.send_batch()`` (or ``send()`` with ``--api send``) from
+  ``--producers`` processes. Each first sends one record, untimed, to warm up (metadata, connections, the
+  encoder's lazy imports).
+* ``consume``: first writes ``--count`` records (not timed), then reads the whole topic (all of it, when
+  ``--topic`` names one that already held records) from the earliest offset with ``Consumer.poll_arrow()``
+  from ``--consumers`` processes.
+* ``latency``: one record at a time, each waiting for its acknowledgement (``send().result()``).
+* ``e2e``: records sent at ``--rate`` per second carry their send time; a consumer in this process measures
+  when it sees each of them.
+
+The cluster is ``--bootstrap`` / ``--cluster-dir`` (an existing one), or ``--local N``: a throwaway cluster of
+N node processes in a temporary directory, started and stopped with the launcher ``scripts/cluster`` uses.
+Client processes are started with ``spawn`` and each stops before the command returns; so does a local
+cluster, on errors and on Ctrl-C too. Memory stays bounded: producers block on their buffer
+(``buffer_bytes``), consumers hold one poll at a time, and only latency samples (8 bytes each) are kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import platform
+import queue
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from multiprocessing.context import SpawnContext, SpawnProcess
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from multiraft.cli._bench_worker import STAMP, WorkerResult, WorkerSpec, run_worker
+from multiraft.cli._common import console, err_console
+from multiraft.cli._options import BootstrapOption, ClusterDirOption, fail
+from multiraft.cli._produce import Compression
+
+__all__ = ["bench_app", "ACK_GUARANTEE"]
+
+ACK_GUARANTEE = (
+    "multiraft acknowledges a record once a majority of its partition's replicas have written it and fsynced "
+    "it (the leader's commit); with idempotence, exactly once per partition."
+)
+_MB = 1_000_000  # MB/s in decimal megabytes, as the peer benchmarks report
+_READY_TIMEOUT_S = 120.0  # spawned workers import grpc and pyarrow; a loaded 2-core machine is slow at it
+_STOP_TIMEOUT_S = 30.0
+# Without --count or --duration: about 10 s of work for each mode on a 2-core machine.
+_DEFAULT_COUNT = {"produce": 100_000, "consume": 100_000, "latency": 5_000, "e2e": 10_000}
+
+bench_app = typer.Typer(
+    help="Measure a cluster with the public client: produce and consume throughput, latency.",
+    no_args_is_help=True,
+)
+
+_CLUSTER = "Cluster"
+_WORKLOAD = "Workload"
+_CLIENT = "Client"
+
+LocalOption = Annotated[
+    int | None,
+    typer.Option(
+        "--local",
+        min=1,
+        max=9,
+        help="Start a throwaway local cluster of N nodes for this run (stopped at the end).",
+        rich_help_panel=_CLUSTER,
+    ),
+]
+TopicOption = Annotated[
+    str | None,
+    typer.Option(
+        "--topic",
+        help="Topic to use; created if missing (default: a fresh one, deleted after).",
+        rich_help_panel=_WORKLOAD,
+    ),
+]
+PartitionsOption = Annotated[
+    int, typer.Option("--partitions", min=1, help="Partitions of a topic the bench creates.", rich_help_panel=_WORKLOAD)
+]
+ReplicationOption = Annotated[
+    int,
+    typer.Option(
+        "--replication-factor", min=1, help="Replicas of a topic the bench creates.", rich_help_panel=_WORKLOAD
+    ),
+]
+SizeOption = Annotated[
+    int,
+    typer.Option("--message-size", min=8, max=8 << 20, help="Bytes of each record's value.", rich_help_panel=_WORKLOAD),
+]
+CountOption = Annotated[
+    int | None,
+    typer.Option(
+        "--count",
+        min=1,
+        help="Records to send (default: produce, consume 100,000; latency 5,000; e2e 10,000).",
+        rich_help_panel=_WORKLOAD,
+    ),
+]
+DurationOption = Annotated[
+    float | None,
+    typer.Option("--duration", min=0.1, help="Seconds to send for, instead of --count.", rich_help_panel=_WORKLOAD),
+]
+ProducersOption = Annotated[
+    int, typer.Option("--producers", min=1, max=64, help="Producer processes.", rich_help_panel=_CLIENT)
+]
+LingerOption = Annotated[
+    float, typer.Option("--linger-ms", min=0, help="How long a batch waits for more records.", rich_help_panel=_CLIENT)
+]
+BatchBytesOption = Annotated[
+    int,
+    typer.Option("--batch-bytes", min=1024, help="Largest wire batch a producer sends.", rich_help_panel=_CLIENT),
+]
+InFlightOption = Annotated[
+    int,
+    typer.Option(
+        "--max-in-flight", min=1, max=5, help="Unacknowledged batches per partition.", rich_help_panel=_CLIENT
+    ),
+]
+CompressionOption = Annotated[
+    Compression, typer.Option("--compression", help="Batch compression.", rich_help_panel=_CLIENT)
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print exactly one JSON object on stdout (progress stays on stderr).")
+]
+
+
+@dataclass
+class Params:
+    mode: str
+    local: int | None
+    topic: str | None
+    partitions: int
+    replication_factor: int
+    message_size: int
+    count: int | None
+    duration_s: float | None
+    producers: int
+    linger_ms: float
+    batch_bytes: int
+    max_in_flight: int
+    compression: str
+    api: str = "batch"
+    consumers: int = 1
+    rate: float = 0.0
+    fetch_max_bytes: int = 16 << 20
+
+
+@dataclass
+class _Target:
+    bootstrap: str
+    node_pids: dict[str, int] | None  # "node1" -> PID, when the node processes are known
+    local_dir: str | None = None
+
+
+@dataclass
+class _Phase:
+    """What one run of the worker processes measured."""
+
+    results: list[WorkerResult]
+    wall_s: float
+    client_cpu_s: float  # every worker plus this process (which runs the e2e consumer)
+    node_cpu_s: dict[str, float | None] | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------ the cluster
+
+
+@contextlib.contextmanager
+def _target(bootstrap: str | None, cluster_dir: Path | None, local: int | None) -> Iterator[_Target]:
+    if local is not None:
+        if bootstrap or cluster_dir:
+            fail("--local starts its own cluster: give it without --bootstrap or --cluster-dir")
+        with _local_cluster(local) as target:
+            yield target
+        return
+    if cluster_dir is not None:
+        from multiraft.launcher import load_cluster
+
+        try:
+            info = load_cluster(cluster_dir)
+        except FileNotFoundError as exc:
+            fail(str(exc))
+        pids = {f"node{n.node_id}": n.pid for n in info.nodes.values()}
+        yield _Target(bootstrap or info.bootstrap, pids)
+        return
+    if not bootstrap:
+        fail(
+            "no cluster given: pass --local N, --bootstrap HOST:PORT[,HOST:PORT] (or MULTIRAFT_BOOTSTRAP), or "
+            "--cluster-dir DIR (or MULTIRAFT_CLUSTER_DIR)"
+        )
+    yield _Target(bootstrap, None)  # node CPU is unknown: the node processes may be anywhere
+
+
+@contextlib.contextmanager
+def _local_cluster(nodes: int) -> Iterator[_Target]:
+    from multiraft.launcher import cluster_down, cluster_up
+
+    root = Path(tempfile.mkdtemp(prefix="multiraft-bench-"))
+    err_console.print(f"starting a local {nodes}-node cluster in {root}", highlight=False)
+    try:
+        info = cluster_up(root / "cluster", nodes)
+        try:
+            yield _Target(info.bootstrap, {f"node{n.node_id}": n.pid for n in info.nodes.values()}, str(root))
+        finally:
+            cluster_down(root / "cluster")
+            _reap_children([n.pid for n in info.nodes.values()])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _reap_children(pids: list[int], timeout_s: float = 10.0) -> None:
+    """The nodes are our children: collect their exit status. cluster_down stops waiting once a node is a
+    zombie, and a zombie left behind outlives us where PID 1 does not reap orphans (containers)."""
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while True:
+            try:
+                reaped, _status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                break  # already collected
+            if reaped or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+
+
+def _node_cpu(pids: dict[str, int] | None) -> dict[str, float | None] | None:
+    if pids is None:
+        return None
+    import psutil
+
+    seconds: dict[str, float | None] = {}
+    for name, pid in pids.items():
+        try:
+            times = psutil.Process(pid).cpu_times()
+            seconds[name] = float(times.user + times.system)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            seconds[name] = None
+    return seconds
+
+
+def _prepare_topic(bootstrap: str, params: Params) -> tuple[str, int, bool]:
+    """The topic's name, its partition count, and whether this run created it (and so deletes it)."""
+    from multiraft.client import Admin
+    from multiraft.errors import UnknownTopicError
+
+    name = params.topic or f"bench-{params.mode}-{uuid.uuid4().hex[:8]}"
+    with Admin(bootstrap) as admin:
+        try:
+            info = admin.describe_topic(name)
+            created = False
+        except UnknownTopicError:
+            info = admin.create_topic(name, partitions=params.partitions, replication_factor=params.replication_factor)
+            created = True
+        _wait_for_preferred_leaders(admin, name)
+        return name, len(info.partitions), created
+
+
+def _wait_for_preferred_leaders(admin: Any, topic: str, timeout_s: float = 30.0) -> None:
+    """A new topic's first elections sometimes put most leaders on one node for a few seconds; measuring
+    then would measure that node alone. Wait (bounded) until each partition is led by its preferred leader."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        partitions = admin.describe_topic(topic).partitions
+        if all(p.leader and p.leader == p.preferred_leader for p in partitions):
+            return
+        time.sleep(0.1)
+
+
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    from multiraft.client import Admin
+
+    with contextlib.suppress(Exception), Admin(bootstrap) as admin:  # best effort: the result is already in hand
+        admin.delete_topic(topic)
+
+
+# ------------------------------------------------------------------------------------------------ workers
+
+
+def _spec(params: Params, role: str, index: int, bootstrap: str, topic: str, count: int | None) -> WorkerSpec:
+    return WorkerSpec(
+        role=role,
+        index=index,
+        bootstrap=bootstrap,
+        topic=topic,
+        message_size=params.message_size,
+        count=count,
+        duration_s=params.duration_s if count is None else None,
+        api=params.api,
+        linger_ms=params.linger_ms,
+        batch_bytes=params.batch_bytes,
+        max_in_flight=params.max_in_flight,
+        compression=params.compression,
+        fetch_max_bytes=params.fetch_max_bytes,
+    )
+
+
+def _split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def _progress(disable: bool) -> Progress:
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=disable,
+    )
+
+
+def _run_workers(
+    specs: list[WorkerSpec],
+    target: _Target,
+    description: str,
+    total: int | None,
+    duration_s: float | None,
+    show_progress: bool,
+    while_running: Callable[[], None] | None = None,
+    finished: Callable[[list[WorkerResult]], bool] | None = None,
+) -> _Phase:
+    """Start one spawned process per spec, wait until all are ready, start them together, show progress, and
+    collect their results. ``while_running`` is called in a loop meanwhile (the e2e consumer), instead of
+    sleeping; after the workers end it keeps being called until ``finished(results)`` says so (bounded)."""
+    context: SpawnContext = multiprocessing.get_context("spawn")
+    counter = context.Value("q", 0)
+    results: multiprocessing.Queue[WorkerResult] = context.Queue()
+    go, stop = context.Event(), context.Event()
+    readies = [context.Event() for _ in specs]
+    processes: list[SpawnProcess] = [
+        context.Process(
+            target=run_worker,
+            args=(spec, counter, results, ready, go, stop),
+            name=f"bench-{spec.role}-{spec.index}",
+            daemon=True,  # dies with us if we are killed hard
+        )
+        for spec, ready in zip(specs, readies, strict=True)
+    ]
+    collected: list[WorkerResult] = []
+    try:
+        for process in processes:
+            process.start()
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        for ready, process in zip(readies, processes, strict=True):
+            while not ready.wait(0.2):
+                if not process.is_alive() or time.monotonic() > deadline:
+                    raise RuntimeError(f"{process.name} did not get ready (exit code {process.exitcode})")
+        if not results.empty():  # a worker failed while setting up: its result says why
+            collected.append(results.get())
+            raise _WorkerFailedError(collected[0].first_error or "a worker failed while setting up")
+        own_cpu = _own_cpu()
+        nodes_before = _node_cpu(target.node_pids)
+        started = time.monotonic()
+        go.set()
+        with _progress(not show_progress) as progress:
+            task = progress.add_task(description, total=total if total is not None else None, rate="")
+            while len(collected) < len(processes):
+                _show(progress, task, counter.value, started, total, duration_s)
+                if while_running is not None:
+                    while_running()
+                with contextlib.suppress(queue.Empty):
+                    collected.append(results.get(timeout=0.01 if while_running else 0.1))
+                if any(p.exitcode not in (None, 0) for p in processes) and results.empty():
+                    time.sleep(0.5)  # its result may still be in the pipe
+                    if results.empty():
+                        raise RuntimeError("a bench worker process died; see its traceback above")
+            if while_running is not None and finished is not None:
+                wait_until = time.monotonic() + 30
+                while not finished(collected) and time.monotonic() < wait_until:
+                    while_running()
+            _show(progress, task, counter.value, started, total, duration_s)
+        wall = time.monotonic() - started
+        nodes_after = _node_cpu(target.node_pids)
+        main_cpu = _own_cpu() - own_cpu
+    finally:
+        stop.set()
+        _stop_processes(processes)
+    node_cpu: dict[str, float | None] | None = None
+    if nodes_before is not None and nodes_after is not None:
+        node_cpu = {
+            name: (None if before is None or nodes_after.get(name) is None else nodes_after[name] - before)  # type: ignore[operator]
+            for name, before in nodes_before.items()
+        }
+    collected.sort(key=lambda r: r.index)
+    failed = [r for r in collected if r.first_error]
+    if failed and not any(r.records for r in collected):
+        raise _WorkerFailedError(failed[0].first_error or "")
+    return _Phase(collected, wall, main_cpu + sum(r.cpu_s for r in collected), node_cpu)
+
+
+class _WorkerFailedError(RuntimeError):
+    pass
+
+
+def _show(
+    progress: Progress, task: TaskID, done: int, started: float, total: int | None, duration_s: float | None
+) -> None:
+    elapsed = max(1e-9, time.monotonic() - started)
+    if total is None and duration_s is not None:
+        progress.update(
+            task, completed=done, total=None, rate=f"{done / elapsed:,.0f} msg/s  {elapsed:.0f}/{duration_s:.0f} s"
+        )
+    else:
+        progress.update(task, completed=done, rate=f"{done / elapsed:,.0f} msg/s")
+
+
+def _own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def _stop_processes(processes: list[SpawnProcess]) -> None:
+    """Join each worker; one that does not stop in time is terminated, then killed (by its PID)."""
+    deadline = time.monotonic() + _STOP_TIMEOUT_S
+    for process in processes:
+        if process.pid is None:
+            continue
+        process.join(max(0.1, deadline - time.monotonic()))
+        if process.is_alive():
+            process.terminate()
+            process.join(5)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+
+
+# ------------------------------------------------------------------------------------------------ the modes
+
+
+def _percentiles(samples: list[float]) -> dict[str, float | None]:
+    if not samples:
+        return {"p50_ms": None, "p99_ms": None, "p999_ms": None, "mean_ms": None, "max_ms": None}
+    ordered = sorted(samples)
+
+    def rank(q: float) -> float:  # nearest rank, as the peer benchmarks compute it
+        index = min(len(ordered) - 1, max(0, -(-int(q * 1000 * len(ordered)) // 1000) - 1))
+        return round(ordered[index], 4)
+
+    return {
+        "p50_ms": rank(0.50),
+        "p99_ms": rank(0.99),
+        "p999_ms": rank(0.999),
+        "mean_ms": round(statistics.fmean(ordered), 4),
+        "max_ms": round(ordered[-1], 4),
+    }
+
+
+def _produce_phase(params: Params, target: _Target, topic: str, show: bool, label: str) -> _Phase:
+    counts = _split(params.count, params.producers) if params.count is not None else [None] * params.producers
+    specs = [
+        _spec(params, "produce", i, target.bootstrap, topic, count)
+        for i, count in enumerate(counts)
+        if count is None or count > 0
+    ]
+    return _run_workers(specs, target, label, params.count, params.duration_s, show)
+
+
+def _mode_produce(params: Params, target: _Target, topic: str, partitions: int, show: bool) -> dict[str, Any]:
+    phase = _produce_phase(params, target, topic, show, f"producing to {topic}")
+    records = sum(r.records for r in phase.results)
+    # Throughput over the slowest worker's time to its last acknowledgement (they start together).
+    elapsed = max((r.elapsed_s for r in phase.results), default=phase.wall_s) or phase.wall_s
+    return _figures(params, phase, records, elapsed)
+
+
+def _mode_consume(params: Params, target: _Target, topic: str, partitions: int, show: bool) -> dict[str, Any]:
+    load = _produce_phase(params, target, topic, show, f"writing the records to read to {topic}")
+    written = sum(r.records for r in load.results)
+    from multiraft.client import Admin
+
+    with Admin(target.bootstrap) as admin:
+        start = admin.list_offsets(topic, "earliest")
+        end = admin.list_offsets(topic, "latest")
+    available = {p: end[p] - start.get(p, 0) for p in end}
+    consumers = min(params.consumers, partitions)
+    owned: list[list[int]] = [list(range(partitions))[i::consumers] for i in range(consumers)]
+    specs = []
+    for index, mine in enumerate(owned):
+        spec = _spec(params, "consume", index, target.bootstrap, topic, sum(available.get(p, 0) for p in mine))
+        spec.partitions = mine
+        specs.append(spec)
+    total = sum(available.values())
+    phase = _run_workers(specs, target, f"reading {topic} from the earliest offset", total, None, show)
+    records = sum(r.records for r in phase.results)
+    elapsed = max((r.elapsed_s for r in phase.results), default=phase.wall_s) or phase.wall_s
+    figures = _figures(params, phase, records, elapsed)
+    figures["written_before"] = {"records": written, "msgs_per_s": round(written / max(1e-9, load.wall_s), 1)}
+    return figures
+
+
+def _mode_latency(params: Params, target: _Target, topic: str, partitions: int, show: bool) -> dict[str, Any]:
+    counts = _split(params.count, params.producers) if params.count is not None else [None] * params.producers
+    specs = [_spec(params, "latency", i, target.bootstrap, topic, c) for i, c in enumerate(counts) if c != 0]
+    phase = _run_workers(specs, target, f"one at a time to {topic}", params.count, params.duration_s, show)
+    samples = [sample for r in phase.results for sample in r.latencies_ms]
+    records = sum(r.records for r in phase.results)
+    elapsed = max((r.elapsed_s for r in phase.results), default=phase.wall_s) or phase.wall_s
+    return {**_figures(params, phase, records, elapsed), **_percentiles(samples), "samples": len(samples)}
+
+
+def _mode_e2e(params: Params, target: _Target, topic: str, partitions: int, show: bool) -> dict[str, Any]:
+    from multiraft.client import Consumer, TopicPartition
+
+    counts = _split(params.count, params.producers) if params.count is not None else [None] * params.producers
+    specs = []
+    for index, count in enumerate(counts):
+        spec = _spec(params, "e2e", index, target.bootstrap, topic, count)
+        spec.rate = params.rate / params.producers
+        specs.append(spec)
+    samples: list[float] = []
+    consumer = Consumer(target.bootstrap, fetch_max_wait_ms=50, max_poll_records=10_000)
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)], start="latest")
+        for tp in consumer.assignment():
+            consumer.position(tp)  # resolve "latest" now, before the first record is sent
+        _warm_up(consumer, target.bootstrap, topic, partitions)
+
+        def read() -> None:
+            for record in consumer.poll(timeout_s=0.02):
+                value = record.value
+                if value is not None and len(value) >= STAMP.size:
+                    stamp = STAMP.unpack_from(value)[0]
+                    if stamp:  # 0: a warm-up record
+                        samples.append((time.monotonic_ns() - stamp) / 1e6)
+
+        def all_seen(results: list[WorkerResult]) -> bool:
+            return len(results) == len(specs) and len(samples) >= sum(r.records for r in results)
+
+        phase = _run_workers(
+            specs, target, f"end to end through {topic}", params.count, params.duration_s, show, read, all_seen
+        )
+    finally:
+        consumer.close()
+    records = sum(r.records for r in phase.results)
+    elapsed = max((r.elapsed_s for r in phase.results), default=phase.wall_s) or phase.wall_s
+    figures = {**_figures(params, phase, records, elapsed), **_percentiles(samples), "samples": len(samples)}
+    figures["offered_rate"] = params.rate
+    figures["unseen"] = max(0, records - len(samples))
+    return figures
+
+
+def _warm_up(consumer: Any, bootstrap: str, topic: str, partitions: int, rounds: int = 3) -> None:
+    """A consumer's first fetches take a second or more (connections, leaders, positions), and it then catches
+    up over the next few hundred milliseconds: measured from cold, e2e would report that. So send a few
+    records (stamp 0) to every partition, one at a time, and poll until each is seen."""
+    from multiraft.client import Producer
+
+    with Producer(bootstrap, linger_ms=0) as producer:
+        for _ in range(rounds):
+            for partition in range(partitions):
+                producer.send(topic, STAMP.pack(0), partition=partition).result()
+                deadline = time.monotonic() + 10
+                while not consumer.poll(timeout_s=0.2) and time.monotonic() < deadline:
+                    pass
+
+
+_MODES: dict[str, Callable[[Params, _Target, str, int, bool], dict[str, Any]]] = {
+    "produce": _mode_produce,
+    "consume": _mode_consume,
+    "latency": _mode_latency,
+    "e2e": _mode_e2e,
+}
+
+
+def _figures(params: Params, phase: _Phase, records: int, elapsed_s: float) -> dict[str, Any]:
+    elapsed_s = max(elapsed_s, 1e-9)
+    failed = sum(r.failed for r in phase.results)
+    errors = [r.first_error for r in phase.results if r.first_error]
+    nodes = phase.node_cpu_s
+    nodes_total = sum(v for v in nodes.values() if v is not None) if nodes else None
+    per_record = 1e6 / records if records else None
+    return {
+        "records": records,
+        "failed": failed,
+        "first_error": errors[0] if errors else None,
+        "elapsed_s": round(elapsed_s, 4),
+        "msgs_per_s": round(records / elapsed_s, 1),
+        "mb_per_s": round(records * params.message_size / elapsed_s / _MB, 3),
+        "cpu_s": {
+            "client": round(phase.client_cpu_s, 3),
+            "client_processes": [round(r.cpu_s, 3) for r in phase.results],
+            # the same names as benchmarks/peers: "servers" are the node processes
+            "servers": {k: (round(v, 3) if v is not None else None) for k, v in nodes.items()} if nodes else None,
+            "servers_total": round(nodes_total, 3) if nodes_total is not None else None,
+            "client_us_per_msg": round(phase.client_cpu_s * per_record, 2) if per_record else None,
+            "servers_us_per_msg": round(nodes_total * per_record, 2) if per_record and nodes_total else None,
+        },
+    }
+
+
+# ------------------------------------------------------------------------------------------------ output
+
+
+def _machine() -> dict[str, Any]:
+    import psutil
+
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _table(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    params = result["params"]
+    what = f"{params['message_size']:,} B values, {params['partitions']} partitions, RF {params['replication_factor']}"
+    table = Table(title=f"multiraft bench {result['mode']}: {what}", show_header=True)
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    table.add_row("records", f"{result['records']:,}" + (f" ({result['failed']:,} failed)" if result["failed"] else ""))
+    table.add_row("seconds", f"{result['elapsed_s']:.2f}")
+    table.add_row("records/s", f"{result['msgs_per_s']:,.0f}")
+    table.add_row("MB/s of values", f"{result['mb_per_s']:,.1f}")
+    for key in ("p50_ms", "p99_ms", "p999_ms", "max_ms"):
+        if result.get(key) is not None:
+            table.add_row(f"latency {key[:-3]} (ms)", f"{result[key]:.3f}")
+    cpu = result["cpu_s"]
+    table.add_row("client CPU s (all processes)", f"{cpu['client']:.2f}")
+    if cpu["client_us_per_msg"] is not None:
+        table.add_row("client CPU us/record", f"{cpu['client_us_per_msg']:.2f}")
+    if cpu["servers"]:
+        for name, seconds in cpu["servers"].items():
+            table.add_row(f"{name} CPU s", "?" if seconds is None else f"{seconds:.2f}")
+        if cpu["servers_us_per_msg"] is not None:
+            table.add_row("nodes CPU us/record", f"{cpu['servers_us_per_msg']:.2f}")
+    else:
+        table.add_row("nodes CPU s", "unknown (give --cluster-dir or --local)")
+    console.print(table)
+    if result.get("first_error"):
+        err_console.print(f"first error: {result['first_error']}", highlight=False)
+
+
+def _run(params: Params, bootstrap: str | None, cluster_dir: Path | None, as_json: bool) -> None:
+    if params.count is not None and params.duration_s is not None:
+        fail("give --count or --duration, not both")
+    if params.count is None and params.duration_s is None:
+        params.count = _DEFAULT_COUNT[params.mode]
+    if params.local is not None and params.replication_factor > params.local:
+        fail(
+            f"--replication-factor {params.replication_factor} needs at least that many nodes; "
+            f"--local is {params.local}"
+        )
+    if params.mode == "e2e" and params.rate <= 0:
+        fail("--rate must be positive")
+    show = err_console.is_terminal
+    # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C: workers and a local cluster are stopped.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    began = time.monotonic()
+    try:
+        with _target(bootstrap, cluster_dir, params.local) as target:
+            topic, partitions, created = _prepare_topic(target.bootstrap, params)
+            try:
+                figures = _MODES[params.mode](params, target, topic, partitions, show)
+            finally:
+                if created:
+                    _delete_topic(target.bootstrap, topic)
+    except _WorkerFailedError as exc:
+        fail(f"bench {params.mode} failed: {exc}")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    report_params = asdict(params)
+    report_params.update(topic=topic, partitions=partitions, topic_created=created)
+    if params.mode != "e2e":
+        report_params.pop("rate")
+    if params.mode != "consume":
+        report_params.pop("consumers")
+        report_params.pop("fetch_max_bytes")
+    result = {
+        "benchmark": "multiraft bench",
+        "mode": params.mode,
+        **figures,
+        "params": report_params,
+        "ack_guarantee": ACK_GUARANTEE,
+        "cluster": {
+            "bootstrap": target.bootstrap,
+            "local_nodes": params.local,
+            "node_pids": target.node_pids,
+        },
+        "machine": _machine(),
+        "command": "multiraft " + " ".join(sys.argv[1:]),
+        "total_s": round(time.monotonic() - began, 2),
+    }
+    if as_json:
+        import json
+
+        print(json.dumps(result))
+    else:
+        _table(result)
+    if figures["failed"]:
+        fail(f"{figures['failed']:,} records failed; first: {figures['first_error']}")
+
+
+def _raise_interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+# ------------------------------------------------------------------------------------------------ commands
+
+
+@bench_app.command("produce")
+def produce(
+    bootstrap: BootstrapOption = None,
+    cluster_dir: ClusterDirOption = None,
+    local: LocalOption = None,
+    topic: TopicOption = None,
+    partitions: PartitionsOption = 6,
+    replication_factor: ReplicationOption = 3,
+    message_size: SizeOption = 1024,
+    count: CountOption = None,
+    duration: DurationOption = None,
+    producers: ProducersOption = 1,
+    linger_ms: LingerOption = 5.0,
+    batch_bytes: BatchBytesOption = 1 << 20,
+    max_in_flight: InFlightOption = 5,
+    compression: CompressionOption = Compression.NONE,
+    api: str = typer.Option(
+        "batch",
+        "--api",
+        help="batch: send_batch() of ~4 MiB per call; send: one send() per record.",
+        rich_help_panel=_CLIENT,
+    ),
+    as_json: JsonOption = False,
+) -> None:
+    """Throughput: --producers processes write --count records (or for --duration) and wait for every ack."""
+    if api not in ("batch", "send"):
+        fail(f"--api must be 'batch' or 'send', got {api!r}")
+    params = Params(
+        "produce", local, topic, partitions, replication_factor, message_size, count, duration, producers,
+        linger_ms, batch_bytes, max_in_flight, compression.value, api=api,
+    )  # fmt: skip
+    _run(params, bootstrap, cluster_dir, as_json)
+
+
+@bench_app.command("consume")
+def consume(
+    bootstrap: BootstrapOption = None,
+    cluster_dir: ClusterDirOption = None,
+    local: LocalOption = None,
+    topic: TopicOption = None,
+    partitions: PartitionsOption = 6,
+    replication_factor: ReplicationOption = 3,
+    message_size: SizeOption = 1024,
+    count: CountOption = None,
+    duration: DurationOption = None,
+    producers: ProducersOption = 1,
+    consumers: int = typer.Option(
+        1, "--consumers", min=1, max=64, help="Consumer processes (partitions split).", rich_help_panel=_CLIENT
+    ),
+    fetch_max_bytes: int = typer.Option(
+        16 << 20, "--fetch-max-bytes", min=65536, help="Bytes per fetch round.", rich_help_panel=_CLIENT
+    ),
+    linger_ms: LingerOption = 5.0,
+    batch_bytes: BatchBytesOption = 1 << 20,
+    max_in_flight: InFlightOption = 5,
+    compression: CompressionOption = Compression.NONE,
+    as_json: JsonOption = False,
+) -> None:
+    """Read throughput: write --count records first (not timed), then read them all from the earliest offset."""
+    params = Params(
+        "consume", local, topic, partitions, replication_factor, message_size, count, duration, producers,
+        linger_ms, batch_bytes, max_in_flight, compression.value, consumers=consumers, fetch_max_bytes=fetch_max_bytes,
+    )  # fmt: skip
+    _run(params, bootstrap, cluster_dir, as_json)
+
+
+@bench_app.command("latency")
+def latency(
+    bootstrap: BootstrapOption = None,
+    cluster_dir: ClusterDirOption = None,
+    local: LocalOption = None,
+    topic: TopicOption = None,
+    partitions: PartitionsOption = 1,
+    replication_factor: ReplicationOption = 3,
+    message_size: SizeOption = 1024,
+    count: CountOption = None,
+    duration: DurationOption = None,
+    producers: ProducersOption = 1,
+    compression: CompressionOption = Compression.NONE,
+    as_json: JsonOption = False,
+) -> None:
+    """Acknowledgement latency: each producer sends one record at a time and waits for its ack (linger 0)."""
+    params = Params(
+        "latency", local, topic, partitions, replication_factor, message_size, count, duration, producers,
+        0.0, 1 << 20, 5, compression.value,
+    )  # fmt: skip
+    _run(params, bootstrap, cluster_dir, as_json)
+
+
+@bench_app.command("e2e")
+def e2e(
+    bootstrap: BootstrapOption = None,
+    cluster_dir: ClusterDirOption = None,
+    local: LocalOption = None,
+    topic: TopicOption = None,
+    partitions: PartitionsOption = 6,
+    replication_factor: ReplicationOption = 3,
+    message_size: SizeOption = 1024,
+    count: CountOption = None,
+    duration: DurationOption = None,
+    producers: ProducersOption = 1,
+    rate: float = typer.Option(
+        1000.0, "--rate", help="Records per second offered, over all producers.", rich_help_panel=_WORKLOAD
+    ),
+    linger_ms: LingerOption = 5.0,
+    batch_bytes: BatchBytesOption = 1 << 20,
+    max_in_flight: InFlightOption = 5,
+    compression: CompressionOption = Compression.NONE,
+    as_json: JsonOption = False,
+) -> None:
+    """End to end: from send() to a consumer in this process seeing the record, at a fixed offered --rate."""
+    params = Params(
+        "e2e", local, topic, partitions, replication_factor, message_size, count, duration, producers,
+        linger_ms, batch_bytes, max_in_flight, compression.value, rate=rate,
+    )  # fmt: skip
+    _run(params, bootstrap, cluster_dir, as_json)
