@@ -5,10 +5,13 @@
 ...     for record in consumer.poll(timeout_s=1.0):
 ...         handle(record)
 
-Each assigned partition has a *position*, the offset of the next record ``poll()`` returns. Fetches are
-unary long-polls (``max_wait_ms``) sent to every partition's leader at once as gRPC futures, at most one
-per partition in flight, with one decoded response buffered ahead. Decoding is done in bulk
-(:func:`storage.decode_batches`); ``poll_arrow`` never touches single records in Python.
+Each assigned partition has a *position*, the offset of the next record ``poll()`` returns. Each partition
+is read through one long-lived ``Subscribe`` stream from its leader (:mod:`rpc.client._fetcher`: the leader
+pushes batches as they commit), run on one background thread; at most two responses per partition wait
+undecoded, and more are decoded only while the partition holds fewer than ``max_poll_records`` records.
+A stream that fails (leader moved, node lost, offset out of range) is re-opened at the next offset.
+Decoding is done in bulk (:func:`storage.decode_batches`); ``poll_arrow`` never touches single records in
+Python.
 
 With a ``group_id`` the consumer commits positions (the next offset to read, as Kafka) to the cluster and
 starts from them; there is no group membership: ``subscribe`` reads every partition of its topics.
@@ -16,8 +19,10 @@ starts from them; there is no group membership: ``subscribe`` reads every partit
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,6 +41,7 @@ from multiraft.errors import (
 )
 from multiraft.logging import get_logger
 from rpc.client._cluster import ClusterClient
+from rpc.client._fetcher import PartitionStream, StreamFetcher
 from rpc.client._records import Record, TopicPartition
 from rpc.proto import multiraft_pb2 as pb
 from rpc.status import from_proto_error, from_rpc_error
@@ -81,21 +87,13 @@ class _Reset:
 
 
 @dataclass(eq=False)
-class _Fetch:
-    future: grpc.Future[pb.FetchResponse]
-    offset: int
-    generation: int
-
-
-@dataclass(eq=False)
 class _Partition:
     tp: TopicPartition
     position: int | None = None
     reset: _Reset | None = None
     fetch_offset: int = 0  # next offset to fetch; the buffer holds [position, fetch_offset)
     buffer: pa.Table | None = None
-    inflight: _Fetch | None = None
-    generation: int = 0  # bumped by seeks: answers to older fetches are dropped
+    stream: PartitionStream | None = None  # the open Subscribe call, if any
     high_watermark: int | None = None
     max_high_watermark: int = 0
     log_start_offset: int | None = None
@@ -106,10 +104,12 @@ class _Partition:
         self.position, self.reset = position, reset
         self.fetch_offset = position if position is not None else 0
         self.buffer = None
-        self.generation += 1
-        if self.inflight is not None:
-            self.inflight.future.cancel()
-            self.inflight = None
+        self.close_stream()
+
+    def close_stream(self) -> None:
+        if self.stream is not None:
+            self.stream.cancel()
+            self.stream = None
 
 
 def _timestamp_ms(when: datetime) -> int:
@@ -133,9 +133,10 @@ class Consumer:
       position is no longer (or not yet) in the log: ``"earliest"`` or ``"latest"``.
     * ``enable_auto_commit`` / ``auto_commit_interval_s``: with a group, commit positions on ``poll()``
       once the interval has passed, and on ``close()``.
-    * ``fetch_max_bytes``: bytes asked for per poll round, split over the partitions (at least 64 KiB
-      each; a partition always returns at least one batch).
-    * ``fetch_max_wait_ms``: how long a leader holds a fetch when there is nothing new.
+    * ``fetch_max_bytes``: split over the partitions (at least 64 KiB each), the most bytes of one
+      pushed response (a response always holds at least one batch); at most two wait per partition.
+    * ``fetch_max_wait_ms``: accepted for compatibility; the streams wait for new records on the leader
+      (its own ``fetch_max_wait_ms``) and push them as they commit.
     * ``max_poll_records``: most records one ``poll()`` returns.
     * ``metadata_max_age_s``: how often a subscription looks for new partitions and topics.
     """
@@ -185,6 +186,8 @@ class Consumer:
         self._subscription_start: Start = None
         self._next_metadata_check = 0.0
         self._completed = threading.Event()
+        self._fetcher = StreamFetcher(self._completed.set)
+        weakref.finalize(self, self._fetcher.close)  # a consumer dropped without close() stops its thread
         self._rotation = 0
         self._closed = False
 
@@ -239,8 +242,7 @@ class Consumer:
                 self._apply_start(state, start)
             self._partitions[tp] = state
         for state in previous.values():
-            if state.inflight is not None:
-                state.inflight.future.cancel()
+            state.close_stream()
 
     def _apply_start(self, state: _Partition, start: Start) -> None:
         if start is None:
@@ -327,13 +329,21 @@ class Consumer:
         state = self._state(tp)
         if state.position is None:
             self._resolve([state])
+            address = self._client.cached_leader(state.tp.topic, state.tp.partition)
+            if address is not None:
+                self._fetcher.connect(address)  # connect only: the stream opens on the first poll
         assert state.position is not None
         return state.position
 
     def lag(self) -> dict[TopicPartition, int]:
         """Records between each assigned partition's position and its high watermark (from the latest
-        fetch, or asked of the leader when there was none)."""
+        response, or asked of the leader when there was none)."""
         self._resolve([s for s in self._partitions.values() if s.position is None])
+        for state in self._partitions.values():
+            stream = state.stream
+            if stream is not None and stream.responses:
+                with contextlib.suppress(IndexError):  # taken meanwhile
+                    state.high_watermark = max(state.high_watermark or 0, stream.responses[-1].high_watermark)
         unknown = [s for s in self._partitions.values() if s.high_watermark is None]
         for topic, states in _by_topic(unknown).items():
             ends = self._list_offsets(topic, [s.tp.partition for s in states], "latest")
@@ -573,21 +583,12 @@ class Consumer:
     # -------------------------------------------------------------------------------------------- fetch
 
     def _send_fetches(self) -> None:
+        """Open a stream for every partition that has a position and none open (after its back-off)."""
         now = time.monotonic()
         ready = [
             s
             for s in self._partitions.values()
-            if s.position is not None and s.inflight is None and s.buffer is None and s.backoff_until <= now
-        ]
-        # Keep one answer buffered ahead of the application: fetch again as soon as the buffer is small.
-        ready += [
-            s
-            for s in self._partitions.values()
-            if s.position is not None
-            and s.inflight is None
-            and s.buffer is not None
-            and s.buffer.num_rows < self._max_poll_records
-            and s.backoff_until <= now
+            if s.position is not None and s.stream is None and s.backoff_until <= now
         ]
         if not ready:
             return
@@ -603,57 +604,47 @@ class Consumer:
                 self._client.refresh_metadata_quietly()
                 self._back_off(state)
                 continue
-            request = pb.FetchRequest(
-                topic=tp.topic,
-                partition=tp.partition,
-                offset=state.fetch_offset,
-                max_bytes=max_bytes,
-                max_wait_ms=self._fetch_max_wait_ms,
+            request = pb.SubscribeRequest(
+                topic=tp.topic, partition=tp.partition, offset=state.fetch_offset, max_bytes=max_bytes
             )
-            future = self._client.log_stub(address).Fetch.future(
-                request, timeout=self._fetch_max_wait_ms / 1000 + self._request_timeout_s
-            )
-            state.inflight = _Fetch(future, state.fetch_offset, state.generation)
-            future.add_done_callback(self._fetch_done)
-
-    def _fetch_done(self, _future: object) -> None:
-        self._completed.set()
+            state.stream = self._fetcher.open(address, request)
 
     def _collect(self) -> None:
-        """Take in every finished fetch: decode it into its partition's buffer, or handle its error."""
-        import numpy as np
+        """Take in what the streams pushed: decode it into each partition's buffer (while the buffer holds
+        fewer than ``max_poll_records`` records), or handle the error that ended a stream."""
+        for state in list(self._partitions.values()):
+            stream = state.stream
+            while stream is not None and (state.buffer is None or state.buffer.num_rows < self._max_poll_records):
+                response = stream.pop()
+                if response is None:
+                    break
+                self._take_in(state, response)
+            if stream is not None and stream.done and not stream.responses:
+                state.stream = None
+                if stream.error is not None:
+                    self._fetch_failed(state, stream.error)
+
+    def _take_in(self, state: _Partition, response: pb.FetchResponse) -> None:
         import pyarrow as pa
 
-        for state in list(self._partitions.values()):
-            fetch = state.inflight
-            if fetch is None or not fetch.future.done():
-                continue
-            state.inflight = None
-            if fetch.generation != state.generation or fetch.future.cancelled():
-                continue
+        state.backoff_s = 0.0
+        state.high_watermark = response.high_watermark
+        state.max_high_watermark = max(state.max_high_watermark, response.high_watermark)
+        state.log_start_offset = response.log_start_offset
+        offset = state.fetch_offset
+        if response.batches:
             try:
-                response: pb.FetchResponse = fetch.future.result()
-            except grpc.RpcError as exc:
-                self._fetch_failed(state, from_rpc_error(exc))
-                continue
-            state.backoff_s = 0.0
-            state.high_watermark = response.high_watermark
-            state.max_high_watermark = max(state.max_high_watermark, response.high_watermark)
-            state.log_start_offset = response.log_start_offset
-            if response.batches:
-                try:
-                    table = decode_batches(response.batches, include_headers=True)
-                except BatchFormatError as exc:
-                    raise MultiraftError(f"{state.tp}: the leader sent a corrupt batch: {exc}") from exc
-                offsets = table.column("offset").combine_chunks().to_numpy()  # (chunked to_numpy imports pandas)
-                skip = int(np.searchsorted(offsets, fetch.offset))  # the first batch may start before it
-                if skip:
-                    table = table.slice(skip)
-                if table.num_rows:
-                    state.buffer = pa.concat_tables([state.buffer, table]) if state.buffer is not None else table
-            state.fetch_offset = max(fetch.offset, response.next_offset)
-            if state.buffer is None:
-                state.position = state.fetch_offset
+                table = decode_batches(response.batches, include_headers=True)
+            except BatchFormatError as exc:
+                raise MultiraftError(f"{state.tp}: the leader sent a corrupt batch: {exc}") from exc
+            skip = _records_before(table, offset)  # the first batch may start before the offset
+            if skip:
+                table = table.slice(skip)
+            if table.num_rows:
+                state.buffer = pa.concat_tables([state.buffer, table]) if state.buffer is not None else table
+        state.fetch_offset = max(offset, response.next_offset)
+        if state.buffer is None:
+            state.position = state.fetch_offset
 
     def _fetch_failed(self, state: _Partition, error: MultiraftError) -> None:
         tp = state.tp
@@ -714,8 +705,8 @@ class Consumer:
         finally:
             self._closed = True
             for state in self._partitions.values():
-                if state.inflight is not None:
-                    state.inflight.future.cancel()
+                state.close_stream()
+            self._fetcher.close()
             self._client.close()
 
 
@@ -724,3 +715,18 @@ def _by_topic(states: Iterable[_Partition]) -> dict[str, list[_Partition]]:
     for state in states:
         grouped.setdefault(state.tp.topic, []).append(state)
     return grouped
+
+
+def _records_before(table: pa.Table, offset: int) -> int:
+    """How many leading rows of a decoded fetch lie before ``offset`` (offsets ascend)."""
+    import numpy as np
+
+    column = table.column("offset")
+    if not table.num_rows or column[0].as_py() >= offset:
+        return 0
+    # From the buffers: Array.to_numpy() would import pandas (about a second) on first use.
+    arrays = [
+        np.frombuffer(chunk.buffers()[1], dtype=np.int64, count=len(chunk), offset=chunk.offset * 8)
+        for chunk in column.chunks
+    ]
+    return int(np.searchsorted(np.concatenate(arrays) if len(arrays) > 1 else arrays[0], offset))
