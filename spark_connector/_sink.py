@@ -15,7 +15,9 @@ task of micro-batch ``b`` of query ``q`` (Spark partition ``s``) writes through 
 ``b % 32768``, so every micro-batch writes under a higher epoch than the one before (fencing zombies of older
 batches), and its sequences start at 0 in every target partition. The rows are cut into the same runs and the
 runs into the same wire batches every time the task's input is the same, so the replayed task sends exactly
-the batches of the first attempt, and the leaders answer those they already hold as duplicates. The query id
+the batches of the first attempt, and the leaders answer those they already hold as duplicates. (A task
+can outlive its killed driver in PySpark's worker daemon, see its input end early and write its last rows
+as a short run; the replay producer then writes only the rest of the replay's overlapping run.) The query id
 is the one Spark keeps in the checkpoint (stable across restarts), the batch id is Spark's.
 
 This rests on Spark's own assumption for exactly-once sinks: a replayed micro-batch gives each task the same

@@ -231,9 +231,12 @@ class ProducerBatch:
             )
         return self.payload
 
-    def split(self) -> tuple[ProducerBatch, ProducerBatch]:
-        """Two batches of the first and the second half of the records (for a batch the leader found too large)."""
-        half = len(self.values) // 2
+    def split(self, at: int | None = None) -> tuple[ProducerBatch, ProducerBatch]:
+        """Two batches of the records before and from ``at`` (default: the half), keeping their sequences (for
+        a batch the leader found too large, or whose first records a replay producer already wrote)."""
+        half = len(self.values) // 2 if at is None else at
+        if not 0 < half < len(self.values):
+            raise ValueError(f"cannot split a batch of {len(self.values)} records at {half}")
         parts = []
         for lo, hi in ((0, half), (half, len(self.values))):
             part = ProducerBatch(self.tp, self.limit, self.created, self.deadline)
@@ -381,9 +384,11 @@ class BulkBatch(ProducerBatch):
             )
         return self.payload
 
-    def split(self) -> tuple[ProducerBatch, ProducerBatch]:
+    def split(self, at: int | None = None) -> tuple[ProducerBatch, ProducerBatch]:
         count = self.record_count
-        half = count // 2
+        half = count // 2 if at is None else at
+        if not 0 < half < count:
+            raise ValueError(f"cannot split a batch of {count} records at {half}")
         body = self.size - HEADER_SIZE
         first_body = body * half // count
         first = BulkBatch(self.tp, self.call, self.columns.slice(0, half), first_body)

@@ -548,7 +548,20 @@ class Sender:
             state.inflight.remove(batch)
         if error is None and response is not None and response.HasField("error"):
             error = from_proto_error(response.error)
-        if error is not None and self._written_long_ago(batch, error):
+        written = 0 if error is None else self._written_prefix(batch, error)
+        if written:
+            # A replay producer's batch whose first records the leader already holds, cut elsewhere by an
+            # earlier attempt (whose input ended early: a task whose process lived on after its driver died).
+            # Same sequences, same records: those are written; send the rest.
+            log.debug("batch partly written", partition=str(batch.tp), sequence=batch.base_sequence, written=written)
+            head, tail = batch.split(written)
+            self._accumulator.replace(batch, (head, tail))
+            head.complete(-1, True, None)  # where it went is forgotten: offsets unknown
+            self._accumulator.release(head)
+            state.retry.append(tail)
+            if state.first_failed_send is None or batch.send_index < state.first_failed_send:
+                state.first_failed_send = batch.send_index  # later batches in flight fail after it: retry them
+        elif error is not None and self._written_long_ago(batch, error):
             log.debug("batch already written", partition=str(batch.tp), sequence=batch.base_sequence)
             state.acked_once = True
             state.backoff_s = 0.0
@@ -581,9 +594,26 @@ class Sender:
             expected = int(error.metadata.get("expected_sequence", ""))
         except ValueError:
             return False
-        # Between first and last: the batch overlaps what was written with other boundaries (a replay that
-        # does not repeat the first run's batches): not a duplicate; the sequence broke.
+        # Between first and last: the batch overlaps what was written with other boundaries: see _written_prefix.
         return expected > batch.last_sequence
+
+    def _written_prefix(self, batch: ProducerBatch, error: MultiraftError) -> int:
+        """How many leading records of a replay producer's ``batch`` the leader already holds: it refused the
+        batch as out of order and expects a sequence inside it (0 otherwise).
+
+        A replay producer sends the same records under the same sequences every time, but an earlier attempt
+        may have cut them into other batches: one whose input ended early (the Spark task of a killed driver
+        lives on in its Python worker, sees its input end and writes its last rows as a short run) wrote a
+        prefix of the run the replay sends whole. Those records are the replay's own first records."""
+        if not self._replay or not isinstance(error, OutOfOrderSequenceError) or batch.base_sequence < 0:
+            return 0
+        try:
+            expected = int(error.metadata.get("expected_sequence", ""))
+        except ValueError:
+            return 0
+        if batch.base_sequence < expected <= batch.last_sequence:
+            return expected - batch.base_sequence
+        return 0
 
     def _on_failure(
         self, state: _PartitionState, batch: ProducerBatch, error: MultiraftError, *, follows_failure: bool

@@ -77,6 +77,24 @@ def test_partial_run_then_full_replay_writes_each_batch_once(shared_cluster: Clu
         assert values == [v for q, vs in calls if q == p for v in vs]
 
 
+def test_replay_after_a_run_whose_last_call_was_cut_short_writes_the_rest_once(shared_cluster: Cluster) -> None:
+    """The first run's input ended early, in the middle of a call (a Spark task outliving its killed driver
+    writes its last rows as a short run): the replay's whole call overlaps it and writes only its rest."""
+    topic = "replay-cut-short"
+    shared_cluster.create_topic(topic, PARTITIONS, 3)
+    calls = _calls("cut", calls=12)
+    cut = [*calls[:6], (calls[6][0], calls[6][1][:7])]  # call 6 ends after 7 of its 20 records
+    _send(shared_cluster.bootstrap, "job-5", 0, cut, topic)
+
+    replay = _send(shared_cluster.bootstrap, "job-5", 0, calls, topic)
+    assert [m.duplicate for m in replay[6]] == [True, False]  # 7 records already there, 13 written now
+    assert [m.record_count for m in replay[6]] == [7, 13]
+    assert [all(m.duplicate for m in result) for i, result in enumerate(replay) if i != 6] == [True] * 6 + [False] * 5
+    for p in range(PARTITIONS):
+        values = [v for _, v in fetch_all(shared_cluster.client, topic, p)]
+        assert values == [v for q, vs in calls if q == p for v in vs]
+
+
 def test_lower_epoch_is_fenced_and_higher_epoch_starts_afresh(shared_cluster: Cluster) -> None:
     topic = "replay-epochs"
     shared_cluster.create_topic(topic, PARTITIONS, 3)
