@@ -49,7 +49,9 @@ def _keep_reading(cluster: Cluster, topic: str, consumed: list[Record], stop: th
             consumed.extend(records)
             if records:
                 quiet_since = time.monotonic()
-            elif stop.is_set() and time.monotonic() - quiet_since > 1.5:
+            # A stream re-opened after a failover waits out a back-off and a reconnect: on a loaded 2-core
+            # machine that can take a few seconds, so only a long silence means caught up.
+            elif stop.is_set() and time.monotonic() - quiet_since > 5.0:
                 return
 
 
