@@ -27,12 +27,9 @@ import argparse
 import json
 import os
 import platform
-import random
 import shutil
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,24 +39,12 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from _spark_common import print_cases, repeat, start_spark, summarise, timed
+
 from multiraft.client import Admin, Consumer, Producer, TopicPartition
 from multiraft.launcher import cluster_down, cluster_up
 
 PARTITIONS = 6
-SPARK_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
-    "spark.python.worker.reuse": "true",
-}
-
-
-def timed(run: Callable[[], None]) -> float:
-    start = time.perf_counter()
-    run()
-    return time.perf_counter() - start
 
 
 def stored_rows(bootstrap: str, topic: str) -> int:
@@ -86,16 +71,7 @@ def main() -> None:
     spark = None
     topics = (f"bench-{i}" for i in range(1_000_000))
     try:
-        from pyspark.sql import SparkSession
-
-        import spark_connector
-
-        builder = SparkSession.builder.master("local[2]").appName("spark-sink-bench")
-        for key, value in SPARK_CONF.items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-        spark_connector.register(spark)
+        spark = start_spark("spark-sink-bench")
 
         # Distinct values of exactly --value-bytes bytes (the row number, padded).
         df = (
@@ -162,24 +138,18 @@ def main() -> None:
         warm = fresh_topic()
         multiraft_batch(warm)  # starts the Python workers once, untimed
         check_and_drop(warm)
-        rates: dict[str, list[float]] = {name: [] for name in cases}
-        ratios: dict[str, list[float]] = {name: [] for name in cases}
-        shuffle = random.Random(args.seed)
-        for _ in range(args.reps):
-            order = list(cases)
-            shuffle.shuffle(order)
-            rep: dict[str, float] = {}
-            for name in order:
-                topic = fresh_topic()
-                rep[name] = args.rows / timed(lambda name=name, topic=topic: cases[name](topic))  # type: ignore[misc]
-                rates[name].append(rep[name])
-                if name != "parquet":
-                    check_and_drop(topic)
-                else:
-                    with Admin(info.bootstrap) as admin:
-                        admin.delete_topic(topic)
-            for name in cases:
-                ratios[name].append(rep[name] / rep["parquet"])
+
+        def measured(name: str) -> float:
+            topic = fresh_topic()
+            rate = args.rows / timed(lambda: cases[name](topic))
+            if name != "parquet":
+                check_and_drop(topic)
+            else:
+                with Admin(info.bootstrap) as admin:
+                    admin.delete_topic(topic)
+            return rate
+
+        rates, ratios = repeat({name: lambda name=name: measured(name) for name in cases}, args.reps, args.seed)  # type: ignore[misc]
     finally:
         if spark is not None:
             spark.stop()
@@ -196,24 +166,14 @@ def main() -> None:
         "reps": args.reps,
         "seed": args.seed,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "cases": {
-            name: {
-                "median_rows_per_s": statistics.median(rates[name]),
-                "rows_per_s": rates[name],
-                "median_ratio_to_parquet": statistics.median(ratios[name]),
-            }
-            for name in rates
-        },
+        "cases": summarise(rates, ratios),
     }
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{args.rows:,} rows of {args.value_bytes} B, {PARTITIONS} partitions, RF 3, {args.reps} reps")
-    for name, case in result["cases"].items():
-        print(
-            f"  {name:18s} {case['median_rows_per_s']:>12,.0f} rows/s   "
-            f"ratio to parquet {case['median_ratio_to_parquet']:.2f}"
-        )
+    print_cases(
+        f"{args.rows:,} rows of {args.value_bytes} B, {PARTITIONS} partitions, RF 3, {args.reps} reps", result["cases"]
+    )
 
 
 if __name__ == "__main__":

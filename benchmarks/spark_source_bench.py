@@ -25,9 +25,7 @@ import argparse
 import json
 import os
 import platform
-import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -41,19 +39,13 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from _spark_common import print_cases, repeat, start_spark, summarise, timed
+
 from multiraft.client import Admin, Producer
 from multiraft.launcher import cluster_down, cluster_up
 
 TOPIC = "bench"
 PARTITIONS = 6
-SPARK_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
-    "spark.python.worker.reuse": "true",
-}
 
 
 def produce(bootstrap: str, rows: int, value_bytes: int, seed: int) -> None:
@@ -69,12 +61,6 @@ def produce(bootstrap: str, rows: int, value_bytes: int, seed: int) -> None:
             futures.append(producer.send_batch(TOPIC, values, partition=index % PARTITIONS))
         for future in futures:
             future.result(300)
-
-
-def timed(run: Callable[[], None]) -> float:
-    start = time.perf_counter()
-    run()
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -97,16 +83,7 @@ def main() -> None:
             admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
         produce_s = timed(lambda: produce(info.bootstrap, args.rows, args.value_bytes, args.seed))
 
-        from pyspark.sql import SparkSession
-
-        import spark_connector
-
-        builder = SparkSession.builder.master("local[2]").appName("spark-source-bench")
-        for key, value in SPARK_CONF.items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-        spark_connector.register(spark)
+        spark = start_spark("spark-source-bench")
 
         def source(reader: Any) -> Any:
             reader = reader.format("multiraft").option("bootstrap", info.bootstrap).option("subscribe", TOPIC)
@@ -148,21 +125,14 @@ def main() -> None:
         cases: dict[str, Callable[[], None]] = {"multiraft batch": multiraft_batch, "parquet": parquet_baseline}
         if not args.no_stream:
             cases["multiraft stream"] = multiraft_stream
-        rates: dict[str, list[float]] = {name: [] for name in cases}
-        ratios: dict[str, list[float]] = {name: [] for name in cases}
         for run in cases.values():  # untimed: the JVM compiles each path's hot code on its first runs
             run()
-        shuffle = random.Random(args.seed)
         load_before = os.getloadavg()
-        for _ in range(args.reps):
-            order = list(cases)
-            shuffle.shuffle(order)
-            rep: dict[str, float] = {}
-            for name in order:
-                rep[name] = rows / timed(cases[name])
-                rates[name].append(rep[name])
-            for name in cases:
-                ratios[name].append(rep[name] / rep["parquet"])
+        rates, ratios = repeat(
+            {name: lambda run=run: rows / timed(run) for name, run in cases.items()},  # type: ignore[misc]
+            args.reps,
+            args.seed,
+        )
     finally:
         if spark is not None:
             spark.stop()
@@ -186,24 +156,14 @@ def main() -> None:
             "load_average_before": load_before,
             "load_average_after": os.getloadavg(),
         },
-        "cases": {
-            name: {
-                "median_rows_per_s": statistics.median(rates[name]),
-                "rows_per_s": rates[name],
-                "median_ratio_to_parquet": statistics.median(ratios[name]),
-            }
-            for name in rates
-        },
+        "cases": summarise(rates, ratios),
     }
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{args.rows:,} rows of {args.value_bytes} B, {PARTITIONS} partitions, RF 3, {args.reps} reps")
-    for name, case in result["cases"].items():
-        print(
-            f"  {name:18s} {case['median_rows_per_s']:>12,.0f} rows/s   "
-            f"ratio to parquet {case['median_ratio_to_parquet']:.2f}"
-        )
+    print_cases(
+        f"{args.rows:,} rows of {args.value_bytes} B, {PARTITIONS} partitions, RF 3, {args.reps} reps", result["cases"]
+    )
 
 
 if __name__ == "__main__":
