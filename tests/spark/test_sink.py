@@ -22,8 +22,6 @@ from tests.integration.conftest import Cluster
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 ROOT = Path(__file__).resolve().parents[2]
-# Spark's Python workers run PYSPARK_PYTHON (default: python3 on PATH); they need this venv's packages.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 def read_topic(bootstrap: str, topic: str, partitions: int, *, expect: int | None = None) -> pa.Table:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,9 +11,6 @@ import pytest
 from multiraft.client import Admin, ConfigError, Producer
 from spark_connector._source import DataLossError, OffsetRange, _ReadSettings, read_range, source_schema
 from tests.integration.conftest import Cluster
-
-# Executors must run this interpreter (it has pyarrow and the connector installed), not whatever python3 is.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 pytestmark = pytest.mark.spark
 
