@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -39,10 +40,16 @@ def cpu_seconds(pid: int) -> float:
     return float(times.user + times.system)
 
 
+def _down_if_still_there(root: Path) -> None:
+    """The exit-time safety net: a run that ended normally has already stopped and removed its cluster."""
+    with contextlib.suppress(FileNotFoundError):
+        cluster_down(root)
+
+
 def start_cluster(root: Path, settings: dict[str, Any]) -> tuple[ClusterInfo, ClusterClient]:
     shutil.rmtree(root, ignore_errors=True)
     info = cluster_up(root, 3, settings)
-    atexit.register(cluster_down, root)
+    atexit.register(_down_if_still_there, root)
     return info, ClusterClient(info.bootstrap, request_timeout_s=120)
 
 
