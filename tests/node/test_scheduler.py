@@ -1,0 +1,361 @@
+"""The scheduler's durability contract, checked against a store that only makes writes durable on sync().
+
+Each round the scheduler writes every group's Ready into one transaction, syncs once, and only then sends the
+messages whose meaning depends on durable state (append acks, votes) and applies committed entries (which
+answers producers). A quiescent group is not ticked. The store here models durability: what a group wrote
+becomes durable only when ``sync()`` is called, and every message sent, entry applied and producer answered is
+checked against what was durable at that moment.
+
+Groups run on the real scheduler thread; the peers (nodes 2 and 3) are played by the test, which steps
+hand-made messages into node 1's groups.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+
+from multiraft import raft
+from multiraft.node.raftlog import RaftLogStorage
+from multiraft.node.scheduler import Group, Scheduler
+from storage import LogStore
+
+NODE = 1
+PEER = 2
+CANDIDATE = 3
+NEVER_MS = 3_600_000  # a tick that never comes during a test
+T = raft.MessageType
+MUST_FOLLOW_SYNC = frozenset({T.APP_RESP, T.VOTE, T.VOTE_RESP, T.PRE_VOTE_RESP})
+
+
+@dataclass
+class Disk:
+    """What each group wrote, and what of it is durable (made so only by ``FakeStore.sync``)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    events: list[tuple[Any, ...]] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    written_index: dict[int, int] = field(default_factory=dict)
+    durable_index: dict[int, int] = field(default_factory=dict)
+    written_hard: dict[int, raft.HardState] = field(default_factory=dict)
+    durable_hard: dict[int, raft.HardState] = field(default_factory=dict)
+    unsynced: set[int] = field(default_factory=set)  # groups with entries or term/vote not yet synced
+
+    def record(self, *event: Any) -> None:
+        with self.lock:
+            self.events.append(event)
+
+    def violation(self, text: str) -> None:
+        with self.lock:
+            self.violations.append(text)
+
+    def snapshot_events(self) -> list[tuple[Any, ...]]:
+        with self.lock:
+            return list(self.events)
+
+    def forget_history(self) -> None:
+        with self.lock:
+            self.events.clear()
+
+
+class FakeStore:
+    """Stands in for the LogStore: counts syncs, and on each makes every group's writes durable."""
+
+    def __init__(self, disk: Disk) -> None:
+        self.disk = disk
+        self.syncs = 0
+
+    def sync(self) -> None:
+        disk = self.disk
+        with disk.lock:
+            disk.events.append(("sync", frozenset(disk.unsynced)))
+            disk.durable_index.update(disk.written_index)
+            disk.durable_hard.update(disk.written_hard)
+            disk.unsynced.clear()
+        self.syncs += 1
+
+    def rollback(self) -> None:
+        raise AssertionError("no storage failure is simulated here")
+
+    def close(self) -> None:
+        pass
+
+
+class RecordingStorage(raft.MemoryStorage):
+    """A group's Raft storage whose writes the disk records as written, not yet durable."""
+
+    def __init__(self, group_id: int, disk: Disk, conf_state: raft.ConfState) -> None:
+        super().__init__()
+        hard_state, snapshot = raft.bootstrap(conf_state)
+        super().apply_snapshot(snapshot)
+        super().set_hard_state(hard_state)
+        self.group_id = group_id
+        self.disk = disk
+        disk.written_index[group_id] = disk.durable_index[group_id] = snapshot.meta.index
+        disk.written_hard[group_id] = disk.durable_hard[group_id] = hard_state
+
+    def append(self, entries: Sequence[raft.Entry]) -> None:
+        super().append(entries)
+        if entries:
+            disk = self.disk
+            with disk.lock:
+                disk.events.append(("write", self.group_id, "entries", entries[-1].index))
+                disk.written_index[self.group_id] = entries[-1].index
+                disk.unsynced.add(self.group_id)
+
+    def set_hard_state(self, hard_state: raft.HardState) -> None:
+        super().set_hard_state(hard_state)
+        disk = self.disk
+        with disk.lock:
+            disk.events.append(("write", self.group_id, "hard_state", hard_state))
+            previous = disk.written_hard[self.group_id]
+            disk.written_hard[self.group_id] = hard_state
+            if (previous.term, previous.vote) != (hard_state.term, hard_state.vote):
+                disk.unsynced.add(self.group_id)
+
+    def apply_snapshot(self, snapshot: raft.Snapshot) -> None:
+        raise AssertionError("no snapshot is sent in these scenarios")
+
+    def set_applied(self, index: int, conf_state: raft.ConfState | None = None) -> None:
+        self.disk.record("write", self.group_id, "applied", index)
+
+
+class RecordingOutbox:
+    """The network side: records each message and checks that an ack or a vote was durable when it left."""
+
+    def __init__(self, disk: Disk) -> None:
+        self.disk = disk
+
+    def send(self, batches: dict[int, list[tuple[int, raft.Message]]]) -> None:
+        disk = self.disk
+        for to, messages in batches.items():
+            for group_id, message in messages:
+                assert message.to == to
+                disk.record("send", group_id, message.type, message)
+                if message.type not in MUST_FOLLOW_SYNC:
+                    continue
+                with disk.lock:
+                    durable_index, durable_hard = disk.durable_index[group_id], disk.durable_hard[group_id]
+                if message.type is T.APP_RESP and not message.reject and message.index > durable_index:
+                    disk.violation(f"group {group_id} acked index {message.index}; durable only to {durable_index}")
+                if message.type is T.VOTE_RESP and not message.reject:
+                    if (durable_hard.term, durable_hard.vote) != (message.term, message.to):
+                        disk.violation(f"group {group_id} granted a vote it had not made durable: {durable_hard}")
+
+
+class RecordingMachine:
+    """A state machine that checks every entry it applies is durable on this node."""
+
+    def __init__(self, disk: Disk) -> None:
+        self.disk = disk
+        self.applied: list[int] = []
+
+    def apply(self, group: Group, entries: Sequence[raft.Entry]) -> dict[int, Any]:
+        disk = self.disk
+        disk.record("apply", group.group_id, entries[-1].index)
+        with disk.lock:
+            durable = disk.durable_index[group.group_id]
+        if entries[-1].index > durable:
+            disk.violation(f"group {group.group_id} applied {entries[-1].index}; durable only to {durable}")
+        self.applied += [e.index for e in entries]
+        return {e.index: f"result {e.index}" for e in entries}
+
+    def on_role_change(self, group: Group, soft_state: raft.SoftState) -> None:
+        pass
+
+    def on_snapshot(self, group: Group, snapshot: raft.Snapshot) -> None:
+        raise AssertionError("no snapshot is installed in these scenarios")
+
+
+class CountingRawNode(raft.RawNode):
+    """A RawNode that counts the ticks it is given, and those given while it was quiescent."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ticks = 0
+        self.ticks_while_quiescent = 0
+
+    def tick(self) -> None:
+        self.ticks += 1
+        if self.quiescent:
+            self.ticks_while_quiescent += 1
+        super().tick()
+
+
+@dataclass
+class Node1:
+    scheduler: Scheduler
+    store: FakeStore
+    disk: Disk
+    groups: list[Group]
+
+    def on_thread(self, work: Callable[[], None], timeout_s: float = 5.0) -> None:
+        """Run ``work`` on the scheduler thread (before its next round) and wait for it to have run."""
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                work()
+            finally:
+                done.set()
+
+        self.scheduler.submit(run)
+        assert done.wait(timeout_s), "the scheduler thread did not run the work"
+
+    def wait_until(self, condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        for _ in range(100_000):
+            if condition():
+                return
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.002)
+        raise AssertionError(f"timed out waiting for {what}; events: {self.disk.snapshot_events()[-20:]}")
+
+    def sent(self, message_type: raft.MessageType) -> list[tuple[Any, ...]]:
+        return [e for e in self.disk.snapshot_events() if e[0] == "send" and e[2] is message_type]
+
+
+@contextmanager
+def node1(groups: int, voters: tuple[int, ...], *, tick_ms: int = NEVER_MS, election_tick: int = 10) -> Iterator[Node1]:
+    """Node 1 hosting ``groups`` groups of ``voters`` on a running scheduler; stopped on exit."""
+    disk = Disk()
+    store = FakeStore(disk)
+    scheduler = Scheduler(store_opener=lambda: cast(LogStore, store), tick_ms=tick_ms, outbox=RecordingOutbox(disk))
+    config = raft.RaftConfig(id=NODE, election_tick=election_tick, heartbeat_tick=1)
+    hosted = []
+    for group_id in range(1, groups + 1):
+        storage = RecordingStorage(group_id, disk, raft.ConfState.of(voters))
+        raw = CountingRawNode(config, storage, random.Random(group_id))
+        hosted.append(Group(group_id, raw, cast(RaftLogStorage, storage), RecordingMachine(disk)))
+    scheduler.start(lambda: [scheduler.add_group(group) for group in hosted])
+    try:
+        yield Node1(scheduler, store, disk, hosted)
+        assert disk.violations == []
+    finally:
+        scheduler.stop()
+
+
+def _append_from_leader(group_id: int, index: int, commit: int) -> tuple[int, raft.Message]:
+    """Leader 2 of term 2 appends one entry at ``index`` (after the bootstrap entry) and commits to ``commit``."""
+    entry = raft.Entry(index, 2, raft.EntryKind.DATA, 0, b"payload %d" % group_id)
+    message = raft.Message(
+        type=T.APP, to=NODE, sender=PEER, term=2, index=index - 1, log_term=1, entries=[entry], commit=commit
+    )
+    return group_id, message
+
+
+def _vote_request(group_id: int) -> tuple[int, raft.Message]:
+    """Candidate 3 asks for a vote in term 5 with a log as long as node 1's (the bootstrap entry)."""
+    return group_id, raft.Message(type=T.VOTE, to=NODE, sender=CANDIDATE, term=5, index=1, log_term=1)
+
+
+def _heartbeat(group_id: int, commit: int, *, quiesce: bool) -> tuple[int, raft.Message]:
+    return group_id, raft.Message(type=T.HEARTBEAT, to=NODE, sender=PEER, term=2, commit=commit, quiesce=quiesce)
+
+
+@pytest.mark.parametrize(
+    ("request_kind", "answer"),
+    [("append", T.APP_RESP), ("vote", T.VOTE_RESP)],
+    ids=["append-acks", "votes"],
+)
+def test_a_round_of_many_groups_is_synced_once_and_only_then_answered(
+    request_kind: str, answer: raft.MessageType
+) -> None:
+    groups = 8
+    with node1(groups, (1, 2, 3)) as node:
+        make = (lambda g: _append_from_leader(g, 2, commit=2)) if request_kind == "append" else _vote_request
+        node.on_thread(lambda: node.scheduler.deliver([make(g) for g in range(1, groups + 1)]))
+        node.wait_until(lambda: len(node.sent(answer)) == groups, f"{groups} answers")
+        if request_kind == "append":
+            node.wait_until(
+                lambda: all(g.machine.applied == [2] for g in node.groups),
+                "the committed entries to be applied",
+            )
+
+        events = node.disk.snapshot_events()
+        syncs = [position for position, e in enumerate(events) if e[0] == "sync"]
+        assert node.store.syncs == 1 and len(syncs) == 1, f"one sync for the round of {groups} groups: {events}"
+        sync_at = syncs[0]
+        assert events[sync_at][1] == frozenset(range(1, groups + 1)), "the one sync covers every group's writes"
+        written = {e[1] for e in events[:sync_at] if e[0] == "write" and e[2] in ("entries", "hard_state")}
+        assert written == set(range(1, groups + 1))
+        answers = [p for p, e in enumerate(events) if e[0] == "send" and e[2] is answer]
+        assert min(answers) > sync_at, "an answer left before the sync that makes it true"
+        assert all(not e[3].reject for e in events if e[0] == "send" and e[2] is answer)
+        applies = [p for p, e in enumerate(events) if e[0] == "apply"]
+        if request_kind == "append":
+            assert len(applies) == groups and min(applies) > sync_at, "entries applied before they were durable"
+        else:
+            assert applies == []
+
+
+def test_producers_are_answered_only_after_the_one_sync_that_made_their_entries_durable() -> None:
+    groups = 6
+    with node1(groups, (1,)) as node:  # single-voter groups: node 1's own fsync is the commit
+
+        def campaign() -> None:
+            for group in node.groups:
+                group.raw.campaign()
+                node.scheduler.touch(group)
+
+        node.on_thread(campaign)
+        node.wait_until(lambda: all(g.is_leader and g.machine.applied for g in node.groups), "leaders")
+        node.disk.forget_history()
+        syncs_before = node.store.syncs
+        acks: list[tuple[int, int, Any, BaseException | None]] = []
+
+        def propose_everywhere() -> None:
+            for group in node.groups:
+
+                def answered(result: Any, error: BaseException | None, group: Group = group) -> None:
+                    with node.disk.lock:
+                        durable = node.disk.durable_index[group.group_id]
+                        node.disk.events.append(("ack", group.group_id))
+                    acks.append((group.group_id, durable, result, error))
+
+                index = node.scheduler.propose(group, b"record batch", answered)
+                assert index is not None
+                node.disk.record("proposed", group.group_id, index)
+
+        node.on_thread(propose_everywhere)
+        node.wait_until(lambda: len(acks) == groups, "every producer to be answered")
+
+        events = node.disk.snapshot_events()
+        assert node.store.syncs - syncs_before == 1, f"one sync for {groups} groups' proposals: {events}"
+        proposed = {e[1]: e[2] for e in events if e[0] == "proposed"}
+        for group_id, durable, result, error in acks:
+            assert error is None
+            assert result == f"result {proposed[group_id]}"  # the state machine's result for that entry
+            assert durable >= proposed[group_id], f"group {group_id} answered before its entry was durable"
+        sync_at = next(p for p, e in enumerate(events) if e[0] == "sync")
+        assert min(p for p, e in enumerate(events) if e[0] in ("ack", "apply")) > sync_at
+
+
+def test_a_quiescent_group_is_not_ticked_until_a_message_wakes_it() -> None:
+    with node1(2, (1, 2, 3), tick_ms=2, election_tick=100_000) as node:
+        sleeper, awake = node.groups
+        node.on_thread(lambda: node.scheduler.deliver([_append_from_leader(g.group_id, 2, 2) for g in node.groups]))
+        node.wait_until(lambda: len(node.sent(T.APP_RESP)) == 2, "both appends acknowledged")
+        # The leader goes idle: its quiesce heartbeat puts one group to sleep; the other keeps hearing from it.
+        node.on_thread(
+            lambda: node.scheduler.deliver([_heartbeat(1, 2, quiesce=True), _heartbeat(2, 2, quiesce=False)])
+        )
+        node.wait_until(lambda: sleeper.raw.quiescent, "the group to go quiescent")
+        ticks_at_sleep = sleeper.raw.ticks
+        awake_at_sleep = awake.raw.ticks
+        node.wait_until(lambda: awake.raw.ticks >= awake_at_sleep + 50, "50 ticks of the awake group")
+
+        assert sleeper.raw.ticks_while_quiescent == 0
+        assert sleeper.raw.ticks == ticks_at_sleep
+
+        node.on_thread(lambda: node.scheduler.deliver([_heartbeat(1, 2, quiesce=False)]))
+        node.wait_until(lambda: sleeper.raw.ticks >= ticks_at_sleep + 20, "the woken group to be ticked again")
+        assert not sleeper.raw.quiescent
