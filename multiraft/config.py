@@ -136,7 +136,10 @@ class NodeConfig:
         "How often each partition leader checks retention and segment age (then proposes drops and rolls).",
     )
     leader_balance_ms: int = _setting(
-        5_000, "ms", "How often the controller moves leadership back to healthy preferred leaders."
+        5_000,
+        "ms",
+        "How often each partition leader hands leadership back to the partition's preferred leader (as the "
+        "controller assigned it) when that node is live, ACTIVE and caught up.",
     )
 
     map_size_bytes: int = _setting(1024 * GiB, "bytes", "LMDB map size: the most the log store may grow to.")

@@ -241,18 +241,19 @@ def _find_cost_reducing_path(
 
 
 def preferred_leader_moves(state: ClusterState, leaders: Mapping[int, int], healthy: set[int]) -> list[tuple[int, int]]:
-    """(group id, preferred leader) for each partition led by another node while its preferred leader is a
-    healthy, ACTIVE voter: the leadership transfers to ask for. Groups with no known leader (absent or 0)
-    are skipped, since only a leader can hand over leadership.
+    """(group id, preferred leader) for each partition of ``leaders`` (group id -> current leader) led by another
+    node while its preferred leader is a healthy, ACTIVE voter: the leadership transfers to ask for, by group
+    id. Groups with no known leader (0) or unknown to ``state`` are skipped, since only a leader can hand over
+    leadership. A node passes the groups it leads (``multiraft.node.node``, every ``leader_balance_ms``).
     """
     moves = []
-    for group_id, p in state.groups().items():
-        current = leaders.get(group_id)
+    for group_id, current in sorted(leaders.items()):
+        p = state.group(group_id)
+        if p is None or not current or current == p.preferred_leader:
+            continue
         preferred = state.nodes.get(p.preferred_leader)
         if (
-            current
-            and current != p.preferred_leader
-            and p.preferred_leader in healthy
+            p.preferred_leader in healthy
             and p.preferred_leader in p.replicas
             and preferred is not None
             and preferred.state is NodeState.ACTIVE

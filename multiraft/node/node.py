@@ -234,6 +234,7 @@ class Node:
             on_unreachable=self._peer_unreachable,
             handle_request=self._serve_peer_request,
             max_frame_bytes=config.max_frame_bytes,
+            heartbeat_interval_s=config.heartbeat_interval_s,
         )
         await self._transport.start()
         self.peer_port = self._transport.port
@@ -254,6 +255,7 @@ class Node:
         self._scheduler.start(self._load_groups)
         self.catchup.start(self._loop)
         self._scheduler.every(config.retention_check_ms / 1000, self._partition_housekeeping)
+        self._scheduler.every(config.leader_balance_ms / 1000, self._hand_back_leadership)
         self._scheduler.every(
             _RECONCILE_S,
             Reconciler(
@@ -467,7 +469,6 @@ class Node:
                     configs=configs,
                 )
             if isinstance(group.machine, PartitionMachine):
-                group.machine.preferred_leader = partition.preferred_leader
                 group.machine.retention = RetentionPolicy(configs.retention_ms, configs.retention_bytes)
         self._on_loop(lambda: self._set_cluster(state))
 
@@ -481,6 +482,24 @@ class Node:
                 group.machine.housekeeping(group, now_ms)
                 if self.catchup is not None:
                     self.catchup.leader_check(group)
+
+    def _hand_back_leadership(self) -> None:
+        """Every ``leader_balance_ms`` (scheduler thread): of the partitions this node leads, hand each whose
+        preferred leader is a live, ACTIVE voter back to it once it has caught up."""
+        controller = self._controller
+        groups = self._sched.groups
+        led = {
+            group_id: self.node_id
+            for group_id, group in groups.items()
+            if group.is_leader and isinstance(group.machine, PartitionMachine)
+        }
+        if controller is None or not led:
+            return
+        live, _ = self._liveness()
+        for group_id, preferred in ctl.preferred_leader_moves(controller.state, led, set(live)):
+            group = groups[group_id]
+            if isinstance(group.machine, PartitionMachine):
+                group.machine.hand_back_leadership(group, preferred)
 
     def _drop_local_replica(self, group: Group) -> None:
         """Remove a replica the controller moved off this node, and its log (scheduler thread)."""

@@ -11,9 +11,9 @@ compacts the log), so a restarted replica restores the checkpoint and replays th
 leader checks each produced batch against that state and against what it appended but has not applied yet.
 
 The leader also runs the partition's housekeeping, as replicated CONTROL entries so that every replica
-acts at the same point of the log (``multiraft.node.control``): retention by age and size, a segment roll
-when the active segment is older than segment.ms (so retention fires on idle partitions too), and handing
-leadership back to the preferred leader when it is healthy and caught up.
+acts at the same point of the log (``multiraft.node.control``): retention by age and size, and a segment roll
+when the active segment is older than segment.ms (so retention fires on idle partitions too). On its own
+schedule (``leader_balance_ms``) it hands leadership back to the preferred leader once that one is caught up.
 """
 
 from __future__ import annotations
@@ -119,7 +119,6 @@ class PartitionMachine:
     scheduler: Scheduler
     publish: Callable[[Callable[[], None]], None]  # runs a callable on the event loop
     view: PartitionView
-    preferred_leader: int = 0
     retention: RetentionPolicy = field(default_factory=lambda: RetentionPolicy(-1, -1))
     high_watermark: int = 0
     producers: ProducerStates = field(default_factory=ProducerStates)
@@ -331,15 +330,13 @@ class PartitionMachine:
     # ---------------------------------------------------------------------------------- leader duties
 
     def housekeeping(self, group: Group, now_ms: int) -> None:
-        """Checkpoint the producers (every replica); retention, segment age and preferred leadership (the
-        leader, by proposing)."""
+        """Checkpoint the producers (every replica); retention and segment age (the leader, by proposing)."""
         if self._applied_index != self._producers_saved_at and len(self.producers):
             self.save_producers()
         if not group.is_leader:
             return
         self._maybe_enforce_retention(group, now_ms)
         self._maybe_roll(group, now_ms)
-        self._maybe_hand_back_leadership(group)
 
     def _maybe_enforce_retention(self, group: Group, now_ms: int) -> None:
         policy = self.retention
@@ -363,18 +360,20 @@ class PartitionMachine:
         if active.entry_count and active.first_timestamp_ms > 0 and now_ms - active.first_timestamp_ms >= segment_ms:
             self.scheduler.propose(group, encode_roll(), _ignore, kind=raft.EntryKind.CONTROL)
 
-    def _maybe_hand_back_leadership(self, group: Group) -> None:
-        preferred = self.preferred_leader
-        if not preferred or preferred == group.raw.id:
+    def hand_back_leadership(self, group: Group, preferred: int) -> None:
+        """On the leader: transfer leadership to ``preferred`` (a live, ACTIVE voter, as the controller's state
+        and the member-list say) once Raft sees it active and holding every entry."""
+        if not group.is_leader or preferred == group.raw.id:
             return
         status = group.raw.status()
         progress = status.progress.get(preferred)
         if progress is None or progress.is_learner or not progress.recent_active:
             return
-        if progress.match >= status.last_index and status.lead_transferee == 0:
-            log.info("handing leadership to the preferred leader", group=self.group_id, to=preferred)
-            group.raw.transfer_leader(preferred)
-            self.scheduler.touch(group)
+        if progress.match < status.last_index or status.lead_transferee != 0:
+            return
+        log.info("handing leadership to the preferred leader", group=self.group_id, to=preferred)
+        group.raw.transfer_leader(preferred)
+        self.scheduler.touch(group)
 
 
 def _ignore(result: Any, error: BaseException | None) -> None:

@@ -197,6 +197,7 @@ def test_partitions_led_away_from_their_healthy_preferred_leader_are_moved_back(
     assert moves == [(g, preferred[g]) for g in (2, 3)]
     assert preferred_leader_moves(state, leaders, healthy={preferred[1]}) == []
     assert preferred_leader_moves(state, {}, healthy={1, 2, 3}) == []  # no leader known: nobody to ask
+    assert preferred_leader_moves(state, {2: 0, 99: 1}, healthy={1, 2, 3}) == []  # leaderless; unknown group
 
 
 def test_a_draining_preferred_leader_is_not_given_leadership_back() -> None:
