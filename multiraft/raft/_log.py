@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .errors import CompactedError, RaftError, SnapshotTemporarilyUnavailableError, UnavailableError
+from .errors import CompactedError, LogInvariantError, SnapshotTemporarilyUnavailableError, UnavailableError
 from .messages import Entry, Snapshot
 from .storage import Storage, limit_size
 
@@ -120,7 +120,7 @@ class RaftLog:
     def last_term(self) -> int:
         term = self.term(self.last_index())
         if term is None:
-            raise RaftError(f"no term for the last index {self.last_index()}")  # storage broke its contract
+            raise LogInvariantError(f"no term for the last index {self.last_index()}")  # storage broke its contract
         return term
 
     def match_term(self, index: int, term: int) -> bool:
@@ -159,7 +159,7 @@ class RaftLog:
             conflict = self.find_conflict(entries)
             if conflict:
                 if conflict <= self.committed:
-                    raise RaftError(f"entry {conflict} conflicts with the committed index {self.committed}")
+                    raise LogInvariantError(f"entry {conflict} conflicts with the committed index {self.committed}")
                 self.unstable.truncate_and_append(entries[conflict - index - 1 :])
         self.commit_to(min(committed, last_new))
         return last_new
@@ -167,14 +167,14 @@ class RaftLog:
     def append(self, entries: Sequence[Entry]) -> int:
         if entries:
             if entries[0].index - 1 < self.committed:
-                raise RaftError(f"appending at {entries[0].index} would overwrite committed {self.committed}")
+                raise LogInvariantError(f"appending at {entries[0].index} would overwrite committed {self.committed}")
             self.unstable.truncate_and_append(entries)
         return self.last_index()
 
     def commit_to(self, index: int) -> None:
         if index > self.committed:
             if index > self.last_index():
-                raise RaftError(f"commit index {index} is beyond the last index {self.last_index()}")
+                raise LogInvariantError(f"commit index {index} is beyond the last index {self.last_index()}")
             self.committed = index
 
     def maybe_commit(self, index: int, term: int) -> bool:

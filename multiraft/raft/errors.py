@@ -13,9 +13,12 @@ Every error the core raises on purpose derives from :class:`RaftError`::
     │   ├── DecodeError                  malformed or truncated bytes (the decoder raises nothing else)
     │   └── EncodeError                  a value that does not fit the wire format (negative or too large)
     ├── UsageError (RuntimeError)        the driver broke the ready()/advance() contract
+    ├── LogInvariantError (RuntimeError) the log broke an invariant (a leader overwriting committed entries,
+    │                                    a commit past the last index, storage without the last term): a bug
     └── StorageError                     raised by a Storage implementation
         ├── CompactedError               the index is at or below the compaction point
         ├── UnavailableError             the index is above the last index
+        ├── CompactionBeyondSnapshotError  compact() past the snapshot: entries no snapshot covers
         ├── SnapshotOutOfDateError       a snapshot not newer than the one held
         └── SnapshotTemporarilyUnavailableError  the snapshot is being produced; the leader retries later
 
@@ -36,9 +39,11 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "UsageError",
+    "LogInvariantError",
     "StorageError",
     "CompactedError",
     "UnavailableError",
+    "CompactionBeyondSnapshotError",
     "SnapshotOutOfDateError",
     "SnapshotTemporarilyUnavailableError",
 ]
@@ -93,6 +98,10 @@ class UsageError(RaftError, RuntimeError):
     """The driver broke the ready()/advance() contract (for example a second ready() before advance())."""
 
 
+class LogInvariantError(RaftError, RuntimeError):
+    """The replica's log broke one of Raft's invariants; a bug in the core, a peer or a storage. Not retryable."""
+
+
 class StorageError(RaftError):
     """Base class of errors raised by :class:`~multiraft.raft.Storage` implementations."""
 
@@ -103,6 +112,10 @@ class CompactedError(StorageError):
 
 class UnavailableError(StorageError):
     """The requested index is beyond the last index in storage."""
+
+
+class CompactionBeyondSnapshotError(StorageError):
+    """``compact(index)`` with ``index`` above the snapshot: it would drop entries no snapshot covers."""
 
 
 class SnapshotOutOfDateError(StorageError):

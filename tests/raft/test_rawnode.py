@@ -16,9 +16,12 @@ from multiraft.raft import (
     ConfChangeType,
     ConfigError,
     ConfState,
+    Entry,
+    EntryKind,
     HardState,
     InvalidConfChangeError,
     InvalidRequestError,
+    LogInvariantError,
     MemoryStorage,
     MessageType,
     RaftConfig,
@@ -27,6 +30,7 @@ from multiraft.raft import (
     UsageError,
     apply_conf_change,
 )
+from multiraft.raft._log import RaftLog
 
 from .harness import Cluster, ReplicaHost
 
@@ -297,3 +301,16 @@ def test_a_restart_resumes_from_the_snapshot_even_when_the_log_was_compacted_to_
     assert node.conf_state == ConfState.of((1, 2, 3), learners=(4,))
     if node.has_ready():
         assert node.ready().committed_entries == ()  # nothing the snapshot covers is applied twice
+
+
+def test_a_broken_log_invariant_is_a_named_error() -> None:
+    storage = MemoryStorage()
+    storage.append([Entry(i, 1, EntryKind.DATA, 0, b"x") for i in range(1, 6)])
+    log = RaftLog(storage, 1 << 20)
+    log.commit_to(3)
+    with pytest.raises(LogInvariantError, match="overwrite committed"):
+        log.append([Entry(3, 2, EntryKind.DATA, 0, b"rewritten history")])
+    with pytest.raises(LogInvariantError, match="beyond the last index"):
+        log.commit_to(6)
+    with pytest.raises(LogInvariantError, match="conflicts with the committed index"):
+        log.maybe_append(1, 1, 3, [Entry(2, 2, EntryKind.DATA, 0, b"rewritten history")])
