@@ -212,10 +212,12 @@ class Raft:
         self.logger.info("raft.became_leader", term=self.term, last_index=self.log.last_index())
 
     def _promotable(self) -> bool:
-        # Not only voters: a removed or demoted leader that crashed before handing over may hold entries the
-        # remaining voters need, and they may still count its vote. Elected, it only hands leadership over.
-        # Safety does not depend on the candidate's own vote; a node without any configuration never runs.
-        return bool(self.tracker.voters) and not self.log.has_pending_snapshot()
+        # etcd's promotable(): only a voter of its own (applied) configuration campaigns. A learner, or a replica
+        # that applied its own removal, would otherwise raise the term again and again while cut off and depose
+        # a healthy leader on return (without PreVote and CheckQuorum). A new voter campaigns once it applied its
+        # promotion; a removed replica that never learned of its removal still thinks it is a voter (the runtime
+        # collects it once every voter applied the removal).
+        return self.tracker.is_voter(self.id) and not self.log.has_pending_snapshot()
 
     def _has_unapplied_conf_changes(self) -> bool:
         log = self.log

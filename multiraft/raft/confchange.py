@@ -22,12 +22,18 @@ and a new leader only after its first entry is applied. Removing the leader work
 through the joint phase (it still counts in ``C_old``); once it is no longer a voter it refuses proposals, keeps
 replicating without counting itself, and sends TimeoutNow to a voter of the new configuration as soon as one has
 its whole (committed) log; it steps down when that voter wins. Stepping down at once could strand the remaining
-voters in the old configuration, needing the vote of a node whose log is longer than theirs. For the same reason
-a replica that is not a voter of its configuration (removed, demoted, or a learner) may still campaign: it counts
-only the configuration's voters (so elections stay safe), and if elected it just hands leadership over. Garbage-
-collect a removed replica only once every voter of the new configuration has applied it (``RawNode.conf_state``
-on each of them no longer lists it); with PreVote and CheckQuorum off, a removed replica left running disrupts
-elections.
+voters in the old configuration, needing the vote of a node whose log is longer than theirs.
+
+**Who campaigns** (etcd's ``promotable()``): only a voter of the node's own configuration, i.e. as of its applied
+index (incoming or outgoing voters, so a voter being demoted keeps campaigning until the joint phase ends). A
+learner never campaigns, and neither does a replica once it has applied its own removal or demotion, nor one
+whose snapshot is not installed yet; a TimeoutNow sent to such a node is ignored. Every replica still answers
+vote requests, whatever its own role, since the candidate's configuration may count it. A node learns its status
+only by applying CONFIG entries: a promoted learner starts campaigning once it applied its promotion (until then
+the other voters, which counted it, elect a leader without it); a replica that never learned of its removal
+(cut off before applying it) still believes it is a voter and may campaign, so garbage-collect a removed replica
+only once every voter of the new configuration has applied the change (``RawNode.conf_state`` on each of them no
+longer lists it); until then it may be needed, as a voter of the configuration they still apply.
 
 :func:`apply_conf_change` is a pure function, so the application (or a storage adapter) can compute the
 configuration at any index by folding the CONFIG entries after a snapshot.

@@ -12,6 +12,8 @@ from multiraft.raft import (
     ConfChangeType,
     ConfState,
     InvalidConfChangeError,
+    Message,
+    MessageType,
     ProposalDropped,
     Role,
 )
@@ -243,3 +245,82 @@ def test_6_a_demoted_voter_keeps_voting_in_the_old_configuration_until_the_joint
     assert cluster.node(1).status().commit < index
     assert cluster.node(3).status().last_index >= index
     assert not [line for line in cluster.transcript if line.startswith("3->") and "VOTE " in line]
+
+
+# --- who may campaign (etcd's promotable()) ------------------------------------------------------------------
+
+
+def _tick_alone(cluster: Cluster, node_id: int, ticks: int) -> None:
+    for _ in range(ticks):
+        cluster.tick(node_id)
+        cluster.stabilize()
+
+
+def test_6_a_cut_off_learner_never_raises_the_term_so_it_cannot_depose_a_healthy_leader_without_prevote() -> None:
+    cluster = Cluster(ids=(1, 2, 3), learners=(4,), config={"pre_vote": False, "check_quorum": False})
+    cluster.elect(1)
+    term = cluster.node(1).term
+    cluster.isolate(4)
+    _tick_alone(cluster, 4, 100)  # many election timeouts without hearing the leader
+    assert cluster.node(4).term == term and cluster.node(4).role is Role.FOLLOWER
+    cluster.heal()
+    cluster.tick_all(5)
+    assert cluster.leader() == 1 and cluster.node(1).term == term
+    assert not [line for line in cluster.transcript if line.startswith("4->") and "VOTE" in line]
+
+
+def test_6_a_learner_ignores_campaign_requests_and_timeout_now() -> None:
+    cluster = Cluster(ids=(1, 2, 3), learners=(4,))
+    cluster.elect(1)
+    term = cluster.node(1).term
+    cluster.node(4).campaign()
+    cluster.node(4).step(Message(type=MessageType.TIMEOUT_NOW, to=4, sender=1, term=term))
+    cluster.stabilize()
+    assert cluster.node(4).role is Role.FOLLOWER and cluster.node(4).term == term
+    assert cluster.leader() == 1 and cluster.node(1).term == term
+
+
+def test_6_a_replica_that_applied_its_own_removal_never_campaigns_again() -> None:
+    cluster = Cluster(config={"pre_vote": False, "check_quorum": False})
+    cluster.elect(1)
+    cluster.cut(1, 2)  # the removal commits with node 3's own copy, so the leader tells node 3 it committed
+    cluster.node(1).propose_conf_change(ConfChange.remove_node(3))
+    cluster.stabilize()
+    cluster.heal()
+    cluster.tick_all(3)
+    assert cluster.node(3).conf_state.voters == (1, 2)  # node 3 learned of its removal by applying it
+    term = cluster.node(1).term
+    cluster.isolate(3)
+    _tick_alone(cluster, 3, 100)
+    cluster.node(3).campaign()
+    assert cluster.node(3).term == term and cluster.node(3).role is Role.FOLLOWER
+    cluster.heal()
+    cluster.tick_all(5)
+    assert cluster.leader() == 1 and cluster.node(1).term == term
+
+
+def test_6_a_promoted_learner_campaigns_only_once_it_has_applied_its_promotion() -> None:
+    cluster = Cluster(ids=(1, 2), learners=(3,))
+    cluster.elect(1)
+    cluster.filters.append(lambda m: m.to != 3)  # node 3 never hears of its promotion
+    cluster.node(1).propose_conf_change(ConfChange.add_voter(3))
+    cluster.tick_all(3)
+    assert cluster.node(2).conf_state.voters == (1, 2, 3)
+    assert cluster.node(3).conf_state.learners == (3,)
+    # The leader dies. Node 3 still believes it is a learner and does not campaign, but it answers node 2,
+    # whose configuration counts it: the surviving majority {2, 3} elects node 2.
+    cluster.crash(1)
+    cluster.filters.clear()
+    term = cluster.node(3).term
+    cluster.node(3).campaign()
+    assert cluster.node(3).term == term
+    cluster.tick_all(40)  # both time out; only node 2 campaigns
+    assert cluster.leader() == 2
+    assert not [line for line in cluster.transcript if line.startswith("3->") and "VOTE " in line]
+    cluster.propose(2, b"after the promotion")
+    cluster.tick_all(3)
+    assert cluster.node(3).conf_state.voters == (1, 2, 3)  # it learned its status from the log
+    # Now a voter, node 3 campaigns and wins when it must.
+    cluster.crash(2)
+    cluster.restart(1)
+    cluster.elect(3)
