@@ -56,7 +56,9 @@ class Cluster:
     def leader(self, topic: str, partition: int, *, timeout_s: float = 10.0) -> int:
         """The partition's leader, asked of the cluster until one is known."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        for _ in range(10_000):
+            if time.monotonic() > deadline:
+                break
             described = self.describe(topic)
             leader = described.partitions[partition].leader
             if leader:
@@ -140,11 +142,16 @@ def produce(
     return response.base_offset
 
 
-def fetch_all(client: ClusterClient, topic: str, partition: int) -> list[tuple[int, bytes]]:
+def fetch_all(
+    client: ClusterClient, topic: str, partition: int, *, max_requests: int = 10_000, timeout_s: float = 120
+) -> list[tuple[int, bytes]]:
     """Every committed record of a partition: (offset, value), in offset order."""
     records: list[tuple[int, bytes]] = []
     offset = 0
-    while True:
+    deadline = time.monotonic() + timeout_s
+    for _ in range(max_requests):
+        if time.monotonic() > deadline:
+            break
         request = pb.FetchRequest(topic=topic, partition=partition, offset=offset, max_bytes=4 << 20)
         response = client.call_leader(
             topic, partition, lambda stub, timeout, request=request: stub.Fetch(request, timeout=timeout)
@@ -157,21 +164,27 @@ def fetch_all(client: ClusterClient, topic: str, partition: int) -> list[tuple[i
         offset = response.next_offset
         if offset >= response.high_watermark:
             return records
+    raise AssertionError(
+        f"{topic}/{partition} not read to its end in {max_requests} fetches or {timeout_s}s (at offset {offset})"
+    )
 
 
 @dataclass
 class BackgroundProducer:
-    """Produces batches to every partition of a topic from threads until stopped; remembers what was
-    acknowledged and what was attempted."""
+    """Produces batches to every partition of a topic from threads until stopped (or ``max_batches`` per
+    partition, or ``max_seconds``); remembers what was acknowledged, when, and what was attempted."""
 
     client: ClusterClient
     topic: str
     partitions: int
     records_per_batch: int = 5
+    max_batches: int = 1_000_000
+    max_seconds: float = 600
     acked: dict[int, list[tuple[int, list[bytes]]]] = field(default_factory=dict)  # partition -> (offset, values)
     attempted: set[bytes] = field(default_factory=set)
     errors: list[MultiraftError] = field(default_factory=list)
     last_ack: dict[int, float] = field(default_factory=dict)
+    ack_times: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # partition -> (sent, acked)
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -189,12 +202,15 @@ class BackgroundProducer:
             thread.join(60)
 
     def _run(self, partition: int) -> None:
-        sequence = 0
-        while not self._stop.is_set():
+        deadline = time.monotonic() + self.max_seconds
+        for sequence in range(self.max_batches):
+            if self._stop.is_set() or time.monotonic() > deadline:
+                return
             for attempt in range(1_000):  # a retry is a new attempt: its records are told apart
                 values = record_values(partition, sequence, attempt, self.records_per_batch)
                 with self._lock:
                     self.attempted.update(values)
+                sent = time.monotonic()
                 try:
                     offset = produce(self.client, self.topic, partition, values, timeout_s=5, max_attempts=1)
                 except MultiraftError as exc:
@@ -204,12 +220,19 @@ class BackgroundProducer:
                         return
                     time.sleep(0.02)
                     continue
+                acked = time.monotonic()
                 with self._lock:
                     self.acked.setdefault(partition, []).append((offset, values))
-                    self.last_ack[partition] = time.monotonic()
+                    self.last_ack[partition] = acked
+                    self.ack_times.setdefault(partition, []).append((sent, acked))
                 break
-            sequence += 1
 
     def acked_count(self) -> int:
         with self._lock:
             return sum(len(batches) for batches in self.acked.values())
+
+    def first_ack_sent_after(self, partition: int, moment: float) -> float | None:
+        """When the first batch sent to ``partition`` after ``moment`` was acknowledged (None: none yet)."""
+        with self._lock:
+            times = list(self.ack_times.get(partition, ()))
+        return next((acked for sent, acked in times if sent > moment), None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.launcher import cluster_down, load_cluster
+from multiraft.launcher import cluster_down, kill_node, load_cluster
 from rpc.proto import multiraft_pb2 as pb
 from storage import LogStore
 from tests.integration.conftest import BackgroundProducer, Cluster, fetch_all, produce, record_values
@@ -46,24 +47,38 @@ def test_three_nodes_replicate_ten_thousand_batches_and_serve_them_back_in_order
 def test_killing_each_partition_leader_in_turn_loses_no_acknowledged_write(cluster: Cluster) -> None:
     cluster.create_topic("payments", partitions=6, replication_factor=3)
     producer = BackgroundProducer(cluster.client, "payments", 6).start()
-    resume_times = []
+    resume_times: dict[tuple[int, int], float] = {}  # (round, partition the victim led) -> seconds
     try:
         time.sleep(1)
-        for partition in range(6):
-            leader = cluster.leader("payments", partition)
+        for round_ in range(6):
+            victim = cluster.leader("payments", round_)
+            led = [p.partition for p in cluster.describe("payments").partitions if p.leader == victim]
+            assert round_ in led
             before = producer.acked_count()
-            killed_at = time.monotonic()
-            cluster.kill(leader)
-            deadline = killed_at + 10
-            while time.monotonic() < deadline and producer.last_ack.get(partition, 0) <= killed_at:
+            kill_started = time.monotonic()
+            cluster.kill(victim)
+            dead_at = time.monotonic()  # kill() returns once the process is gone
+            # Writes resumed on a partition once a batch sent after the death is acknowledged (by a new leader).
+            deadline = dead_at + 10
+            resumed: dict[int, float] = {}
+            for _ in range(10_000):
+                for partition in led:
+                    acked = producer.first_ack_sent_after(partition, dead_at)
+                    if acked is not None and partition not in resumed:
+                        resumed[partition] = acked - kill_started
+                if len(resumed) == len(led) or time.monotonic() > deadline:
+                    break
                 time.sleep(0.01)
-            resume_times.append(producer.last_ack.get(partition, 0) - killed_at)
-            cluster.start(leader)
+            assert sorted(resumed) == sorted(led), (
+                f"round {round_}: writes to {sorted(set(led) - set(resumed))} never resumed after killing node {victim}"
+            )
+            resume_times.update({(round_, p): seconds for p, seconds in resumed.items()})
+            cluster.start(victim)
             assert producer.acked_count() > before
         time.sleep(0.5)
     finally:
         producer.stop()
-    assert max(resume_times) < 2.0, f"writes resumed after {resume_times} s"
+    assert max(resume_times.values()) < 2.0, f"writes resumed after (round, partition) -> s: {resume_times}"
 
     for partition in range(6):
         records = fetch_all(cluster.client, "payments", partition)
@@ -76,26 +91,51 @@ def test_killing_each_partition_leader_in_turn_loses_no_acknowledged_write(clust
                 f"acknowledged batch at {offset} of payments/{partition} is missing or moved"
             )
 
-    # Once the followers have caught up, every replica of every partition holds the same bytes.
-    _wait_caught_up(cluster, "payments", timeout_s=30)
-    directory = cluster.info.directory
-    cluster_down(directory)
-    _assert_replicas_identical(directory, "payments", 6)
+    # Once every follower has every entry and no leadership hand-back is due, the nodes are crashed together
+    # (no node outlives the others long enough to elect a leader and append): every replica holds the same bytes.
+    _wait_settled(cluster, "payments", timeout_s=45)
+    _crash_all(cluster)
+    _assert_replicas_identical(cluster.info.directory, "payments", 6)
 
 
-def _wait_caught_up(cluster: Cluster, topic: str, timeout_s: float) -> None:
+def _wait_settled(cluster: Cluster, topic: str, timeout_s: float) -> None:
+    """Until every partition is led by its preferred leader (so no hand-back is due) and no follower lacks an
+    entry of the leader's log, twice in a row with the same leaders and terms."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    previous = None
+    partitions = cluster.describe(topic).partitions
+    for _ in range(10_000):
+        if time.monotonic() > deadline:
+            break
         partitions = cluster.describe(topic).partitions
-        if all(len(p.replica_lag) == len(p.replicas) - 1 and not any(p.replica_lag.values()) for p in partitions):
+        settled = all(
+            p.leader == p.preferred_leader
+            and len(p.replica_lag) == len(p.replicas) - 1
+            and not any(p.replica_lag.values())
+            for p in partitions
+        )
+        leaders = [(p.leader, p.leader_epoch) for p in partitions]
+        if settled and leaders == previous:
             return
-        time.sleep(0.1)
-    raise AssertionError(f"followers of {topic} still behind after {timeout_s}s: {cluster.describe(topic)}")
+        previous = leaders if settled else None
+        time.sleep(0.2)
+    raise AssertionError(f"{topic} did not settle in {timeout_s}s: {partitions}")
+
+
+def _crash_all(cluster: Cluster) -> None:
+    """SIGKILL every node at once, then reap them."""
+    info = cluster.info
+    for node in info.nodes.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(node.pid, signal.SIGKILL)
+    for node_id, node in info.nodes.items():
+        kill_node(info, node_id)  # nothing left to kill: waits until the process is gone
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(node.pid, 0)
 
 
 def _assert_replicas_identical(directory: str, topic: str, partitions: int) -> None:
-    """Identical logs, except that a leader elected while the cluster was stopping may have appended its
-    term's first (empty) entry where the nodes already stopped could not get it."""
+    """Every replica of every partition stores the same entries, byte for byte."""
     info = load_cluster(directory)
     logs: dict[int, list[list[tuple[int, int, int, bytes]]]] = {}
     for node_id, node in info.nodes.items():
@@ -104,13 +144,13 @@ def _assert_replicas_identical(directory: str, topic: str, partitions: int) -> N
             for partition in range(partitions):
                 log = store.log(topic, partition, create=False)
                 entries = log.entries(log.first_index(), log.last_index() + 1)
-                logs[node_id].append([(e.index, e.term, int(e.kind), e.payload) for e in entries])
+                logs[node_id].append([(e.index, e.term, int(e.kind), bytes(e.payload)) for e in entries])
     (first_node, first), *others = logs.items()
     for partition in range(partitions):
         for node_id, other in others:
             mine, theirs = first[partition], other[partition]
-            common = min(len(mine), len(theirs))
-            if mine[:common] != theirs[:common] or abs(len(mine) - len(theirs)) > 2:
+            if mine != theirs:
+                common = min(len(mine), len(theirs))
                 at = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b), common)
                 raise AssertionError(
                     f"{topic}/{partition} differs between nodes {first_node} ({len(mine)} entries) and {node_id} "
@@ -168,23 +208,30 @@ def test_retention_drops_old_segments_on_every_replica_even_of_an_idle_partition
     for sequence in range(30):
         produce(cluster.client, "clicks", 0, record_values(0, sequence, 0, 5))
     produce(cluster.client, "clicks", 1, record_values(1, 0, 0, 5))  # then partition 1 stays idle
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    # Every record expires: segment.ms rolls each active segment, retention.ms then drops it, so both logs
+    # end up starting at their next offset (150 and 5), on the idle partition too.
+    expected = {0: 30 * 5, 1: 5}
+    deadline = time.monotonic() + 30
+    starts: dict[int, int] = {}
+    for _ in range(1_000):
         partitions = cluster.describe("clicks").partitions
-        if partitions[0].log_start_offset > 0 and partitions[1].log_start_offset > 0:
+        starts = {p.partition: p.log_start_offset for p in partitions}
+        if starts == expected or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    partitions = cluster.describe("clicks").partitions
-    assert partitions[0].log_start_offset > 0, "retention never dropped the busy partition's old segments"
-    assert partitions[1].log_start_offset == 5, "retention never fired on the idle partition"
-    ends = {p.partition: p.log_start_offset for p in partitions}
+    assert starts[0] == expected[0], "retention never dropped all of the busy partition's segments"
+    assert starts[1] == expected[1], "retention never fired on the idle partition"
 
+    # The drops are replicated commands: every replica dropped the same segments, to the same offset.
     directory = cluster.info.directory
     cluster_down(directory)
-    for node in load_cluster(directory).nodes.values():
+    for node_id, node in load_cluster(directory).nodes.items():
         with LogStore.open(Path(node.directory) / "data") as store:
             for partition in range(2):
-                assert store.log("clicks", partition, create=False).start_offset() >= ends[partition] - 5 * 30
+                log = store.log("clicks", partition, create=False)
+                assert (log.start_offset(), log.next_offset()) == (expected[partition],) * 2, (
+                    f"node {node_id} still holds clicks/{partition} from offset {log.start_offset()}"
+                )
     _assert_same_segments(directory, "clicks", 2)
 
 
