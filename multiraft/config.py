@@ -32,6 +32,11 @@ KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
 
+# Headers of one append message on the peer transport: 68 bytes, 29 per entry (at most 1024), 8 for the group.
+_APPEND_OVERHEAD_BYTES = 64 * KiB
+# A coalesced heartbeat and its response may each wait up to one heartbeat interval in the transport.
+_MIN_ELECTION_HEARTBEATS = 4
+
 
 def _setting(default: Any, unit: str, doc: str) -> Any:
     return field(default=default, metadata={"unit": unit, "doc": doc})
@@ -97,15 +102,27 @@ class NodeConfig:
 
     tick_ms: int = _setting(50, "ms", "Length of one Raft tick.")
     election_ticks: int = _setting(
-        10, "ticks", "Election timeout base; each election waits a random time in [1x, 2x) of this."
+        10,
+        "ticks",
+        "Election timeout base; each election waits a random time in [1x, 2x) of this. At least 4x "
+        "heartbeat_ticks: a coalesced heartbeat and its response may each wait one heartbeat interval.",
     )
-    heartbeat_ticks: int = _setting(2, "ticks", "Leader heartbeat interval (coalesced per peer node).")
+    heartbeat_ticks: int = _setting(
+        2,
+        "ticks",
+        "Leader heartbeat interval. Heartbeats are coalesced: each node sends each peer one frame per interval "
+        "with every group's heartbeats and responses.",
+    )
     max_inflight_bytes: int = _setting(
         32 * MiB, "bytes", "Most unacknowledged append bytes a leader sends one follower of one group."
     )
     max_append_bytes: int = _setting(4 * MiB, "bytes", "Largest append message a leader sends.")
     max_frame_bytes: int = _setting(
-        64 * MiB, "bytes", "Largest frame accepted on the peer transport; larger frames close the connection."
+        64 * MiB,
+        "bytes",
+        "Largest frame on the peer transport, the same on every node: a round's messages to a peer are cut into "
+        "frames of at most this size, and a larger frame received closes the connection. At least "
+        "max_append_bytes + max_batch_bytes + 64 KiB, so that any one append message fits.",
     )
 
     max_batch_bytes: int = _setting(
@@ -178,6 +195,11 @@ class NodeConfig:
         return self.advertise_peer_address or self.peer_address
 
     @property
+    def heartbeat_interval_s(self) -> float:
+        """Seconds between a leader's heartbeats, and between the peer transport's coalesced heartbeat frames."""
+        return self.heartbeat_ticks * self.tick_ms / 1000
+
+    @property
     def move_bandwidth_bytes_per_s(self) -> float:
         """One replica move's share of the cluster-wide copy budget, in bytes/s (0 = unlimited).
 
@@ -230,7 +252,7 @@ class NodeConfig:
             "heartbeat_ticks": (1, 1_000),
             "max_inflight_bytes": (64 * KiB, 4 * GiB),
             "max_append_bytes": (64 * KiB, 1 * GiB),
-            "max_frame_bytes": (1 * MiB, 2 * GiB - 1),
+            "max_frame_bytes": (2 * MiB, 2 * GiB - 1),  # a catch-up segment chunk (1 MiB) fits
             "max_batch_bytes": (1 * KiB, 256 * MiB),
             "produce_timeout_ms": (1, 3_600_000),
             "fetch_max_bytes": (1, 1 * GiB),
@@ -257,8 +279,19 @@ class NodeConfig:
             raise ConfigError("default_partitions", "must not exceed max_topic_partitions")
         if self.heartbeat_ticks >= self.election_ticks:
             raise ConfigError("heartbeat_ticks", "must be smaller than election_ticks")
-        if self.max_frame_bytes < self.max_append_bytes + self.max_batch_bytes:
-            raise ConfigError("max_frame_bytes", "must hold an append message of max_append_bytes plus one batch")
+        if self.election_ticks < _MIN_ELECTION_HEARTBEATS * self.heartbeat_ticks:
+            raise ConfigError(
+                "election_ticks",
+                f"must be at least {_MIN_ELECTION_HEARTBEATS}x heartbeat_ticks ({self.heartbeat_ticks}): coalesced "
+                f"heartbeats and their responses may each wait one heartbeat interval, got {self.election_ticks}",
+            )
+        largest_append = self.max_append_bytes + self.max_batch_bytes + _APPEND_OVERHEAD_BYTES
+        if self.max_frame_bytes < largest_append:
+            raise ConfigError(
+                "max_frame_bytes",
+                f"must hold an append message: at least max_append_bytes + max_batch_bytes + 64 KiB "
+                f"({largest_append}), got {self.max_frame_bytes}",
+            )
         if self.membership_profile not in ("lan", "local"):
             raise ConfigError("membership_profile", f"must be lan or local, got {self.membership_profile!r}")
         if self.log_level not in ("debug", "info", "warning", "error"):
