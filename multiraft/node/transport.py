@@ -2,18 +2,29 @@
 
 Frames, little-endian::
 
-    u32 length of what follows, u8 frame type, body
-    HELLO    u16 version, u64 node id, u16 length + utf-8 cluster id      (first frame on a connection)
-    RAFT     repeated: u32 group id, u32 length, message (multiraft.raft codec)
-    REQUEST  u64 correlation id, u8 kind, body                           (node-to-node calls, e.g. to the
-    RESPONSE u64 correlation id, u8 status, body                          controller leader)
+    u32 length of what follows (frame type included, at most max_frame_bytes), u8 frame type, body
+    HELLO      u16 version, u64 node id, u16 length + utf-8 cluster id      (first frame on a connection)
+    RAFT       repeated: u32 group id, u32 length, message (multiraft.raft codec)
+    HEARTBEATS repeated: u32 group id, u8 flags (1 response, 2 quiesce), u64 term, u64 commit
+    REQUEST    u64 correlation id, u8 kind, body                           (node-to-node calls, e.g. to the
+    RESPONSE   u64 correlation id, u8 status, body                          controller leader)
 
 Each node dials each peer it sends to and keeps that connection for sending; the peer's own connection
-carries the other direction. Everything queued for a peer in one scheduling round leaves in one frame, so
-the heartbeats of all groups a peer shares with us travel together (coalesced heartbeats). A connection
-that sends a malformed frame, a frame above ``max_frame_bytes`` or a foreign cluster id is closed and
-logged; nothing else is affected. Dials back off exponentially while a peer is down, and messages for an
-unreachable peer are dropped (Raft retransmits) and reported so the groups can probe instead of stream.
+carries the other direction (see the docstring of :class:`PeerTransport` for why). Everything one ``send``
+gets for a peer (a scheduling round's messages) leaves in one write, cut into frames of at most
+``max_frame_bytes``; a single message that cannot fit in a frame is dropped and logged as an error.
+
+Heartbeats are coalesced: plain heartbeats and their responses (no ReadIndex context) are held per peer and
+leave together once per heartbeat interval, in one HEARTBEATS frame of 21 bytes per group, whatever the
+phase of each group's own heartbeat timer. A held heartbeat waits at most one interval, so a heartbeat
+round trip may take up to two intervals more; ``NodeConfig.validate`` keeps the election timeout at four
+heartbeat intervals or more for that. Heartbeats that carry a ReadIndex context, and their responses, are
+sent at once: a linearizable read waits for them.
+
+A connection that sends a malformed frame, a frame above ``max_frame_bytes`` or a foreign cluster id is
+closed and logged; nothing else is affected. Dials back off exponentially while a peer is down, and
+messages for an unreachable peer are dropped (Raft retransmits) and reported so the groups can probe
+instead of stream.
 """
 
 from __future__ import annotations
@@ -27,22 +38,27 @@ from typing import Any
 
 from multiraft.config import parse_address
 from multiraft.logging import get_logger
-from multiraft.raft import DecodeError, Message, decode_message, encode_message_buffers
+from multiraft.raft import DecodeError, Message, MessageType, decode_message, encode_message_buffers
 
 __all__ = ["PeerTransport", "FrameType", "TransportStats", "RaftDelivery"]
 
 log = get_logger(__name__)
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: HEARTBEATS frames
 _LENGTH = struct.Struct("<I")
 _FRAME_HEAD = struct.Struct("<IB")
 _HELLO = struct.Struct("<HQH")
 _GROUP_MESSAGE = struct.Struct("<II")
 _CALL_HEAD = struct.Struct("<QB")
+_HEARTBEAT = struct.Struct("<IBQQ")  # group id, flags, term, commit
+_HEARTBEAT_RESPONSE = 1
+_HEARTBEAT_QUIESCE = 2
 _BACKOFF_START_S = 0.05
 _BACKOFF_MAX_S = 2.0
 _DIAL_TIMEOUT_S = 2.0
 _HELLO_TIMEOUT_S = 5.0
+
+_Frame = tuple[list[bytes | memoryview], int, int]  # (parts, body size, messages in it)
 
 
 class FrameType:
@@ -50,6 +66,7 @@ class FrameType:
     RAFT = 2
     REQUEST = 3
     RESPONSE = 4
+    HEARTBEATS = 5
 
 
 RaftDelivery = Callable[[int, list[tuple[int, Message]]], None]
@@ -68,6 +85,11 @@ class TransportStats:
     messages_out: int = 0
     messages_in: int = 0
     dropped_messages: int = 0
+    oversized_messages: int = 0  # dropped because they cannot fit in a frame (also in dropped_messages)
+    heartbeat_frames_out: int = 0  # HEARTBEATS frames (also in frames_out)
+    heartbeats_out: int = 0  # coalesced heartbeats and responses (also in messages_out)
+    heartbeat_frames_in: int = 0
+    heartbeats_in: int = 0
     bad_frames: int = 0
     connects: int = 0
 
@@ -86,7 +108,18 @@ class _Peer:
 
 class PeerTransport:
     """Runs in the event loop; ``send`` may be called from the loop only (the scheduler hands over batches
-    with ``loop.call_soon_threadsafe``)."""
+    with ``loop.call_soon_threadsafe``).
+
+    Two connections per pair of nodes, one per direction: each node sends only on the connection it dialled,
+    and reads only on the ones it accepted (except RESPONSE frames to its own REQUESTs). So there is no
+    simultaneous-dial race to settle and no tie-break by node id, a node that restarts reconnects to every
+    peer at once instead of waiting to be dialled, each side's backoff and failure detection concern only
+    its own sending path, and an accepted connection that misbehaves can be closed without touching what
+    we send. The cost is one more socket per peer, 2 * (nodes - 1) per node.
+
+    ``heartbeat_interval_s`` is how often held heartbeats leave (None: only when :meth:`flush_heartbeats` is
+    called, for tests).
+    """
 
     def __init__(
         self,
@@ -99,6 +132,7 @@ class PeerTransport:
         handle_request: RequestHandler | None = None,
         max_frame_bytes: int = 64 * 1024 * 1024,
         max_buffered_bytes: int = 64 * 1024 * 1024,
+        heartbeat_interval_s: float | None = 0.1,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -108,9 +142,12 @@ class PeerTransport:
         self._handle_request = handle_request
         self._max_frame = max_frame_bytes
         self._max_buffered = max_buffered_bytes
+        self._heartbeat_interval = heartbeat_interval_s
         self._peers: dict[int, _Peer] = {}
+        self._held: dict[int, dict[tuple[int, MessageType], Message]] = {}  # peer -> heartbeats to flush
         self._server: asyncio.Server | None = None
         self._inbound: set[asyncio.StreamWriter] = set()
+        self._readers: set[asyncio.Future[Any]] = set()  # the tasks reading accepted connections
         self._tasks: set[asyncio.Task[None]] = set()
         self._calls: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
         self._call_peers: dict[int, int] = {}  # call id -> node it went to
@@ -125,10 +162,13 @@ class PeerTransport:
         host, port = parse_address(self._listen, "peer_address")
         self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 20)
         self.port = self._server.sockets[0].getsockname()[1]
+        if self._heartbeat_interval:
+            self._spawn(self._heartbeat_clock(self._heartbeat_interval))
         log.info("peer transport listening", address=f"{host}:{self.port}")
 
     async def stop(self) -> None:
         self._closed = True
+        self._held.clear()
         if self._server is not None:
             self._server.close()
         for task in list(self._tasks):
@@ -143,6 +183,8 @@ class PeerTransport:
         for future in self._calls.values():
             if not future.done():
                 future.cancel()
+        if self._readers:  # let them see the close and end, rather than be cancelled at loop shutdown
+            await asyncio.wait(list(self._readers), timeout=1.0)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
@@ -172,35 +214,112 @@ class PeerTransport:
     # ----------------------------------------------------------------------------------------------- send
 
     def send(self, to_node: int, messages: Sequence[tuple[int, Message]]) -> None:
-        """Queue one RAFT frame for ``to_node`` holding every (group id, message) given."""
+        """Write every (group id, message) for ``to_node`` at once, in RAFT frames of at most
+        ``max_frame_bytes``; plain heartbeats and their responses are held for :meth:`flush_heartbeats`."""
+        limit = self._max_frame - 1  # the frame type byte counts against the limit
+        frames: list[_Frame] = []
         parts: list[bytes | memoryview] = []
-        size = 0
+        size = count = 0
+        held: dict[tuple[int, MessageType], Message] | None = None
         for group_id, message in messages:
+            if _coalescible(message):
+                if held is None:
+                    held = self._held.setdefault(to_node, {})
+                held[(group_id, message.type)] = message  # a newer one supersedes what is held
+                continue
             buffers = encode_message_buffers(message)
-            length = sum(len(b) for b in buffers)
+            length = sum([len(b) for b in buffers])
+            item = _GROUP_MESSAGE.size + length
+            if item > limit:
+                self._drop_oversized(to_node, group_id, message, item)
+                continue
+            if size + item > limit:
+                frames.append((parts, size, count))
+                parts, size, count = [], 0, 0
             parts.append(_GROUP_MESSAGE.pack(group_id, length))
             parts.extend(buffers)
-            size += _GROUP_MESSAGE.size + length
-        if self._write(to_node, FrameType.RAFT, parts, size):
-            self.stats.messages_out += len(messages)
-        else:
-            self.stats.dropped_messages += len(messages)
+            size += item
+            count += 1
+        if count:
+            frames.append((parts, size, count))
+        if frames:
+            self._write_frames(to_node, FrameType.RAFT, frames)
 
-    def _write(self, to_node: int, frame_type: int, parts: list[bytes | memoryview], size: int) -> bool:
+    def flush_heartbeats(self) -> None:
+        """Send the held heartbeats and responses: one HEARTBEATS frame per peer for all its groups."""
+        held, self._held = self._held, {}
+        per_frame = (self._max_frame - 1) // _HEARTBEAT.size
+        pack = _HEARTBEAT.pack_into
+        for to_node, messages in held.items():
+            body = bytearray(len(messages) * _HEARTBEAT.size)
+            offset = 0
+            for (group_id, kind), message in messages.items():
+                flags = (_HEARTBEAT_RESPONSE if kind is MessageType.HEARTBEAT_RESP else 0) | (
+                    _HEARTBEAT_QUIESCE if message.quiesce else 0
+                )
+                pack(body, offset, group_id, flags, message.term, message.commit)
+                offset += _HEARTBEAT.size
+            view = memoryview(body)
+            step = per_frame * _HEARTBEAT.size
+            frames: list[_Frame] = []
+            for at in range(0, len(view), step):
+                chunk = view[at : at + step]
+                frames.append(([chunk], len(chunk), len(chunk) // _HEARTBEAT.size))
+            if self._write_frames(to_node, FrameType.HEARTBEATS, frames):
+                self.stats.heartbeat_frames_out += len(frames)
+                self.stats.heartbeats_out += len(messages)
+
+    async def _heartbeat_clock(self, interval_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + interval_s
+        while True:
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            due = max(due + interval_s, loop.time())  # a late loop skips beats rather than bursting
+            try:
+                self.flush_heartbeats()
+            except Exception as exc:  # never let one bad flush stop every group's heartbeats
+                log.exception("flushing heartbeats failed", error=repr(exc))
+
+    def _drop_oversized(self, to_node: int, group_id: int, message: Message, size: int) -> None:
+        self.stats.oversized_messages += 1
+        self.stats.dropped_messages += 1
+        log.error(
+            "message too large for one peer frame, dropped; raise max_frame_bytes",
+            peer=to_node,
+            group=group_id,
+            type=message.type.name,
+            bytes=size + 1,
+            max_frame_bytes=self._max_frame,
+        )
+
+    def _write_frames(self, to_node: int, frame_type: int, frames: list[_Frame]) -> bool:
+        """Write whole frames in one go, or drop them all."""
+        writer = self._writer_for(to_node)
+        if writer is None:
+            self.stats.dropped_messages += sum(count for _, _, count in frames)
+            return False
+        out: list[bytes | memoryview] = []
+        for parts, size, count in frames:
+            out.append(_FRAME_HEAD.pack(size + 1, frame_type))
+            out.extend(parts)
+            self.stats.bytes_out += size + _FRAME_HEAD.size
+            self.stats.messages_out += count
+        writer.writelines(out)
+        self.stats.frames_out += len(frames)
+        return True
+
+    def _writer_for(self, to_node: int) -> asyncio.StreamWriter | None:
+        """Our connection to ``to_node`` if it can take more now (else dial it if need be)."""
         peer = self._peers.get(to_node)
         if peer is None:
-            return False
+            return None
         writer = peer.writer
         if writer is None or writer.is_closing():
             self._ensure_dialing(peer)
-            return False
-        transport = writer.transport
-        if transport.get_write_buffer_size() > self._max_buffered:
-            return False  # the peer is not keeping up; Raft will retransmit
-        writer.writelines([_FRAME_HEAD.pack(size + 1, frame_type), *parts])
-        self.stats.frames_out += 1
-        self.stats.bytes_out += size + _FRAME_HEAD.size
-        return True
+            return None
+        if writer.transport.get_write_buffer_size() > self._max_buffered:
+            return None  # the peer is not keeping up; Raft will retransmit
+        return writer
 
     def _ensure_dialing(self, peer: _Peer) -> None:
         if self._closed or (peer.connecting is not None and not peer.connecting.done()):
@@ -262,6 +381,9 @@ class PeerTransport:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._inbound.add(writer)
+        reading = asyncio.current_task()
+        if reading is not None:
+            self._readers.add(reading)
         remote = writer.get_extra_info("peername")
         from_node = 0
         try:
@@ -271,6 +393,10 @@ class PeerTransport:
                 frame_type, body = await self._read_frame(reader)
                 if frame_type == FrameType.RAFT:
                     self._deliver(from_node, self._decode_raft(body))
+                elif frame_type == FrameType.HEARTBEATS:
+                    heartbeats = self._decode_heartbeats(from_node, body)
+                    if heartbeats:
+                        self._deliver(from_node, heartbeats)
                 elif frame_type == FrameType.REQUEST:
                     self._spawn(self._serve_request(from_node, body, writer))
                 else:
@@ -282,6 +408,8 @@ class PeerTransport:
             log.warning("closing peer connection", remote=str(remote), peer=from_node, reason=str(exc))
         finally:
             self._inbound.discard(writer)
+            if reading is not None:
+                self._readers.discard(reading)
             writer.close()
 
     async def _read_frame(self, reader: asyncio.StreamReader) -> tuple[int, bytes]:
@@ -323,10 +451,34 @@ class PeerTransport:
         self.stats.messages_in += len(messages)
         return messages
 
+    def _decode_heartbeats(self, from_node: int, body: bytes) -> list[tuple[int, Message]]:
+        if len(body) % _HEARTBEAT.size:
+            raise _BadFrameError(f"a heartbeat frame of {len(body)} bytes is not whole records")
+        to = self.node_id
+        messages: list[tuple[int, Message]] = []
+        for group_id, flags, term, commit in _HEARTBEAT.iter_unpack(body):
+            if flags & ~(_HEARTBEAT_RESPONSE | _HEARTBEAT_QUIESCE):
+                raise _BadFrameError(f"unknown heartbeat flags {flags:#x}")
+            kind = MessageType.HEARTBEAT_RESP if flags & _HEARTBEAT_RESPONSE else MessageType.HEARTBEAT
+            quiesce = bool(flags & _HEARTBEAT_QUIESCE)
+            messages.append(
+                (group_id, Message(type=kind, to=to, sender=from_node, term=term, commit=commit, quiesce=quiesce))
+            )
+        self.stats.heartbeat_frames_in += 1
+        self.stats.heartbeats_in += len(messages)
+        self.stats.messages_in += len(messages)
+        return messages
+
     # ------------------------------------------------------------------------------- node-to-node calls
 
     async def call(self, to_node: int, kind: int, body: bytes, timeout_s: float) -> tuple[int, bytes]:
-        """Send a REQUEST to ``to_node`` and wait for its RESPONSE: (status, body)."""
+        """Send a REQUEST to ``to_node`` and wait for its RESPONSE: (status, body).
+
+        Raises ValueError if the request cannot fit in one frame."""
+        if 1 + _CALL_HEAD.size + len(body) > self._max_frame:
+            raise ValueError(
+                f"a request of {len(body)} bytes does not fit in a peer frame (max_frame_bytes={self._max_frame})"
+            )
         peer = self._peers.get(to_node)
         if peer is None:
             raise ConnectionError(f"node {to_node} is not known")
@@ -343,9 +495,8 @@ class PeerTransport:
         self._calls[call_id] = future
         self._call_peers[call_id] = to_node
         try:
-            if not self._write(
-                to_node, FrameType.REQUEST, [_CALL_HEAD.pack(call_id, kind), body], _CALL_HEAD.size + len(body)
-            ):
+            request: _Frame = ([_CALL_HEAD.pack(call_id, kind), body], _CALL_HEAD.size + len(body), 0)
+            if not self._write_frames(to_node, FrameType.REQUEST, [request]):
                 raise ConnectionError(f"node {to_node} is unreachable")
             return await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
         finally:
@@ -363,6 +514,10 @@ class PeerTransport:
             status, answer = 255, repr(exc).encode()
         if writer.is_closing():
             return
+        if 1 + _CALL_HEAD.size + len(answer) > self._max_frame:
+            log.error("peer request answer too large for a frame", peer=from_node, kind=kind, bytes=len(answer))
+            status = 255
+            answer = f"the answer of {len(answer)} bytes exceeds max_frame_bytes ({self._max_frame})".encode()
         head = _CALL_HEAD.pack(call_id, status)
         writer.writelines([_FRAME_HEAD.pack(1 + len(head) + len(answer), FrameType.RESPONSE), head, answer])
 
@@ -378,6 +533,23 @@ class PeerTransport:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _coalescible(message: Message) -> bool:
+    """A plain heartbeat or response: it carries no more than term, commit and the quiesce flag (a ReadIndex
+    context must not wait, and nothing else would survive the compact encoding)."""
+    kind = message.type
+    return (
+        (kind is MessageType.HEARTBEAT or kind is MessageType.HEARTBEAT_RESP)
+        and not message.context
+        and not message.index
+        and not message.log_term
+        and not message.entries
+        and message.snapshot is None
+        and not message.reject
+        and not message.reject_hint
+        and not message.leader_transfer
+    )
 
 
 class _BadFrameError(Exception):

@@ -1,25 +1,33 @@
-"""The peer transport: one connection per peer carries every group's messages; bad frames close only the
-connection that sent them."""
+"""The peer transport: one connection per peer carries every group's messages in frames no larger than the
+limit; plain heartbeats wait for the heartbeat clock and leave in one frame per peer; bad frames close only
+the connection that sent them."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
 from multiraft import raft
-from multiraft.node.transport import PeerTransport
+from multiraft.node.transport import PROTOCOL_VERSION, PeerTransport
+
+T = raft.MessageType
 
 
 class Inbox:
     def __init__(self) -> None:
         self.messages: list[tuple[int, int, raft.Message]] = []
+        self.deliveries: list[list[tuple[int, raft.Message]]] = []  # one per frame received
         self.unreachable: list[int] = []
         self.arrived = asyncio.Event()
 
     def deliver(self, from_node: int, messages: list[tuple[int, raft.Message]]) -> None:
         self.messages += [(from_node, group, message) for group, message in messages]
+        self.deliveries.append(messages)
         self.arrived.set()
 
     async def wait_for(self, count: int, timeout: float = 5.0) -> None:
@@ -29,7 +37,9 @@ class Inbox:
                 await self.arrived.wait()
 
 
-def _transport(node_id: int, inbox: Inbox, cluster: str = "test", max_frame: int = 1 << 20) -> PeerTransport:
+def _transport(
+    node_id: int, inbox: Inbox, cluster: str = "test", max_frame: int = 1 << 20, heartbeat_s: float | None = None
+) -> PeerTransport:
     return PeerTransport(
         node_id=node_id,
         cluster_id=cluster,
@@ -37,6 +47,7 @@ def _transport(node_id: int, inbox: Inbox, cluster: str = "test", max_frame: int
         deliver=inbox.deliver,
         on_unreachable=inbox.unreachable.append,
         max_frame_bytes=max_frame,
+        heartbeat_interval_s=heartbeat_s,  # None: heartbeats leave only when the test flushes them
     )
 
 
@@ -98,7 +109,7 @@ async def _raw_frames(port: int, frames: list[bytes]) -> bool:
 
 
 def _hello(node_id: int, cluster: str) -> bytes:
-    body = struct.pack("<HQH", 1, node_id, len(cluster)) + cluster.encode()
+    body = struct.pack("<HQH", PROTOCOL_VERSION, node_id, len(cluster)) + cluster.encode()
     return struct.pack("<IB", len(body) + 1, 1) + body
 
 
@@ -110,8 +121,20 @@ def _hello(node_id: int, cluster: str) -> bytes:
         [_hello(5, "test"), struct.pack("<IB", 6, 2) + b"\x01\x00\x00\x00\x99"],  # a message cut short
         [_hello(5, "test"), struct.pack("<IB", 13, 2) + struct.pack("<II", 7, 4) + b"junk"],  # undecodable
         [_hello(5, "test"), struct.pack("<I", 2**31)],  # a frame above the size limit
+        [_hello(5, "test"), struct.pack("<IB", 21, 5) + b"\x00" * 20],  # heartbeats: not whole records
+        [_hello(5, "test"), struct.pack("<IB", 22, 5) + struct.pack("<IBQQ", 7, 0x80, 2, 4)],  # unknown flag
+        [struct.pack("<IB", 13, 1) + struct.pack("<HQH", PROTOCOL_VERSION + 1, 5, 0)],  # a newer protocol
     ],
-    ids=["foreign cluster", "no hello", "truncated message", "garbage message", "oversized frame"],
+    ids=[
+        "foreign cluster",
+        "no hello",
+        "truncated message",
+        "garbage message",
+        "oversized frame",
+        "torn heartbeats",
+        "heartbeat flags",
+        "protocol version",
+    ],
 )
 def test_a_bad_frame_closes_only_its_own_connection(frames: list[bytes]) -> None:
     async def scenario() -> None:
@@ -181,6 +204,148 @@ def test_a_request_gets_its_response_on_the_same_connections() -> None:
         one.set_peer(2, f"127.0.0.1:{two.port}")
         try:
             assert await one.call(2, 7, b"ping", timeout_s=5) == (0, b"1:7:ping")
+        finally:
+            await one.stop()
+            await two.stop()
+
+    asyncio.run(scenario())
+
+
+@asynccontextmanager
+async def _pair(*, max_frame: int = 1 << 20) -> AsyncIterator[tuple[PeerTransport, PeerTransport, Inbox]]:
+    """Node 1 connected to node 2 (its first message delivered); yields (one, two, node 2's inbox)."""
+    inbox1, inbox2 = Inbox(), Inbox()
+    one, two = _transport(1, inbox1, max_frame=max_frame), _transport(2, inbox2, max_frame=max_frame)
+    await one.start()
+    await two.start()
+    one.set_peer(2, f"127.0.0.1:{two.port}")
+    try:
+        await _send_until_delivered(one, 2, [(1, _append(2, 1, b"hello"))], inbox2)
+        await asyncio.sleep(0.1)  # let any batch sent while dialling arrive
+        inbox2.messages.clear()
+        inbox2.deliveries.clear()
+        yield one, two, inbox2
+    finally:
+        await one.stop()
+        await two.stop()
+
+
+def _heartbeat(group: int, term: int, commit: int, *, quiesce: bool = False, context: bytes = b"") -> raft.Message:
+    return raft.Message(type=T.HEARTBEAT, to=2, sender=1, term=term, commit=commit, quiesce=quiesce, context=context)
+
+
+def _heartbeat_response(term: int, *, context: bytes = b"") -> raft.Message:
+    return raft.Message(type=T.HEARTBEAT_RESP, to=2, sender=1, term=term, context=context)
+
+
+def test_a_round_larger_than_a_frame_is_cut_into_frames_that_the_peer_accepts() -> None:
+    async def scenario() -> None:
+        async with _pair(max_frame=1 << 20) as (one, two, inbox):
+            payloads = [bytes([n]) * (300 << 10) for n in range(10)]  # 3 MiB for one peer in one round
+            batch = [(group, _append(2, 1, payload)) for group, payload in enumerate(payloads, start=1)]
+            frames_before = one.stats.frames_out
+            one.send(2, batch)
+            await inbox.wait_for(10)
+            assert [bytes(m.entries[0].payload) for _, _, m in inbox.messages] == payloads
+            assert [group for _, group, _ in inbox.messages] == list(range(1, 11))
+            assert one.stats.frames_out - frames_before == 4, "3 appends of 300 KiB per 1 MiB frame"
+            assert len(inbox.deliveries) == 4
+            assert two.stats.bad_frames == 0 and one.stats.connects == 1, "the receiver kept the connection"
+
+    asyncio.run(scenario())
+
+
+def test_a_message_too_large_for_any_frame_is_dropped_alone_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        async with _pair(max_frame=1 << 20) as (one, two, inbox):
+            batch = [(1, _append(2, 1, b"small")), (2, _append(2, 1, b"x" * (1 << 20))), (3, _append(2, 1, b"tail"))]
+            with caplog.at_level(logging.ERROR, logger="multiraft.node.transport"):
+                one.send(2, batch)
+                await inbox.wait_for(2)
+            assert [(group, bytes(m.entries[0].payload)) for _, group, m in inbox.messages] == [
+                (1, b"small"),
+                (3, b"tail"),
+            ]
+            assert one.stats.oversized_messages == 1 and two.stats.bad_frames == 0
+            errors = [str(r.msg) for r in caplog.records if r.levelno == logging.ERROR]
+            assert any("max_frame_bytes" in e and "'group': 2" in e for e in errors), errors
+
+    asyncio.run(scenario())
+
+
+def test_plain_heartbeats_wait_for_the_clock_and_leave_in_one_compact_frame_per_peer() -> None:
+    async def scenario() -> None:
+        async with _pair() as (one, _two, inbox):
+            rounds = [range(1, 40), range(40, 80), range(80, 121)]  # groups whose timers fire in different rounds
+            for groups in rounds:
+                one.send(2, [(g, _heartbeat(g, term=3, commit=g, quiesce=g % 2 == 0)) for g in groups])
+                one.send(2, [(1000 + g, _heartbeat_response(term=4)) for g in groups])
+            one.send(2, [(7, _append(2, 1, b"after the heartbeats"))])
+            await inbox.wait_for(1)
+            assert [m.type for _, _, m in inbox.messages] == [T.APP], "the append did not wait; heartbeats did"
+
+            bytes_before = one.stats.bytes_out
+            one.flush_heartbeats()
+            await inbox.wait_for(1 + 240)
+            assert one.stats.heartbeat_frames_out == 1 and len(inbox.deliveries) == 2
+            assert one.stats.bytes_out - bytes_before == 5 + 240 * 21, "21 bytes per group, one frame header"
+            received = {(group, m.type): m for _, group, m in inbox.messages[1:]}
+            for g in range(1, 121):
+                beat = received[(g, T.HEARTBEAT)]
+                assert (beat.to, beat.sender, beat.term, beat.commit, beat.quiesce) == (2, 1, 3, g, g % 2 == 0)
+                response = received[(1000 + g, T.HEARTBEAT_RESP)]
+                assert (response.to, response.sender, response.term, response.context) == (2, 1, 4, b"")
+
+            one.flush_heartbeats()  # nothing held: nothing sent
+            assert one.stats.heartbeat_frames_out == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_newer_heartbeat_of_a_group_replaces_the_one_held() -> None:
+    async def scenario() -> None:
+        async with _pair() as (one, _two, inbox):
+            one.send(2, [(5, _heartbeat(5, term=3, commit=10))])
+            one.send(2, [(5, _heartbeat(5, term=3, commit=12, quiesce=True))])
+            one.flush_heartbeats()
+            one.send(2, [(6, _append(2, 1, b"marker"))])  # the same connection: it arrives after the flush
+            await inbox.wait_for(2)
+            assert [(g, m.type, m.commit, m.quiesce) for _, g, m in inbox.messages] == [
+                (5, T.HEARTBEAT, 12, True),
+                (6, T.APP, 4, False),
+            ]
+
+    asyncio.run(scenario())
+
+
+def test_read_index_heartbeats_and_their_responses_are_not_held() -> None:
+    async def scenario() -> None:
+        async with _pair() as (one, _two, inbox):
+            read = (9).to_bytes(8, "big")
+            one.send(2, [(1, _heartbeat(1, term=3, commit=5, context=read)), (2, _heartbeat_response(3, context=read))])
+            await inbox.wait_for(2)  # no flush
+            assert [(m.type, m.context) for _, _, m in inbox.messages] == [
+                (T.HEARTBEAT, read),
+                (T.HEARTBEAT_RESP, read),
+            ]
+            assert one.stats.heartbeat_frames_out == 0
+
+    asyncio.run(scenario())
+
+
+def test_the_heartbeat_clock_flushes_by_itself() -> None:
+    async def scenario() -> None:
+        inbox1, inbox2 = Inbox(), Inbox()
+        one, two = _transport(1, inbox1, heartbeat_s=0.02), _transport(2, inbox2)
+        await one.start()
+        await two.start()
+        one.set_peer(2, f"127.0.0.1:{two.port}")
+        try:
+            async with asyncio.timeout(5):
+                while not inbox2.messages:
+                    one.send(2, [(3, _heartbeat(3, term=2, commit=1))])  # dropped until connected
+                    await asyncio.sleep(0.05)
+            assert inbox2.messages[0][2].type is T.HEARTBEAT
         finally:
             await one.stop()
             await two.stop()
