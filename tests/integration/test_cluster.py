@@ -7,11 +7,16 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import pytest
 
+from multiraft import controller as ctl
 from multiraft.launcher import cluster_down, kill_node, load_cluster
+from multiraft.node.controller_group import CONTROLLER_TOPIC, SNAPSHOT_EVERY
+from multiraft.node.raftlog import RaftLogStorage
 from rpc.proto import multiraft_pb2 as pb
 from storage import LogStore
 from tests.integration.conftest import BackgroundProducer, Cluster, fetch_all, produce, record_values
@@ -21,7 +26,6 @@ pytestmark = pytest.mark.integration
 
 def _batches_per_partition(cluster: Cluster, topic: str, partitions: int, batches: int) -> None:
     """Produce ``batches`` batches round-robin across partitions, several in flight."""
-    from concurrent.futures import ThreadPoolExecutor
 
     def run(partition: int) -> None:
         for sequence in range(partition, batches, partitions):
@@ -170,6 +174,59 @@ def test_stopping_and_restarting_the_whole_cluster_keeps_data_and_topics(cluster
         assert fetch_all(cluster.client, "ledger", partition) == before[partition]
         assert acked[partition] == [4 * s for s in range(50)]
     produce(cluster.client, "ledger", 0, [b"after restart"])
+
+
+def test_the_controller_snapshots_its_metadata_compacts_its_log_and_restarts_from_the_snapshot(
+    cluster: Cluster,
+) -> None:
+    topics = [f"meta{i}" for i in range(6)]
+    for name in topics:
+        cluster.create_topic(name, partitions=1, replication_factor=3)
+    absent = 3  # misses every command below: it must be sent the snapshot, the entries are compacted away
+    cluster.kill(absent)
+    alters_per_topic = SNAPSHOT_EVERY // len(topics) + 20  # more commands than one snapshot interval
+
+    def alter(name: str) -> None:
+        for value in range(alters_per_topic):
+            request = pb.AlterTopicConfigsRequest(name=name, set={"retention.ms": str(86_400_000 + value)})
+            cluster.client.call_any(lambda stub, timeout, r=request: stub.AlterTopicConfigs(r, timeout=timeout))
+
+    with ThreadPoolExecutor(len(topics)) as pool:
+        list(pool.map(alter, topics))
+    final = str(86_400_000 + alters_per_topic - 1)
+
+    def configs_seen_by(node_id: int) -> dict[str, str]:
+        stub = cluster.client.admin_stub(cluster.info.nodes[node_id].client_address)
+        response = stub.ListTopics(pb.ListTopicsRequest(), timeout=10)
+        return {t.name: t.configs.get("retention.ms", "") for t in response.topics if t.name in topics}
+
+    cluster.start(absent)
+    deadline = time.monotonic() + 30
+    seen: dict[str, str] = {}
+    for _ in range(1_000):
+        with contextlib.suppress(grpc.RpcError):  # its channel may still be backing off from the kill
+            seen = configs_seen_by(absent)
+        if seen == dict.fromkeys(topics, final) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert seen == dict.fromkeys(topics, final), "the node that was away did not get the metadata"
+
+    cluster.restart_all()
+    for node_id in cluster.info.nodes:
+        assert configs_seen_by(node_id) == dict.fromkeys(topics, final), f"node {node_id} lost metadata"
+    produce(cluster.client, topics[0], 0, [b"after the restart"])
+
+    directory = cluster.info.directory
+    cluster_down(directory)
+    for node_id, node in load_cluster(directory).nodes.items():
+        with LogStore.open(Path(node.directory) / "data") as store:
+            storage = RaftLogStorage(store.log(CONTROLLER_TOPIC, 0, create=False))
+            snapshot = storage.snapshot()
+            assert snapshot.meta.index >= SNAPSHOT_EVERY, f"node {node_id} never took a metadata snapshot"
+            assert storage.first_index() == snapshot.meta.index + 1, f"node {node_id} did not compact its log"
+            state = ctl.decode_snapshot(snapshot.data)
+            assert state.applied_index == snapshot.meta.index
+            assert set(topics) <= set(state.topics)
 
 
 def test_a_paused_follower_catches_up_and_does_not_depose_the_leader(cluster: Cluster) -> None:
