@@ -9,6 +9,7 @@ and sharing partition leadership with the other nodes so that any node can answe
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -98,6 +99,8 @@ _OFFSETS_ATTEMPT_S = 2.0
 _OFFSETS_DIAL_S = 0.3  # a leader we have no connection to is likely dead; look again soon
 _MAX_OFFSET_METADATA = 4096
 _RECONCILE_S = 0.2  # how often partition leaders make Raft memberships follow the controller's assignments
+# Diagnostics: with this set to 1, SIGUSR1 toggles a network partition of this node's Raft traffic (tests).
+_DEBUG_ISOLATION = "MULTIRAFT_DEBUG_ISOLATION"
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +173,42 @@ class DrainStatus:
 
 
 @dataclass
+class _Isolation:
+    """A network partition of one node's Raft traffic, for tests (``MULTIRAFT_DEBUG_ISOLATION=1``): SIGUSR1
+    toggles it. While it is on, every Raft message to or from a peer is dropped, and the node keeps ticking, so
+    its groups time out and campaign; requests between nodes (metadata, status) still pass. Turning it off
+    logs what was dropped."""
+
+    node_id: int
+    isolated: bool = False
+    dropped: collections.Counter[tuple[bool, raft.MessageType]] = field(default_factory=collections.Counter)
+
+    def toggle(self) -> None:
+        self.isolated = not self.isolated
+        if self.isolated:
+            self.dropped.clear()
+            log.warning("debug isolation on", node_id=self.node_id)
+            return
+        sent = {kind: n for (outgoing, kind), n in self.dropped.items() if outgoing}
+        log.warning(
+            "debug isolation off",
+            node_id=self.node_id,
+            sent_dropped=sum(sent.values()),
+            received_dropped=sum(n for (outgoing, _), n in self.dropped.items() if not outgoing),
+            pre_votes_dropped=sent.get(raft.MessageType.PRE_VOTE, 0),
+            votes_dropped=sent.get(raft.MessageType.VOTE, 0),
+        )
+
+    def drop(self, batches: Iterable[list[tuple[int, raft.Message]]], *, outgoing: bool) -> bool:
+        """True (and the messages counted) while isolated."""
+        if not self.isolated:
+            return False
+        for messages in batches:
+            self.dropped.update((outgoing, message.type) for _, message in messages)
+        return True
+
+
+@dataclass
 class _LeaderCache:
     """Who leads each partition group, as the leaders themselves announced it (term wins)."""
 
@@ -215,6 +254,7 @@ class Node:
         # status ("copy") and move progress. The rebalancer promotes no learner listed there.
         self.catchup_progress: Callable[[int, Collection[int]], dict[int, tuple[int, int]]] | None = None
         self.catchup: CatchupManager | None = None  # segment copies to and from this node
+        self._isolation: _Isolation | None = None  # MULTIRAFT_DEBUG_ISOLATION (loop thread)
 
     # ------------------------------------------------------------------------------------------- lifecycle
 
@@ -225,6 +265,9 @@ class Node:
         if os.environ.get("MULTIRAFT_DEBUG_GC_MS"):
             _record_gc_pauses(float(os.environ["MULTIRAFT_DEBUG_GC_MS"]))
         self._loop = asyncio.get_running_loop()
+        if os.environ.get(_DEBUG_ISOLATION) == "1":
+            self._isolation = _Isolation(self.node_id)
+            self._loop.add_signal_handler(signal.SIGUSR1, self._isolation.toggle)
         config = self.config
         self._transport = PeerTransport(
             node_id=self.node_id,
@@ -621,10 +664,14 @@ class Node:
         transport = self._transport
         if transport is None:
             return
+        if self._isolation is not None and self._isolation.drop(batches.values(), outgoing=True):
+            return
         for to_node, messages in batches.items():
             transport.send(to_node, messages)
 
     def _deliver(self, from_node: int, messages: list[tuple[int, raft.Message]]) -> None:
+        if self._isolation is not None and self._isolation.drop((messages,), outgoing=False):
+            return
         scheduler = self._sched
         if self.catchup is not None:  # InstallSnapshot with segment files waits for the copy
             messages = self.catchup.intercept(from_node, messages)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -229,7 +230,10 @@ def test_the_controller_snapshots_its_metadata_compacts_its_log_and_restarts_fro
             assert set(topics) <= set(state.topics)
 
 
-def test_a_paused_follower_catches_up_and_does_not_depose_the_leader(cluster: Cluster) -> None:
+def test_a_frozen_follower_catches_up_after_sigcont_without_an_election(cluster: Cluster) -> None:
+    # SIGSTOP freezes the follower's clock too, so it never times out while stopped; on SIGCONT it must not
+    # burst through the missed ticks into an election. (The isolation test below is the one that exercises
+    # PreVote: there the follower keeps ticking.)
     cluster.create_topic("audit", partitions=1, replication_factor=3)
     leader = cluster.leader("audit", 0)
     term = cluster.describe("audit").partitions[0].leader_epoch
@@ -243,14 +247,74 @@ def test_a_paused_follower_catches_up_and_does_not_depose_the_leader(cluster: Cl
     finally:
         os.kill(pid, signal.SIGCONT)
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        partition = cluster.describe("audit").partitions[0]
-        if follower in partition.in_sync_replicas:
+    partition = cluster.describe("audit").partitions[0]
+    for _ in range(1_000):
+        if follower in partition.in_sync_replicas or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    partition = cluster.describe("audit").partitions[0]
+        partition = cluster.describe("audit").partitions[0]
     assert follower in partition.in_sync_replicas, "the follower did not catch up"
     assert (partition.leader, partition.leader_epoch) == (leader, term), "the returning follower caused an election"
+
+
+def test_an_isolated_follower_that_keeps_ticking_rejoins_without_deposing_any_leader_thanks_to_prevote(
+    cluster_factory: Callable[..., Cluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MULTIRAFT_DEBUG_ISOLATION", "1")  # SIGUSR1 cuts a node's Raft traffic, and restores it
+    cluster = cluster_factory()
+    cluster.create_topic("audit", partitions=2, replication_factor=3)
+    _wait_settled(cluster, "audit", timeout_s=30)
+    before = {p.partition: (p.leader, p.leader_epoch) for p in cluster.describe("audit").partitions}
+    follower = next(n for n in cluster.info.nodes if n not in {leader for leader, _ in before.values()})
+    node = cluster.info.nodes[follower]
+    log_start = node.log_path.stat().st_size
+
+    producer = BackgroundProducer(cluster.client, "audit", 2).start()
+    try:
+        time.sleep(0.5)  # the follower's groups are busy, not quiescent: they tick and will time out
+        os.kill(node.pid, signal.SIGUSR1)
+        _wait_for_line(node.log_path, log_start, r"debug isolation on", timeout_s=10)
+        acked_before = producer.acked_count()
+        time.sleep(2.0)  # four to eight election timeouts (250 to 500 ms each)
+        assert producer.acked_count() > acked_before, "the two other replicas stopped committing"
+        os.kill(node.pid, signal.SIGUSR1)
+        healed = _wait_for_line(node.log_path, log_start, r"debug isolation off.*", timeout_s=10).group(0)
+        assert int(re.search(r"pre_votes_dropped=(\d+)", healed).group(1)) > 0, f"it never campaigned: {healed}"
+        assert int(re.search(r"received_dropped=(\d+)", healed).group(1)) > 0
+        assert int(re.search(r"\bvotes_dropped=(\d+)", healed).group(1)) == 0  # a real vote needs a pre-vote won
+
+        deadline = time.monotonic() + 30
+        partitions = cluster.describe("audit").partitions
+        for _ in range(1_000):
+            if all(follower in p.in_sync_replicas for p in partitions) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+            partitions = cluster.describe("audit").partitions
+        assert all(follower in p.in_sync_replicas for p in partitions), "the follower did not catch up"
+        time.sleep(0.5)  # and keeps up with writes after the heal
+    finally:
+        producer.stop()
+    after = {p.partition: (p.leader, p.leader_epoch) for p in cluster.describe("audit").partitions}
+    assert after == before, "the returning follower caused an election"
+
+    _wait_settled(cluster, "audit", timeout_s=30)
+    _crash_all(cluster)
+    _assert_replicas_identical(cluster.info.directory, "audit", 2)
+
+
+def _wait_for_line(path: Path, start: int, pattern: str, timeout_s: float) -> re.Match[str]:
+    deadline = time.monotonic() + timeout_s
+    text = ""
+    for _ in range(1_000):
+        with path.open("rb") as handle:
+            handle.seek(start)
+            text = handle.read().decode(errors="replace")
+        found = re.search(pattern, text)
+        if found is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert found is not None, f"no {pattern!r} in {path} after {timeout_s}s:\n{text[-3000:]}"
+    return found
 
 
 def test_retention_drops_old_segments_on_every_replica_even_of_an_idle_partition(cluster: Cluster) -> None:
