@@ -6,7 +6,17 @@ against it as against the in-memory reference.
 
 Payloads. A data entry's payload is a record batch. The log writes each batch's base offset into the stored
 copy, but Raft sees the batch as it was proposed, with a zero base offset: every replica derives offsets
-from the log itself, so the bytes that travel between replicas never depend on one replica's view.
+from the log itself, so the bytes that travel between replicas never depend on one replica's view. The
+adapter keeps the entries it was last given (up to ``recent_bytes`` of payload) until they are applied or
+compacted and hands those very objects back, so a committed entry reaches the state machine as the object
+proposed (on the leader) or decoded from the wire (on a follower): no copy. Older entries are read from LMDB
+and their base offset is zeroed in one copy.
+
+Configuration. :meth:`RaftLogStorage.initial_state` reports the snapshot's configuration, as every
+:class:`multiraft.raft.Storage` does; RawNode folds the CONFIG entries after it up to its ``applied`` index.
+So that a restart reads no entries, :meth:`RaftLogStorage.set_applied` records the configuration at each
+applied CONFIG entry (exactly, in the same transaction) and :meth:`RaftLogStorage.conf_checkpoint` answers
+from that record.
 
 Snapshots. A group's snapshot says "everything up to index I is in place". For the controller group it is
 the cluster metadata at I. For a partition it marks where retention cut the log: the data before it is gone
@@ -55,6 +65,7 @@ _CONF_HISTORY = "raft.conf_history"
 _U64 = struct.Struct("<Q")
 _INDEX_TERM = struct.Struct("<QQ")
 _ZERO_OFFSET = bytes(8)
+DEFAULT_RECENT_BYTES = 8 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +137,7 @@ def _to_raft_error(exc: StorageError) -> raft.StorageError:
 class RaftLogStorage:
     """:class:`multiraft.raft.MutableStorage` over one :class:`storage.SegmentedLog` (owner thread only)."""
 
-    def __init__(self, log: SegmentedLog) -> None:
+    def __init__(self, log: SegmentedLog, *, recent_bytes: int = DEFAULT_RECENT_BYTES) -> None:
         self.log = log
         meta_bytes = log.attribute(_SNAPSHOT_META)
         if meta_bytes is None:
@@ -138,7 +149,6 @@ class RaftLogStorage:
         # drops whole segments only.
         compacted = log.attribute(_COMPACTED)
         self._compacted: tuple[int, int] = _INDEX_TERM.unpack(compacted) if compacted else log.compaction_point()
-        self._restart_applied: int | None = None
         self._snapshot_data = log.attribute(_SNAPSHOT_DATA) or b""
         history = log.attribute(_CONF_HISTORY)
         self._conf_history: list[tuple[int, bytes]] = (
@@ -146,18 +156,33 @@ class RaftLogStorage:
         )
         # Set by the catch-up copier once the files of the catch-up snapshot at this index are in place.
         self.segment_installer: tuple[int, Callable[[SegmentedLog, SnapshotManifest], None]] | None = None
+        # The entries appended last, as given (contiguous, ending at the last index), until applied or compacted.
+        # In memory only: after a rollback the node stops, and a restart starts with none.
+        self._recent: list[raft.Entry] = []
+        self._recent_size = 0
+        self._recent_limit = recent_bytes
 
     # ----------------------------------------------------------------------------------------------- reads
 
     def initial_state(self) -> tuple[raft.HardState, raft.ConfState]:
         stored = self.log.hard_state()
-        applied = self._restart_applied if self._restart_applied is not None else self.applied_index()
-        return raft.HardState(stored.term, stored.vote, stored.commit), self.conf_state_at(applied)
+        return raft.HardState(stored.term, stored.vote, stored.commit), self._snapshot_meta.conf_state
+
+    def conf_checkpoint(self, index: int) -> tuple[int, raft.ConfState]:
+        snapshot_index = self._snapshot_meta.index
+        recorded = max(self.applied_index(), snapshot_index)
+        if index >= recorded:
+            return recorded, self.conf_state_at(recorded)
+        # Below the applied index, answer at a recorded change (exact even in a history written per Ready).
+        points = [at for at, _ in self._conf_history if snapshot_index < at <= index]
+        at = points[-1] if points else snapshot_index
+        return at, self.conf_state_at(at)
 
     def restart_at(self, applied: int) -> None:
-        """The node restarts its state machine at ``applied`` (e.g. from a snapshot); ``initial_state`` then
-        reports the configuration of that index, which must match the ``applied`` given to the RawNode."""
-        self._restart_applied = applied
+        """Nothing to do any more: RawNode derives the configuration as of its ``applied`` index itself.
+
+        Kept until the node runtime stops calling it.
+        """
 
     def applied_index(self) -> int:
         """The last index the node's state machine had applied when this was persisted."""
@@ -165,7 +190,8 @@ class RaftLogStorage:
         return _U64.unpack(raw)[0] if raw else self._snapshot_meta.index
 
     def conf_state_at(self, index: int) -> raft.ConfState:
-        """The configuration in force at ``index`` (snapshot's, then the CONFIG entries applied up to it)."""
+        """The configuration in force at ``index`` (the snapshot's, then the CONFIG entries applied up to it), for
+        ``index`` at or below the applied index."""
         conf = self._snapshot_meta.conf_state
         for at, encoded in self._conf_history:
             if at <= index and at > self._snapshot_meta.index:
@@ -179,17 +205,29 @@ class RaftLogStorage:
             raise raft.UnavailableError(f"index {hi - 1} is beyond the last index {self.last_index()}")
         if lo >= hi:
             return []
+        recent = self._recent
+        if recent and lo >= recent[0].index:
+            start = recent[0].index
+            return raft.limit_size(recent[lo - start : hi - start], max_size)
+        stored_hi = min(hi, recent[0].index) if recent else hi
+        stored = self._read_stored(lo, stored_hi, max_size)
+        if stored_hi == hi or len(stored) < stored_hi - lo:
+            return stored
+        return raft.limit_size(stored + recent[: hi - stored_hi], max_size)
+
+    def _read_stored(self, lo: int, hi: int, max_size: int) -> list[raft.Entry]:
         try:
             stored = self.log.entries(lo, hi, max_size)
         except StorageError as exc:
             raise _to_raft_error(exc) from exc
         data_kind = raft.EntryKind.DATA
+        join = b"".join
         out: list[raft.Entry] = []
         for entry in stored:
             kind = raft.EntryKind(entry.kind)
             payload: bytes = entry.payload
-            if kind is data_kind:
-                payload = _ZERO_OFFSET + payload[8:]  # Raft sees the batch as proposed (see module docstring)
+            if kind is data_kind:  # Raft sees the batch as proposed (see the module docstring): one copy
+                payload = join((_ZERO_OFFSET, memoryview(payload)[8:]))
             out.append(raft.Entry(entry.index, entry.term, kind, entry.timestamp_ms, payload))
         return out
 
@@ -232,6 +270,41 @@ class RaftLogStorage:
             self.log.append(entries)
         except StorageError as exc:
             raise _to_raft_error(exc) from exc
+        self._remember(entries)
+
+    def _remember(self, entries: Sequence[raft.Entry]) -> None:
+        recent = self._recent
+        first = entries[0].index
+        if recent and recent[0].index <= first <= recent[-1].index + 1:
+            cut = first - recent[0].index
+            if cut < len(recent):
+                self._recent_size -= raft.entries_size(recent[cut:])
+                del recent[cut:]
+        else:
+            recent.clear()
+            self._recent_size = 0
+        recent.extend(entries)
+        self._recent_size += raft.entries_size(entries)
+        if self._recent_size > self._recent_limit:
+            size, drop = self._recent_size, 0
+            while drop < len(recent) and size > self._recent_limit:
+                size -= len(recent[drop].payload)
+                drop += 1
+            del recent[:drop]
+            self._recent_size = size
+
+    def _forget_through(self, index: int) -> None:
+        """Stop holding the entries up to ``index`` (applied or compacted); LMDB still has them."""
+        recent = self._recent
+        if not recent or index < recent[0].index:
+            return
+        drop = min(index - recent[0].index + 1, len(recent))
+        if drop == len(recent):
+            recent.clear()
+            self._recent_size = 0
+        else:
+            self._recent_size -= raft.entries_size(recent[:drop])
+            del recent[:drop]
 
     def apply_snapshot(self, snapshot: raft.Snapshot) -> None:
         """Replace the log by the snapshot: the log resumes after its index, at the manifest's offset."""
@@ -240,6 +313,8 @@ class RaftLogStorage:
                 f"snapshot {snapshot.meta.index} is not newer than {self._snapshot_meta.index}"
             )
         manifest = decode_manifest(snapshot.data)
+        self._recent.clear()
+        self._recent_size = 0
         installer, self.segment_installer = self.segment_installer, None
         if manifest.files and installer is not None and installer[0] == snapshot.meta.index:
             installer[1](self.log, manifest)  # the copied segments become the log, up to the snapshot index
@@ -266,12 +341,15 @@ class RaftLogStorage:
         if index > self.last_index():
             raise raft.UnavailableError(f"index {index} is beyond the last index {self.last_index()}")
         if index > self._snapshot_meta.index:
-            raise raft.UnavailableError(f"index {index} is not covered by the snapshot {self._snapshot_meta.index}")
+            raise raft.CompactionBeyondSnapshotError(
+                f"compact to {index} would drop entries after the snapshot at {self._snapshot_meta.index}"
+            )
         self._set_compacted(index, self.term(index))
         self.log.drop_before(index + 1)
 
     def _set_compacted(self, index: int, term: int) -> None:
         self._compacted = (index, term)
+        self._forget_through(index)
         self.log.set_attribute(_COMPACTED, _INDEX_TERM.pack(index, term))
 
     def snapshot_at_compaction_point(
@@ -310,12 +388,32 @@ class RaftLogStorage:
     # ------------------------------------------------------------------------------- application state
 
     def set_applied(self, index: int, conf_state: raft.ConfState | None = None) -> None:
-        """Record the applied index (and the configuration, when a CONFIG entry changed it) in the same
-        transaction as this round's entries."""
+        """Record the applied index in the same transaction as this round's entries, and with ``conf_state``
+        (a Ready's, when its committed entries changed the configuration) the configuration at each of them."""
+        previous = self.applied_index()
         self.log.set_attribute(_APPLIED, _U64.pack(index))
         if conf_state is not None:
+            self._record_conf_changes(previous, index, conf_state)
+        self._forget_through(index)
+
+    def _record_conf_changes(self, previous: int, index: int, conf_state: raft.ConfState) -> None:
+        # Per CONFIG entry, not per Ready: a snapshot may later be taken at any index in between.
+        lo = max(previous, self._snapshot_meta.index, self._compacted[0]) + 1
+        conf = self.conf_state_at(lo - 1)
+        try:
+            applied = self.entries(lo, index + 1, 1 << 62) if lo <= index else []
+        except raft.StorageError:
+            applied = []
+        for entry in applied:
+            if entry.kind == raft.EntryKind.CONFIG:
+                try:
+                    conf = raft.apply_conf_change(conf, raft.decode_conf_change(entry.payload))
+                except (raft.CodecError, raft.InvalidConfChangeError):
+                    continue  # the core skips it too
+                self._conf_history.append((entry.index, raft.encode_conf_state(conf)))
+        if conf != conf_state:  # the core knows better (a snapshot installed meanwhile): trust it at ``index``
             self._conf_history.append((index, raft.encode_conf_state(conf_state)))
-            self._save_conf_history()
+        self._save_conf_history()
 
     def _save_snapshot(self, meta: raft.SnapshotMeta, data: bytes) -> None:
         self._snapshot_meta = meta

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from ._log import RaftLog
 from ._logging import get_logger
@@ -17,19 +17,20 @@ from .codec import decode_conf_change, encode_conf_change
 from .confchange import ConfChange, ConfState, apply_conf_change
 from .config import RaftConfig
 from .errors import (
+    CodecError,
     CompactedError,
     ConfChangePending,
+    InvalidConfChangeError,
     InvalidRequestError,
     NotLeader,
     ProposalDropped,
-    RaftError,
     SnapshotTemporarilyUnavailableError,
     StorageError,
 )
 from .messages import Entry, EntryKind, HardState, Message, MessageType, Snapshot, entries_size
 from .storage import Storage
 
-__all__ = ["Raft", "Role", "ReadState", "RandomSource"]
+__all__ = ["Raft", "Role", "ReadState", "RandomSource", "conf_after"]
 
 _log = get_logger(__name__)
 
@@ -83,6 +84,19 @@ class _ReadRequest:
     context: bytes
 
 
+def conf_after(conf_state: ConfState, entry: Entry, logger: Any = None) -> ConfState | None:
+    """The configuration once the CONFIG ``entry`` is applied to ``conf_state``; None if it does not apply.
+
+    Every replica skips the same invalid entry (and logs it when given a logger), so they still agree.
+    """
+    try:
+        return apply_conf_change(conf_state, decode_conf_change(entry.payload))
+    except (CodecError, InvalidConfChangeError) as exc:
+        if logger is not None:
+            logger.error("raft.conf_change_skipped", index=entry.index, error=str(exc))
+        return None
+
+
 class Raft:
     """One replica's protocol state. Driven by RawNode; not thread-safe."""
 
@@ -126,10 +140,8 @@ class Raft:
         self.reads_awaiting_commit: list[tuple[int, bytes]] = []
         self.read_bcast_pending = False
 
-        hard_state, conf_state = storage.initial_state()
-        self.conf_state = ConfState()
-        self.conf_index = self.log.applied  # the snapshot index: initial_state()'s configuration is as of it
-        self._switch_to_conf(conf_state, self.conf_index, quiet=True)
+        hard_state, snapshot_conf = storage.initial_state()
+        snapshot_index = self.log.applied
         if hard_state != HardState():
             self._load_state(hard_state)
         if applied > 0:
@@ -138,7 +150,32 @@ class Raft:
             # Applied entries were handed out as committed; a commit index below them is merely unsynced.
             self.log.committed = max(self.log.committed, applied)
             self.log.applied_to(applied)
+        self.conf_state = ConfState()
+        self.conf_index = snapshot_index
+        conf_state = self._conf_as_of(storage, snapshot_index, snapshot_conf, self.log.applied)
+        self._switch_to_conf(conf_state, self.log.applied, quiet=True)
         self.become_follower(self.term, 0)
+
+    def _conf_as_of(self, storage: Storage, snapshot_index: int, snapshot_conf: ConfState, applied: int) -> ConfState:
+        """The configuration as of ``applied``: the snapshot's (or a later checkpoint) and the CONFIG entries after."""
+        index, conf_state = snapshot_index, snapshot_conf
+        if applied <= index:
+            return conf_state
+        checkpoint, checkpoint_conf = storage.conf_checkpoint(applied)
+        if not snapshot_index <= checkpoint <= applied:
+            raise StorageError(f"configuration checkpoint {checkpoint} is outside [{snapshot_index}, {applied}]")
+        if checkpoint > index:
+            index, conf_state = checkpoint, checkpoint_conf
+        config_kind = EntryKind.CONFIG
+        while index < applied:
+            entries = storage.entries(index + 1, applied + 1, self.log.max_committed_size)
+            if not entries:
+                raise StorageError(f"storage returned no entries in [{index + 1}, {applied}]")
+            for entry in entries:
+                if entry.kind == config_kind:
+                    conf_state = conf_after(conf_state, entry) or conf_state
+            index = entries[-1].index
+        return conf_state
 
     def _load_state(self, hard_state: HardState) -> None:
         if hard_state.commit > self.log.last_index():
@@ -777,12 +814,8 @@ class Raft:
         """Apply a committed CONFIG entry (once, in log order); the new configuration, or None if invalid."""
         if entry.index <= self.conf_index:
             return None  # already covered by a snapshot installed meanwhile
-        try:
-            change = decode_conf_change(entry.payload)
-            conf_state = apply_conf_change(self.conf_state, change)
-        except RaftError as exc:
-            # Every replica skips the same entry, so they still agree on the configuration.
-            self.logger.error("raft.conf_change_skipped", index=entry.index, error=str(exc))
+        conf_state = conf_after(self.conf_state, entry, self.logger)
+        if conf_state is None:
             self.conf_index = entry.index
             return None
         self._switch_to_conf(conf_state, entry.index)

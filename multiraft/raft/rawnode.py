@@ -38,12 +38,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ._raft import Raft, RandomSource, ReadState, Role
+from ._raft import Raft, RandomSource, ReadState, Role, conf_after
 from ._tracker import ProgressState
-from .codec import decode_conf_change
-from .confchange import ConfChange, ConfState, apply_conf_change
+from .confchange import ConfChange, ConfState
 from .config import RaftConfig
-from .errors import RaftError, UsageError
+from .errors import UsageError
 from .messages import Entry, EntryKind, HardState, Message, Snapshot, entries_size
 from .storage import Storage
 
@@ -131,7 +130,9 @@ class RawNode:
     """One replica of one group. Not thread-safe: drive each RawNode from one thread at a time.
 
     ``applied`` is the last index the application's state already contains when restarting (0 means the
-    snapshot index); ``storage.initial_state()`` must return the configuration as of that index.
+    snapshot index). The node starts with the configuration as of ``applied``: storage reports the snapshot's
+    (``initial_state()``), and the node applies the CONFIG entries after it up to ``applied`` itself (starting
+    from ``storage.conf_checkpoint(applied)`` when the storage recorded a later one).
     """
 
     __slots__ = ("_committed_size", "_outstanding", "_pending_conf", "_prev_hard", "_prev_soft", "_raft")
@@ -276,12 +277,8 @@ class RawNode:
     def _fold_conf_changes(self, conf_entries: list[Entry]) -> ConfState:
         conf_state = self._raft.conf_state
         for entry in conf_entries:
-            if entry.index <= self._raft.conf_index:
-                continue
-            try:
-                conf_state = apply_conf_change(conf_state, decode_conf_change(entry.payload))
-            except RaftError:
-                continue  # apply_conf_entry logs and skips the same entry
+            if entry.index > self._raft.conf_index:
+                conf_state = conf_after(conf_state, entry) or conf_state  # apply_conf_entry logs a skipped one
         return conf_state
 
     def advance(self, ready: Ready) -> None:

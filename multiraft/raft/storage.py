@@ -12,6 +12,13 @@ A group is born from :func:`bootstrap`: every initial member starts from the sam
 that holds the initial configuration. Nodes added later start empty and receive a snapshot from the leader (the
 log never starts at index 1), so every replica learns its configuration from a snapshot plus the CONFIG entries
 after it.
+
+Configuration on restart. Storage reports the configuration *as of the snapshot*
+(:meth:`Storage.initial_state`); RawNode itself folds the CONFIG entries between the snapshot and the
+``applied`` index the application gives it, so a storage never needs to know what the application applied, and
+a restart at any applied index starts with the configuration of that index. Reading those entries is what a
+storage with a long log after its snapshot wants to avoid: :meth:`Storage.conf_checkpoint` may answer with a
+configuration it recorded at a later index, and RawNode folds only the entries after that one.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from .confchange import ConfState
-from .errors import CompactedError, InvalidRequestError, SnapshotOutOfDateError, UnavailableError
+from .errors import CompactedError, CompactionBeyondSnapshotError, SnapshotOutOfDateError, UnavailableError
 from .messages import Entry, HardState, Snapshot, SnapshotMeta
 
 __all__ = ["Storage", "MutableStorage", "MemoryStorage", "bootstrap", "BOOTSTRAP_INDEX", "limit_size"]
@@ -51,7 +58,21 @@ class Storage(Protocol):
     """Read access to a group's durable log. Implementations raise only :class:`StorageError` subclasses."""
 
     def initial_state(self) -> tuple[HardState, ConfState]:
-        """The saved hard state, and the configuration as of the snapshot (see RawNode's ``applied``)."""
+        """The saved hard state, and the configuration as of the snapshot (``snapshot().meta.conf_state``).
+
+        Never the configuration of a later index: RawNode applies the CONFIG entries after the snapshot up to
+        its ``applied`` index itself (see the module docstring).
+        """
+        ...
+
+    def conf_checkpoint(self, index: int) -> tuple[int, ConfState]:
+        """``(c, configuration as of c)`` for some ``c`` with ``snapshot index <= c <= index``.
+
+        RawNode calls it once when it starts with ``applied`` past the snapshot, then folds the CONFIG entries
+        in ``(c, applied]`` read from the log. The snapshot's index and configuration are always a correct
+        answer (:class:`MemoryStorage` gives them); a storage that records the configuration as entries are
+        applied answers with a later ``c`` so that a restart reads no entries.
+        """
         ...
 
     def entries(self, lo: int, hi: int, max_size: int) -> list[Entry]:
@@ -109,10 +130,11 @@ class MutableStorage(Storage, Protocol):
         ...
 
     def compact(self, index: int) -> None:
-        """Discard entries up to and including ``index`` (which must be covered by a snapshot or applied).
+        """Discard entries up to and including ``index``, which the snapshot must cover.
 
-        Raises :class:`CompactedError` if already compacted past ``index``, :class:`UnavailableError` if
-        ``index`` is above the last index.
+        Raises :class:`CompactedError` if already compacted up to ``index`` or past it, :class:`UnavailableError`
+        if ``index`` is above the last index, and :class:`CompactionBeyondSnapshotError` if it is above the
+        snapshot index (checked in that order); nothing changes then.
         """
         ...
 
@@ -147,6 +169,10 @@ class MemoryStorage:
 
     def initial_state(self) -> tuple[HardState, ConfState]:
         return self._hard_state, self._snapshot.meta.conf_state
+
+    def conf_checkpoint(self, index: int) -> tuple[int, ConfState]:
+        meta = self._snapshot.meta
+        return meta.index, meta.conf_state
 
     def entries(self, lo: int, hi: int, max_size: int) -> list[Entry]:
         offset = self._offset
@@ -222,12 +248,12 @@ class MemoryStorage:
     def compact(self, index: int) -> None:
         if index <= self._offset:
             raise CompactedError(f"compact to {index}: already compacted up to {self._offset}")
-        if index > self._snapshot.meta.index:
-            raise InvalidRequestError(
-                f"compact to {index} would drop entries after the snapshot at {self._snapshot.meta.index}"
-            )
         if index > self.last_index():
             raise UnavailableError(f"compact to {index}: last index is {self.last_index()}")
+        if index > self._snapshot.meta.index:
+            raise CompactionBeyondSnapshotError(
+                f"compact to {index} would drop entries after the snapshot at {self._snapshot.meta.index}"
+            )
         self._offset_term = self.term(index)
         del self._entries[: index - self._offset]
         self._offset = index

@@ -17,20 +17,27 @@ log, compaction keeps the snapshot's term readable). Payloads may come back as `
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from multiraft.raft import (
     CompactedError,
+    CompactionBeyondSnapshotError,
+    ConfChange,
     ConfState,
     Entry,
     EntryKind,
     HardState,
     MutableStorage,
+    RaftConfig,
+    RawNode,
     Snapshot,
     SnapshotMeta,
     SnapshotOutOfDateError,
     UnavailableError,
     bootstrap,
+    encode_conf_change,
 )
 
 BIG = 1 << 40
@@ -55,6 +62,12 @@ class StorageConformance:
         """An entry as this storage accepts it; override when DATA payloads must have a format of their own."""
         return entry(index, term, payload, kind)
 
+    def record_applied(self, storage: MutableStorage, index: int, conf_state: ConfState | None) -> None:
+        """What the application records with its applied index, for a storage that keeps it (default: nothing).
+
+        ``conf_state`` is the Ready's: the configuration after its committed entries, None if they changed none.
+        """
+
     def fill(self, storage: MutableStorage, last: int, term: int = 1) -> list[Entry]:
         entries = [self.entry(i, term) for i in range(storage.last_index() + 1, last + 1)]
         storage.append(entries)
@@ -71,6 +84,16 @@ class StorageConformance:
         assert storage.entries(1, 1, BIG) == []
 
     # --- appends -----------------------------------------------------------------------------------------
+
+    def test_recently_appended_entries_come_back_as_the_objects_appended(self, storage: MutableStorage) -> None:
+        # A committed entry reaches the state machine as the object proposed: no payload copy on the way.
+        written = [self.entry(i, 1, b"x" * 100) for i in range(1, 6)]
+        storage.append(written)
+        assert all(got is entry for got, entry in zip(storage.entries(1, 6, BIG), written, strict=True))
+        replaced = [self.entry(4, 2, b"y" * 100), self.entry(5, 2, b"z" * 100)]
+        storage.append(replaced)
+        assert all(got is entry for got, entry in zip(storage.entries(4, 6, BIG), replaced, strict=True))
+        assert as_tuples(storage.entries(3, 6, BIG)) == as_tuples([written[2], *replaced])
 
     def test_appended_entries_read_back_with_index_term_kind_timestamp_and_payload(
         self, storage: MutableStorage
@@ -157,6 +180,19 @@ class StorageConformance:
         with pytest.raises(SnapshotOutOfDateError):
             storage.apply_snapshot(Snapshot(SnapshotMeta(4, 1, ConfState.of((1,))), b""))
 
+    def test_compacting_past_the_snapshot_or_the_log_is_refused_with_typed_errors(
+        self, storage: MutableStorage
+    ) -> None:
+        self.fill(storage, 10)
+        storage.create_snapshot(5, ConfState.of((1,)), b"")
+        with pytest.raises(CompactionBeyondSnapshotError):
+            storage.compact(7)
+        with pytest.raises(UnavailableError):
+            storage.compact(11)
+        assert (storage.first_index(), storage.last_index()) == (1, 10)
+        storage.compact(5)
+        assert storage.first_index() == 6
+
     def test_compacting_twice_to_the_same_index_raises_compacted_error(self, storage: MutableStorage) -> None:
         self.fill(storage, 10)
         storage.create_snapshot(6, ConfState.of((1,)), b"")
@@ -189,3 +225,47 @@ class StorageConformance:
         storage.set_hard_state(hard_state)
         assert storage.initial_state() == (HardState(1, 0, 1), conf)
         assert (storage.first_index(), storage.last_index(), storage.term(1)) == (2, 1, 1)
+
+    # --- configuration on restart ------------------------------------------------------------------------
+
+    def test_storage_reports_the_snapshot_configuration_and_a_restart_folds_the_changes_applied_after_it(
+        self, storage: MutableStorage
+    ) -> None:
+        before = ConfState.of((1, 2, 3))
+        with_learner = ConfState.of((1, 2, 3), learners=(4,))
+        promoted = ConfState.of((1, 2, 3, 4))
+        _, snapshot = bootstrap(before)
+        storage.apply_snapshot(snapshot)
+        add_learner = encode_conf_change(ConfChange.add_learner(4))
+        add_voter = encode_conf_change(ConfChange.add_voter(4))
+        storage.append(
+            [
+                self.entry(2, 1),
+                self.entry(3, 1, add_learner, EntryKind.CONFIG),
+                self.entry(4, 1),
+                self.entry(5, 1),
+                self.entry(6, 1, add_voter, EntryKind.CONFIG),
+                self.entry(7, 1),
+            ]
+        )
+        storage.set_hard_state(HardState(1, 0, 7))
+        self.record_applied(storage, 5, with_learner)  # the application applied 2..5, then 6..7
+        self.record_applied(storage, 7, promoted)
+        expected = {1: before, 2: before, 3: with_learner, 4: with_learner, 5: with_learner, 6: promoted, 7: promoted}
+
+        def restarted_at(applied: int) -> ConfState:
+            return RawNode(RaftConfig(id=1), storage, random.Random(0), applied=applied).conf_state
+
+        assert storage.initial_state() == (HardState(1, 0, 7), before)
+        for applied in range(1, 8):
+            checkpoint, _ = storage.conf_checkpoint(applied)
+            assert 1 <= checkpoint <= applied
+            assert restarted_at(applied) == expected[applied], applied
+        assert restarted_at(0) == before  # 0: the snapshot index
+        storage.create_snapshot(4, with_learner, b"state at 4")
+        storage.compact(4)
+        assert storage.initial_state()[1] == with_learner
+        assert storage.conf_checkpoint(4) == (4, with_learner)
+        assert restarted_at(0) == with_learner
+        assert restarted_at(5) == with_learner
+        assert restarted_at(7) == promoted
