@@ -35,6 +35,7 @@ from storage.errors import (
     StorageConfigError,
     StorageError,
     StorageFullError,
+    TransactionFailedError,
     UnavailableError,
 )
 from storage.log import (
@@ -107,4 +108,5 @@ __all__ = [
     "ChunkChecksumError",
     "CorruptionError",
     "StorageFullError",
+    "TransactionFailedError",
 ]

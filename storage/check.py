@@ -339,30 +339,55 @@ def repair_store(path: str | os.PathLike[str], config: StorageConfig | None = No
     shutil.rmtree(staging, ignore_errors=True)
     dropped: list[Dropped] = []
     notes: list[str] = []
-    env = _open_read_only(env_dir)
     try:
-        with env.begin(buffers=True) as txn, LogStore.open(staging, config) as rebuilt:
-            walker = _Walker(env, txn, str(env_dir / "data.mdb"), _damaged_trees(structural)[0])
-            for prefix in prefixes:
-                _copy_prefix(walker, prefix, rebuilt)
-                if prefix.problem is not None:
-                    reason = prefix.problem.message
-                    if prefix.last_good < prefix.claimed_last:
-                        dropped.append(Dropped(prefix.name, prefix.last_good + 1, prefix.claimed_last, reason))
-                    else:
-                        notes.append(f"{prefix.name}: rebuilt its records and indexes ({reason})")
-                if prefix.hard_state.commit > prefix.last_good:
-                    notes.append(
-                        f"{prefix.name}: commit index lowered from {prefix.hard_state.commit} to "
-                        f"{prefix.last_good}; it will catch up from its leader"
-                    )
-    finally:
-        env.close()
+        env = _open_read_only(env_dir)
+        try:
+            with env.begin(buffers=True) as txn, LogStore.open(staging, config) as rebuilt:
+                walker = _Walker(env, txn, str(env_dir / "data.mdb"), _damaged_trees(structural)[0])
+                for prefix in prefixes:
+                    _copy_prefix(walker, prefix, rebuilt)
+                    if prefix.problem is not None:
+                        reason = prefix.problem.message
+                        if prefix.last_good < prefix.claimed_last:
+                            dropped.append(Dropped(prefix.name, prefix.last_good + 1, prefix.claimed_last, reason))
+                        else:
+                            notes.append(f"{prefix.name}: rebuilt its records and indexes ({reason})")
+                    if prefix.hard_state.commit > prefix.last_good:
+                        notes.append(
+                            f"{prefix.name}: commit index lowered from {prefix.hard_state.commit} to "
+                            f"{prefix.last_good}; it will catch up from its leader"
+                        )
+        finally:
+            env.close()
+    except lmdb.Error as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise StorageError(f"cannot repair {env_dir}: LMDB failed while copying the valid prefix: {exc}") from exc
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     damaged_copy = env_dir.with_name(f"{fmt.ENV_DIRNAME}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
-    env_dir.rename(damaged_copy)
-    (staging / fmt.ENV_DIRNAME).rename(env_dir)
+    _swap_in(env_dir, staging / fmt.ENV_DIRNAME, damaged_copy)
     shutil.rmtree(staging, ignore_errors=True)
     return RepairReport(str(env_dir), True, tuple(dropped), str(damaged_copy), tuple(notes))
+
+
+def _swap_in(env_dir: Path, rebuilt: Path, damaged_copy: Path) -> None:
+    """Keep the damaged environment as ``damaged_copy`` and move the rebuilt one into its place."""
+    try:
+        env_dir.rename(damaged_copy)
+    except OSError as exc:
+        raise StorageError(f"cannot repair {env_dir}: cannot move it aside to {damaged_copy}: {exc}") from exc
+    try:
+        rebuilt.rename(env_dir)
+    except OSError as exc:
+        try:
+            damaged_copy.rename(env_dir)  # put the original back: the store is as it was before the repair
+        except OSError:
+            raise StorageError(
+                f"cannot repair {env_dir}: cannot move the rebuilt store {rebuilt} into place ({exc}), nor the "
+                f"original back from {damaged_copy}"
+            ) from exc
+        raise StorageError(f"cannot repair {env_dir}: cannot move the rebuilt store into place: {exc}") from exc
 
 
 def _copy_prefix(walker: _Walker, prefix: _ValidPrefix, rebuilt: LogStore) -> None:

@@ -16,7 +16,8 @@ the boundary (``raise ... from exc``) so callers never see a foreign exception::
     ├── SegmentFileError          an exported segment file is malformed, truncated or fails its checksum
     │   └── ChunkChecksumError    a copied chunk of a segment file fails its checksum (fetch it again)
     ├── CorruptionError           data read from disk fails a check; names the file and the entry index
-    └── StorageFullError          the disk or the LMDB map is full
+    ├── StorageFullError          the disk or the LMDB map is full
+    └── TransactionFailedError    an earlier write failed part-way; rollback() must discard the pending writes
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "ChunkChecksumError",
     "CorruptionError",
     "StorageFullError",
+    "TransactionFailedError",
 ]
 
 
@@ -103,3 +105,11 @@ class CorruptionError(StorageError):
 
 class StorageFullError(StorageError):
     """No space left: the disk is full or the LMDB map size was reached."""
+
+
+class TransactionFailedError(StorageError):
+    """A write failed part-way, so the pending (unsynced) transaction may hold part of it.
+
+    Every owner call that would use that transaction raises this until :meth:`LogStore.rollback` discards it
+    (:meth:`LogStore.sync` discards it too, and raises). What was synced is untouched.
+    """

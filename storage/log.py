@@ -13,6 +13,10 @@ own unsynced appends. Other threads (fetch handlers) use :meth:`SegmentedLog.rea
 marked *any thread*: they see only what has been synced, through an immutable view published at each sync
 and matched to the LMDB snapshot they read by transaction id.
 
+A write that fails part-way (the map or the disk is full) leaves the log answering as before it, but the
+pending transaction may hold part of it: every owner call then raises :class:`TransactionFailedError` until
+:meth:`LogStore.rollback` discards everything since the last sync. Synced data is never touched.
+
 Crash safety comes from LMDB's copy-on-write commit: after a crash, reopening yields exactly the last
 committed (synced) state; an entry is never half visible. Every entry carries a CRC over its index, header
 and payload, checked on every read, so a flipped bit is reported as :class:`CorruptionError` naming the file
@@ -50,6 +54,7 @@ from storage.errors import (
     SegmentNotFoundError,
     StorageError,
     StorageFullError,
+    TransactionFailedError,
     UnavailableError,
 )
 from storage.segment_file import (
@@ -189,26 +194,35 @@ def _name_of(topic: str, partition: int) -> str:
     return f"{topic}/{partition}"
 
 
+def _storage_error(exc: lmdb.Error, path: Path, index: int | None = None) -> StorageError:
+    """Our error for one of lmdb's (the caller raises it ``from exc``)."""
+    if isinstance(exc, lmdb.MapFullError):
+        return StorageFullError(f"LMDB map is full ({path}); raise map_size_bytes")
+    if isinstance(
+        exc,
+        (
+            lmdb.CorruptedError,
+            lmdb.PageNotFoundError,
+            lmdb.BadValsizeError,
+            lmdb.PanicError,
+            lmdb.InvalidError,
+            lmdb.VersionMismatchError,
+        ),
+    ):
+        return CorruptionError(f"LMDB reports {type(exc).__name__}: {exc}", path=str(path), index=index)
+    if "No space left" in str(exc) or getattr(exc, "errno", None) == errno.ENOSPC:
+        return StorageFullError(f"disk full writing {path}")
+    where = path if index is None else f"{path} at index {index}"
+    return StorageError(f"LMDB error on {where}: {exc}")
+
+
 @contextmanager
 def _lmdb_errors(path: Path, index: int | None = None) -> Iterator[None]:
     """Map lmdb's exceptions to ours at the boundary."""
     try:
         yield
-    except lmdb.MapFullError as exc:
-        raise StorageFullError(f"LMDB map is full ({path}); raise map_size_bytes") from exc
-    except (
-        lmdb.CorruptedError,
-        lmdb.PageNotFoundError,
-        lmdb.BadValsizeError,
-        lmdb.PanicError,
-        lmdb.InvalidError,
-        lmdb.VersionMismatchError,
-    ) as exc:
-        raise CorruptionError(f"LMDB reports {type(exc).__name__}: {exc}", path=str(path), index=index) from exc
     except lmdb.Error as exc:
-        if "No space left" in str(exc) or getattr(exc, "errno", None) == errno.ENOSPC:
-            raise StorageFullError(f"disk full writing {path}") from exc
-        raise StorageError(f"LMDB error on {path}: {exc}") from exc
+        raise _storage_error(exc, path, index) from exc
 
 
 class LogStore:
@@ -227,6 +241,7 @@ class LogStore:
         self._published_txn = 0
         self._publish = threading.Condition()
         self._closed = False
+        self._failure: BaseException | None = None  # why the pending write txn can no longer be committed
         # Every handle is opened here, in a write txn: py-lmdb keeps handles opened in a committed write txn
         # only, and opening one later from a reader thread could block on the writer lock.
         with _lmdb_errors(self._data_file), env.begin(write=True) as txn:
@@ -244,7 +259,8 @@ class LogStore:
                     used.add(fmt.SegmentRecord.unpack(value).slot)
             for slot in range(self._next_slot):
                 self._slot_dbs[slot] = env.open_db(fmt.slot_name(slot), txn=txn, create=False)
-        self._published_txn = env.info()["last_txnid"]
+        with _lmdb_errors(self._data_file):
+            self._published_txn = env.info()["last_txnid"]
         self._free_slots = sorted(set(range(self._next_slot)) - used, reverse=True)
         self._committed_ids = (self._next_log_id, self._next_slot, list(self._free_slots))
 
@@ -334,7 +350,7 @@ class LogStore:
         existing = self._logs.get(name)
         if existing is not None:
             return existing
-        with self._read_txn() as txn:
+        with self._read_txn() as txn, _lmdb_errors(self._data_file):
             raw = txn.get(fmt.log_name_key(name), db=self._meta)
         if raw is None:
             if not create:
@@ -352,7 +368,7 @@ class LogStore:
         """(topic, partition) of every log in the store (synced or not)."""
         self._check_open()
         names: list[tuple[str, int]] = []
-        with self._read_txn() as txn:
+        with self._read_txn() as txn, _lmdb_errors(self._data_file):
             cursor = txn.cursor(db=self._meta)
             if cursor.set_range(fmt.LOG_NAMES):
                 for key in cursor.iternext(values=False):
@@ -365,29 +381,29 @@ class LogStore:
     def delete_log(self, topic: str, partition: int) -> None:
         """Remove a log and all its data (reclaimed at the next sync)."""
         segmented = self.log(topic, partition, create=False)
-        txn = self._write_txn()
-        for record in segmented._segments:
-            self._release_slot(record.slot)
-        cursor = txn.cursor(db=self._meta)
-        for prefix in (b"h", b"c", b"s", b"a"):
-            key_prefix = fmt.log_key(prefix, segmented.log_id)
-            if cursor.set_range(key_prefix):
-                while bytes(cursor.key()).startswith(key_prefix):
-                    if not cursor.delete():
-                        break
-        txn.delete(fmt.log_name_key(segmented.name), db=self._meta)
+        with self._writing() as txn:
+            self._dirty[segmented.log_id] = segmented  # so that a rollback restores it
+            for record in segmented._segments:
+                self._release_slot(record.slot)
+            cursor = txn.cursor(db=self._meta)
+            for prefix in (b"h", b"c", b"s", b"a"):
+                key_prefix = fmt.log_key(prefix, segmented.log_id)
+                if cursor.set_range(key_prefix):
+                    while bytes(cursor.key()).startswith(key_prefix):
+                        if not cursor.delete():
+                            break
+            txn.delete(fmt.log_name_key(segmented.name), db=self._meta)
         segmented._closed = True
         segmented._deleted = True
-        self._dirty[segmented.log_id] = segmented
         del self._logs[segmented.name]
 
     def _create_log(self, name: str) -> SegmentedLog:
-        txn = self._write_txn()
-        log_id = self._next_log_id
-        self._next_log_id += 1
-        txn.put(fmt.log_name_key(name), fmt.U32.pack(log_id), db=self._meta)
-        segmented = SegmentedLog(self, name, log_id)
-        segmented._init_empty(base_index=1, base_offset=0, compaction_term=0)
+        with self._writing() as txn:
+            log_id = self._next_log_id
+            self._next_log_id += 1
+            txn.put(fmt.log_name_key(name), fmt.U32.pack(log_id), db=self._meta)
+            segmented = SegmentedLog(self, name, log_id)
+            segmented._init_empty(base_index=1, base_offset=0, compaction_term=0)
         return segmented
 
     # ----------------------------------------------------------------------------------------------- sync
@@ -398,9 +414,13 @@ class LogStore:
         txn = self._txn
         if txn is None:
             return
-        self._write_ids(txn)
+        if self._failure is not None:
+            failure = self._failed_error()
+            self.rollback()
+            raise failure
         try:
             with _lmdb_errors(self._data_file):
+                self._write_ids(txn)
                 txn.commit()
         except StorageError:
             self._txn = None
@@ -409,7 +429,8 @@ class LogStore:
         self._txn = None
         self._txn_new_slots = []
         self._committed_ids = (self._next_log_id, self._next_slot, list(self._free_slots))
-        committed = self._env.info()["last_txnid"]
+        with _lmdb_errors(self._data_file):
+            committed = self._env.info()["last_txnid"]
         for segmented in self._dirty.values():
             segmented._publish(committed)
         self._dirty.clear()
@@ -423,6 +444,7 @@ class LogStore:
         if self._txn is not None:
             self._txn.abort()
             self._txn = None
+        self._failure = None
         self._rollback_state()
 
     def _rollback_state(self) -> None:
@@ -449,21 +471,58 @@ class LogStore:
 
     def _write_txn(self) -> lmdb.Transaction:
         self._check_open()
+        if self._failure is not None:
+            raise self._failed_error()
         if self._txn is None:
             with _lmdb_errors(self._data_file):
                 self._txn = self._env.begin(write=True, buffers=True)
         return self._txn
 
     @contextmanager
+    def _writing(self) -> Iterator[lmdb.Transaction]:
+        """The write transaction for one change. If the change fails part-way (an LMDB error, which leaves the
+        transaction unusable, or any other error after some of it was written), the transaction is marked
+        failed: only rollback() (or a sync(), which rolls back) can discard it."""
+        txn = self._write_txn()
+        try:
+            with _lmdb_errors(self._data_file):
+                yield txn
+        except BaseException as exc:
+            if self._failure is None:
+                self._failure = exc
+                log.error("a write failed; the unsynced changes must be rolled back", error=repr(exc))
+            raise
+
+    def _failed_error(self) -> TransactionFailedError:
+        error = TransactionFailedError(
+            f"an earlier write to {self.path} failed ({self._failure!r}); rollback() must discard the unsynced "
+            "changes before the store can be written or read again"
+        )
+        error.__cause__ = self._failure
+        return error
+
+    @contextmanager
     def _read_txn(self) -> Iterator[lmdb.Transaction]:
         """The owner's read transaction: its pending write txn if any (read-your-writes), else a snapshot."""
         if self._txn is not None:
+            if self._failure is not None:
+                raise self._failed_error()
             yield self._txn
             return
         with _lmdb_errors(self._data_file):
             txn = self._env.begin(buffers=True)
         try:
             yield txn
+        finally:
+            txn.abort()
+
+    @contextmanager
+    def _reading(self, segmented: SegmentedLog) -> Iterator[tuple[lmdb.Transaction, _View]]:
+        """A read snapshot of the synced state of ``segmented`` (any thread), LMDB errors mapped."""
+        txn, view = self._snapshot(segmented)
+        try:
+            with _lmdb_errors(self._data_file):
+                yield txn, view
         finally:
             txn.abort()
 
@@ -519,7 +578,7 @@ class LogStore:
 
     def _clear_orphan_slots(self) -> None:
         """Empty free slots that hold data: what an interrupted import left behind."""
-        with self._env.begin() as txn:
+        with _lmdb_errors(self._data_file), self._env.begin() as txn:
             orphans = [slot for slot in self._free_slots if txn.stat(self._slot(slot))["entries"]]
         if orphans:
             with _lmdb_errors(self._data_file), self._env.begin(write=True) as txn:
@@ -536,8 +595,12 @@ class LogStore:
 def _check_file_length(env: lmdb.Environment, data_file: Path) -> None:
     """Refuse a truncated data file before any page is read: LMDB reads pages through a memory map, and
     touching a page past the end of the file would kill the process with SIGBUS."""
-    last_page_end = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-    size = data_file.stat().st_size
+    with _lmdb_errors(data_file):
+        last_page_end = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    try:
+        size = data_file.stat().st_size
+    except OSError as exc:
+        raise StorageError(f"cannot read {data_file}: {exc}") from exc
     if size < last_page_end:
         raise CorruptionError(
             f"file is truncated: {size} bytes, but the last committed page ends at byte {last_page_end}",
@@ -600,7 +663,7 @@ class SegmentedLog:
 
     def _load(self) -> None:
         store = self._store
-        with store._read_txn() as txn:
+        with store._read_txn() as txn, _lmdb_errors(store._data_file):
             raw = txn.get(fmt.log_key(b"h", self.log_id), db=store._meta)
             self._hard_state = HardState(*fmt.HARD_STATE.unpack(raw)) if raw else HardState()
             raw = txn.get(fmt.log_key(b"c", self.log_id), db=store._meta)
@@ -621,6 +684,22 @@ class SegmentedLog:
                 self._segment_bytes, self._segment_ms = fmt.COMPACTION.unpack(limits)
         self._last_term = self._read_last_term()
         self._view = self._make_view(store._published_txn)
+
+    @contextmanager
+    def _writing(self, index: int | None = None) -> Iterator[lmdb.Transaction]:
+        """The write transaction for one change of this log. If the change fails, the log's in-memory state is
+        put back as it was before it (the transaction itself is marked failed: see LogStore._writing)."""
+        saved = (list(self._segments), self._compaction_index, self._compaction_term, self._last_term)
+        hard_state = self._hard_state
+        with self._store._writing() as txn:
+            self._store._dirty[self.log_id] = self
+            try:
+                with _lmdb_errors(self._store._data_file, index):
+                    yield txn
+            except BaseException:
+                self._segments, self._compaction_index, self._compaction_term, self._last_term = saved
+                self._hard_state = hard_state
+                raise
 
     def _set_limits(self, segment_bytes: int, segment_ms: int) -> None:
         if segment_bytes < 1024 or segment_ms < 1:
@@ -658,7 +737,7 @@ class SegmentedLog:
             return
         self._segments = list(view.segments)
         self._compaction_index, self._compaction_term = view.compaction_index, view.compaction_term
-        with self._store._read_txn() as txn:
+        with self._store._read_txn() as txn, _lmdb_errors(self._store._data_file):
             raw = txn.get(fmt.log_key(b"h", self.log_id), db=self._store._meta)
         self._hard_state = HardState(*fmt.HARD_STATE.unpack(raw)) if raw else HardState()
         self._last_term = self._read_last_term()
@@ -716,14 +795,14 @@ class SegmentedLog:
         self._check_open()
         if min(state) < 0:
             raise InvalidArgumentError(f"hard state fields must be >= 0: {state}")
-        txn = self._store._mark_dirty(self)
-        txn.put(fmt.log_key(b"h", self.log_id), fmt.HARD_STATE.pack(*state), db=self._store._meta)
+        with self._writing() as txn:
+            txn.put(fmt.log_key(b"h", self.log_id), fmt.HARD_STATE.pack(*state), db=self._store._meta)
         self._hard_state = HardState(*state)
 
     def attribute(self, name: str) -> bytes | None:
         """A small value the node keeps with the log (applied index, snapshot metadata...)."""
         self._check_open()
-        with self._store._read_txn() as txn:
+        with self._store._read_txn() as txn, _lmdb_errors(self._store._data_file):
             raw = txn.get(fmt.log_key(b"a", self.log_id) + name.encode(), db=self._store._meta)
             return None if raw is None else bytes(raw)
 
@@ -732,12 +811,12 @@ class SegmentedLog:
         self._check_open()
         if not name or len(name.encode()) > 400:
             raise InvalidArgumentError(f"attribute name must be 1..400 bytes, got {name!r}")
-        txn = self._store._mark_dirty(self)
         key = fmt.log_key(b"a", self.log_id) + name.encode()
-        if value is None:
-            txn.delete(key, db=self._store._meta)
-        else:
-            txn.put(key, value, db=self._store._meta)
+        with self._writing() as txn:
+            if value is None:
+                txn.delete(key, db=self._store._meta)
+            else:
+                txn.put(key, value, db=self._store._meta)
 
     def term(self, index: int) -> int:
         """Term of the entry at ``index`` (the compaction point's term at the compaction index)."""
@@ -759,7 +838,7 @@ class SegmentedLog:
         if index == self._compaction_index:
             return self._segments[0].base_offset
         record = self._segment_for_index(index)
-        with self._store._read_txn() as txn:
+        with self._store._read_txn() as txn, _lmdb_errors(self._store._data_file, index):
             value = txn.get(fmt.INDEX_KEY.pack(index), db=self._store._slot(record.slot))
             if value is None or index > record.last_index:
                 raise UnavailableError(f"index {index} is not in {self.name}")
@@ -768,7 +847,7 @@ class SegmentedLog:
     def _term_from_disk(self, index: int) -> int:
         record = self._segment_for_index(index)
         key = fmt.INDEX_KEY.pack(index)
-        with self._store._read_txn() as txn:
+        with self._store._read_txn() as txn, _lmdb_errors(self._store._data_file, index):
             value = txn.get(key, db=self._store._slot(record.slot))
             if value is None:
                 raise CorruptionError(f"entry missing from {self.name}", path=str(self._store._data_file), index=index)
@@ -814,26 +893,31 @@ class SegmentedLog:
         store = self._store
         expected = lo
         start = bisect.bisect_right(segments, lo, key=lambda r: r.base_index) - 1
-        for record in segments[max(start, 0) :]:
-            if expected >= hi:
-                return
-            if record.entry_count == 0 or record.last_index < expected:
-                continue
-            cursor = txn.cursor(db=store._slot(record.slot))
-            if not cursor.set_key(fmt.INDEX_KEY.pack(expected)):
-                raise CorruptionError(f"entry missing from {self.name}", path=str(store._data_file), index=expected)
-            for raw_key, value in cursor.iternext():
-                key = bytes(raw_key)
-                if expected >= hi or expected > record.last_index:
-                    break
-                if fmt.INDEX_KEY.unpack(key)[0] != expected:
+        try:
+            for record in segments[max(start, 0) :]:
+                if expected >= hi:
+                    return
+                if record.entry_count == 0 or record.last_index < expected:
+                    continue
+                cursor = txn.cursor(db=store._slot(record.slot))
+                if not cursor.set_key(fmt.INDEX_KEY.pack(expected)):
                     raise CorruptionError(f"entry missing from {self.name}", path=str(store._data_file), index=expected)
-                if not fmt.value_crc_ok(key, value):
-                    raise CorruptionError(
-                        f"entry CRC mismatch in {self.name}", path=str(store._data_file), index=expected
-                    )
-                yield key, value
-                expected += 1
+                for raw_key, value in cursor.iternext():
+                    key = bytes(raw_key)
+                    if expected >= hi or expected > record.last_index:
+                        break
+                    if fmt.INDEX_KEY.unpack(key)[0] != expected:
+                        raise CorruptionError(
+                            f"entry missing from {self.name}", path=str(store._data_file), index=expected
+                        )
+                    if not fmt.value_crc_ok(key, value):
+                        raise CorruptionError(
+                            f"entry CRC mismatch in {self.name}", path=str(store._data_file), index=expected
+                        )
+                    yield key, value
+                    expected += 1
+        except lmdb.Error as exc:
+            raise _storage_error(exc, store._data_file, expected) from exc
         if expected < hi:
             raise CorruptionError(f"entry missing from {self.name}", path=str(store._data_file), index=expected)
 
@@ -845,16 +929,21 @@ class SegmentedLog:
         The first entry may overwrite a suffix of the log (Raft conflict resolution): entries from its index on
         are replaced. Entries must have consecutive indexes and non-decreasing terms, no lower than the term of
         the entry before them. A data entry's payload must be a record batch; the log writes its base offset.
-        Nothing is written if any entry is invalid.
+        Nothing is written if any entry is invalid. If writing fails part-way (the map or disk is full), the
+        log answers as before the call and the store must be rolled back (see :class:`TransactionFailedError`).
         """
         self._check_open()
         if not entries:
             return
         first = entries[0].index
         self._validate(entries, first)
-        if first <= self.last_index():
-            self.truncate_suffix(first)
-        txn = self._store._mark_dirty(self)
+        with self._writing(first) as txn:
+            if first <= self.last_index():
+                self.truncate_suffix(first)
+            self._write_entries(txn, entries)
+            self._last_term = entries[-1].term
+
+    def _write_entries(self, txn: lmdb.Transaction, entries: Sequence[EntryLike]) -> None:
         store = self._store
         segment_bytes, segment_ms = self._segment_bytes, self._segment_ms
         record = self._segments[-1]
@@ -871,7 +960,7 @@ class SegmentedLog:
             record.size_bytes,
             record.entry_count,
         )
-        with _lmdb_errors(store._data_file, first):
+        try:
             for entry in entries:
                 payload = entry.payload
                 timestamp_ms = entry.timestamp_ms
@@ -906,7 +995,9 @@ class SegmentedLog:
                         base_offset=None, next_offset=next_offset, max_record_ts=max_record_ts,
                     )  # fmt: skip
                 if not txn.put(key, value, db=data_db, append=True):
-                    raise CorruptionError("segment holds an entry past the log's end", path=str(store._data_file))
+                    raise CorruptionError(
+                        "segment holds an entry past the log's end", path=str(store._data_file), index=entry.index
+                    )
                 if timestamp_ms > 0:
                     if first_ts < 0:
                         first_ts = timestamp_ms
@@ -914,11 +1005,12 @@ class SegmentedLog:
                 size += value_size
                 count += 1
                 last_index = entry.index
-        self._segments[-1] = fmt.SegmentRecord(
-            slot, base_index, last_index, base_offset, next_offset, first_ts, max_ts, max_record_ts, size, count
-        )
-        self._write_segment_record(txn, self._segments[-1])
-        self._last_term = entries[-1].term
+            self._segments[-1] = fmt.SegmentRecord(
+                slot, base_index, last_index, base_offset, next_offset, first_ts, max_ts, max_record_ts, size, count
+            )
+            self._write_segment_record(txn, self._segments[-1])
+        except lmdb.Error as exc:
+            raise _storage_error(exc, store._data_file, last_index + 1) from exc
 
     def _validate(self, entries: Sequence[EntryLike], first: int) -> None:
         limit = self._store.config.max_entry_bytes
@@ -988,7 +1080,8 @@ class SegmentedLog:
         self._check_open()
         active = self._segments[-1]
         if active.entry_count:
-            self._new_segment(active.last_index + 1, active.next_offset)
+            with self._writing(active.last_index + 1):
+                self._new_segment(active.last_index + 1, active.next_offset)
 
     def sync(self) -> None:
         """Make everything appended durable. Syncs the whole store: one fsync covers every log (group commit)."""
@@ -1004,8 +1097,7 @@ class SegmentedLog:
             return
         if from_index <= self._compaction_index:
             raise CompactedError(f"cannot truncate from {from_index}: compacted up to {self._compaction_index}")
-        txn = self._store._mark_dirty(self)
-        with _lmdb_errors(self._store._data_file, from_index):
+        with self._writing(from_index) as txn:
             while len(self._segments) > 1 and self._segments[-1].base_index >= from_index:
                 self._remove_segment_record(txn, self._segments.pop())
             record = self._segments[-1]
@@ -1014,7 +1106,7 @@ class SegmentedLog:
                 self._new_segment(record.base_index, record.base_offset)
             elif record.last_index >= from_index:  # a segment that ends before the cut stays as it is
                 self._segments[-1] = self._truncate_segment(txn, record, from_index)
-        self._last_term = self._read_last_term()
+            self._last_term = self._read_last_term()
 
     def _truncate_segment(self, txn: lmdb.Transaction, record: fmt.SegmentRecord, from_index: int) -> fmt.SegmentRecord:
         data_db = self._store._slot(record.slot)
@@ -1064,8 +1156,7 @@ class SegmentedLog:
         dropped = self._segments[:droppable]
         last = dropped[-1]
         compaction_term = self.term(last.last_index) if last.entry_count else self._compaction_term
-        txn = self._store._mark_dirty(self)
-        with _lmdb_errors(self._store._data_file):
+        with self._writing() as txn:
             for record in dropped:
                 self._remove_segment_record(txn, record)
             self._segments = self._segments[droppable:]
@@ -1108,14 +1199,13 @@ class SegmentedLog:
         self._check_open()
         if index < 0 or term < 0 or next_offset < 0:
             raise InvalidArgumentError("index, term and next_offset must be >= 0")
-        txn = self._store._mark_dirty(self)
-        with _lmdb_errors(self._store._data_file):
+        with self._writing() as txn:
             for record in self._segments:
                 self._remove_segment_record(txn, record)
             self._segments = []
             self._init_empty(index + 1, next_offset, term)
             self._set_compaction(txn, index, term)
-        self._last_term = term
+            self._last_term = term
 
     # ------------------------------------------------------------------------------ reads for consumers
 
@@ -1128,8 +1218,7 @@ class SegmentedLog:
         """
         if max_bytes < 1:
             raise InvalidArgumentError(f"max_bytes must be >= 1, got {max_bytes}")
-        txn, view = self._store._snapshot(self)
-        try:
+        with self._store._reading(self) as (txn, view):
             start, end = view.start_offset, view.end_offset
             if offset < start:
                 raise CompactedError(f"offset {offset} of {self.name} was deleted (log starts at {start})")
@@ -1160,8 +1249,6 @@ class SegmentedLog:
                 total += len(batch)
                 next_offset = batch_end
             return ReadResult(b"".join(parts), len(parts), next_offset, start, end)
-        finally:
-            txn.abort()
 
     def _first_index_where(
         self, txn: lmdb.Transaction, record: fmt.SegmentRecord, reached: Callable[[Any], bool]
@@ -1203,8 +1290,7 @@ class SegmentedLog:
         Like Kafka's time index: the first segment whose largest record timestamp reaches the target, then
         the first entry there whose running maximum does, then that batch's timestamp column.
         """
-        txn, view = self._store._snapshot(self)
-        try:
+        with self._store._reading(self) as (txn, view):
             for record in view.segments:
                 if record.max_record_timestamp_ms < timestamp_ms or record.entry_count == 0:
                     continue
@@ -1222,8 +1308,6 @@ class SegmentedLog:
                     index=index,
                 )
             return None
-        finally:
-            txn.abort()
 
     # ------------------------------------------------------------------------------ segment files
 
@@ -1234,8 +1318,7 @@ class SegmentedLog:
         """
         destination = Path(path)
         temporary = destination.with_name(destination.name + ".partial")
-        txn, view = self._store._snapshot(self)
-        try:
+        with self._store._reading(self) as (txn, view):
             sealed = view.segments[:-1]
             position = next((i for i, r in enumerate(sealed) if r.base_index == base_index), None)
             if position is None:
@@ -1254,8 +1337,6 @@ class SegmentedLog:
                 temporary.replace(destination)
             except OSError as exc:
                 raise SegmentFileError(f"cannot write {destination}: {exc}") from exc
-        finally:
-            txn.abort()
         return SegmentFileInfo(
             destination, self.name, record.base_index, record.last_index, prev_term, record.base_offset,
             record.next_offset, record.first_timestamp_ms, record.max_timestamp_ms, record.max_record_timestamp_ms,
@@ -1310,23 +1391,28 @@ class SegmentedLog:
         """Add stored values (checked one by one) as a sealed segment after the log's last entry; if the log
         holds no entries it is moved to start at ``base_index``. Shared by import and repair."""
         empty = self.last_index() == self._compaction_index
-        txn = self._store._mark_dirty(self)
-        slot = self._store._acquire_slot()
-        try:
-            record, last_term = self._load_values(txn, slot, base_index, prev_term, base_offset, values, source)
-        except BaseException:
-            self._store._release_slot(slot)
-            raise
-        with _lmdb_errors(self._store._data_file):
-            active = self._segments[-1]
-            if active.entry_count == 0:
-                self._remove_segment_record(txn, self._segments.pop())
-            if empty:
-                self._set_compaction(txn, base_index - 1, prev_term)
-            self._segments.append(record)
-            self._write_segment_record(txn, record)
-            self._new_segment(record.last_index + 1, record.next_offset)
-        self._last_term = last_term
+        rejected: StorageError | None = None
+        with self._writing(base_index) as txn:
+            slot = self._store._acquire_slot()
+            try:
+                record, last_term = self._load_values(txn, slot, base_index, prev_term, base_offset, values, source)
+            except StorageError as exc:
+                # A bad segment: empty its slot again, and the transaction holds nothing of it. (If LMDB failed
+                # instead, the transaction is unusable, emptying the slot fails and the store must roll back.)
+                self._store._release_slot(slot)
+                rejected = exc
+            else:
+                active = self._segments[-1]
+                if active.entry_count == 0:
+                    self._remove_segment_record(txn, self._segments.pop())
+                if empty:
+                    self._set_compaction(txn, base_index - 1, prev_term)
+                self._segments.append(record)
+                self._write_segment_record(txn, record)
+                self._new_segment(record.last_index + 1, record.next_offset)
+                self._last_term = last_term
+        if rejected is not None:
+            raise rejected
         return record
 
     def _load_values(
