@@ -1,8 +1,9 @@
 """Test harness: replicas hosted in one process, a controllable network, and a deterministic cluster.
 
 ``ReplicaHost`` plays the application around one RawNode: it handles each Ready in the documented order
-(persist snapshot/entries/hard state into a MutableStorage, then send, then apply) and can split a Ready into
-"taken" and "persisted" so that a crash in between loses exactly what was not synced.
+(persist snapshot/entries/hard state into a MutableStorage, sync if the Ready says ``must_sync``, then send,
+then apply) and can split a Ready into "taken" and "persisted" so that a crash in between loses exactly what
+was not synced. :class:`CrashableMemoryStorage` makes writes durable only when synced.
 
 ``Cluster`` is the scenario-test driver: FIFO delivery, explicit ticks, partitions and message filters, and a
 transcript of every delivered message (used by the golden scenario files).
@@ -22,6 +23,7 @@ from multiraft.raft import (
     ConfState,
     Entry,
     EntryKind,
+    HardState,
     MemoryStorage,
     Message,
     MessageType,
@@ -34,6 +36,63 @@ from multiraft.raft import (
 )
 
 StorageFactory = Callable[[int, ConfState | None], MutableStorage]
+
+
+class CrashableMemoryStorage(MemoryStorage):
+    """A MemoryStorage whose writes become durable only at :meth:`sync`: :meth:`crash` returns to the last sync.
+
+    It looks inside its base class (the reference implementation) to take the durable image.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unsynced_writes = 0
+        self._image = self._capture()
+
+    def _capture(self) -> tuple[HardState, Snapshot, int, int, tuple[Entry, ...]]:
+        return self._hard_state, self._snapshot, self._offset, self._offset_term, tuple(self._entries)
+
+    def set_hard_state(self, hard_state: HardState) -> None:
+        super().set_hard_state(hard_state)
+        self.unsynced_writes += 1
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        super().append(entries)
+        self.unsynced_writes += bool(entries)
+
+    def apply_snapshot(self, snapshot: Snapshot) -> None:
+        super().apply_snapshot(snapshot)
+        self.unsynced_writes += 1
+
+    def create_snapshot(self, index: int, conf_state: ConfState, data: bytes) -> Snapshot:
+        snapshot = super().create_snapshot(index, conf_state, data)
+        self.unsynced_writes += 1
+        return snapshot
+
+    def compact(self, index: int) -> None:
+        super().compact(index)
+        self.unsynced_writes += 1
+
+    def sync(self) -> None:
+        """Everything written so far is durable (an fsync covers every earlier write)."""
+        if self.unsynced_writes:
+            self._image = self._capture()
+            self.unsynced_writes = 0
+
+    def crash(self) -> int:
+        """Lose every write since the last sync; returns how many there were."""
+        lost = self.unsynced_writes
+        if lost:
+            hard_state, snapshot, offset, offset_term, entries = self._image
+            self._hard_state, self._snapshot, self._offset, self._offset_term = (
+                hard_state,
+                snapshot,
+                offset,
+                offset_term,
+            )
+            self._entries = list(entries)
+            self.unsynced_writes = 0
+        return lost
 
 
 def memory_storage(node_id: int, conf_state: ConfState | None) -> MutableStorage:
@@ -111,11 +170,13 @@ class ReplicaHost:
         config: RaftConfig,
         rng: random.Random,
         observer: Observer | None = None,
+        sync: Callable[[], None] | None = None,
     ) -> None:
         self.id = node_id
         self.storage = storage
         self.config = config
         self.observer = observer
+        self.sync = sync  # makes what was written durable; None: every write is durable at once
         self.node = RawNode(config, storage, rng)
         self.state = StateMachine.from_snapshot(storage.snapshot())
         self.pending: Ready | None = None
@@ -139,6 +200,8 @@ class ReplicaHost:
             storage.append(rd.entries)
         if rd.hard_state is not None:
             storage.set_hard_state(rd.hard_state)
+        if rd.must_sync and self.sync is not None:
+            self.sync()  # without must_sync, the write (a new commit index) stays volatile until a later sync
         if self.observer is not None:
             self.observer.on_persist(self, rd)
         if rd.snapshot is not None:
@@ -176,6 +239,8 @@ class ReplicaHost:
         compact_to = index - keep
         if compact_to >= self.storage.first_index():
             self.storage.compact(compact_to)
+        if self.sync is not None:
+            self.sync()  # the application syncs its snapshot
         return True
 
 

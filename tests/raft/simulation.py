@@ -4,7 +4,9 @@ One seed fixes everything: cluster size, fault rates, timings, and every choice 
 is delivered next, which node crashes, when a Ready is persisted). Replaying a seed replays the run exactly.
 
 Faults: message drops, duplicates, delays and reordering; partitions and healing; crashes that lose whatever a
-node had taken from ready() but not yet persisted; restarts from durable storage; snapshots and log compaction;
+node had taken from ready() but not yet persisted, and whatever it persisted without syncing (a Ready without
+``must_sync``: a new commit index) unless a later sync covered it; restarts from durable storage (each node's
+:class:`Disk`: :class:`CrashableMemoryStorage` here, real LMDB files in ``tests/node``); snapshots and log compaction;
 membership changes (learners, promotions, removals including the leader's, joint replacements); leadership
 transfers; linearizable reads. The simulated runtime calls ``wake()`` on groups whose leader crashed or became
 unreachable, as the node runtime will do when SWIM reports it, and never ticks a quiescent group.
@@ -30,7 +32,9 @@ import os
 import random
 import sys
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from multiraft.raft import (
     ConfChange,
@@ -41,20 +45,21 @@ from multiraft.raft import (
     Entry,
     InvalidConfChangeError,
     InvalidRequestError,
-    MemoryStorage,
     Message,
     MessageType,
+    MutableStorage,
     NotLeader,
     ProposalDropped,
     Ready,
     Role,
     Snapshot,
     StorageError,
+    bootstrap,
     decode_message,
     encode_message_buffers,
 )
 
-from .harness import ReplicaHost, describe, make_config
+from .harness import CrashableMemoryStorage, ReplicaHost, describe, make_config
 
 LIVENESS_TICKS = 400
 MAX_NODE_ID = 7
@@ -62,6 +67,48 @@ MAX_NODE_ID = 7
 
 class InvariantViolationError(AssertionError):
     pass
+
+
+class Disk(Protocol):
+    """One node's durable storage as the simulation drives it."""
+
+    storage: MutableStorage  # what the node reads and writes (a crash may replace it: reopened from disk)
+
+    def sync(self) -> None:
+        """Make every write so far durable."""
+        ...
+
+    def crash(self) -> int:
+        """Lose every write since the last sync and reopen; returns how many writes were lost."""
+        ...
+
+    def close(self) -> None: ...
+
+
+DiskFactory = Callable[[int, ConfState | None], Disk]
+"""(node id, initial configuration or None for a node added later) -> a fresh disk."""
+
+
+class MemoryDisk:
+    """A :class:`CrashableMemoryStorage` (the default disk)."""
+
+    def __init__(self, node_id: int, conf_state: ConfState | None) -> None:
+        self._memory = CrashableMemoryStorage()
+        if conf_state is not None:
+            hard_state, snapshot = bootstrap(conf_state)
+            self._memory.apply_snapshot(snapshot)
+            self._memory.set_hard_state(hard_state)
+        self._memory.sync()
+        self.storage: MutableStorage = self._memory
+
+    def sync(self) -> None:
+        self._memory.sync()
+
+    def crash(self) -> int:
+        return self._memory.crash()
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass
@@ -226,6 +273,8 @@ class _InFlight:
     at: int
     seq: int
     message: Message = field(compare=False)
+    sent: int = field(compare=False, default=0)  # the tick it was sent at
+    duplicate: bool = field(compare=False, default=False)  # the second copy of a duplicated message
 
 
 @dataclass
@@ -249,8 +298,23 @@ class SimResult:
     steps: int
 
 
+def as_proposed(payload: bytes) -> bytes:
+    return payload
+
+
 class Simulation:
-    def __init__(self, seed: int, params: SimParams | None = None, *, trace: bool = False) -> None:
+    """One seeded run. ``disk`` makes each node's storage; ``payload`` turns a client payload into what is
+    proposed (the LMDB adapter needs record batches)."""
+
+    def __init__(
+        self,
+        seed: int,
+        params: SimParams | None = None,
+        *,
+        trace: bool = False,
+        disk: DiskFactory = MemoryDisk,
+        payload: Callable[[bytes], bytes] = as_proposed,
+    ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.params = params or SimParams.random(self.rng)
@@ -262,7 +326,10 @@ class Simulation:
         self.link_clock: dict[tuple[int, int], int] = {}
         self.blocked: set[tuple[int, int]] = set()
         self.hosts: dict[int, ReplicaHost] = {}
-        self.storages: dict[int, MemoryStorage] = {}
+        self.new_disk = disk
+        self.make_payload = payload
+        self.disks: dict[int, Disk] = {}
+        self.link_delivered: dict[tuple[int, int], int] = {}
         self.incarnation: dict[int, int] = {}
         self.persist_at: dict[int, int] = {}
         self.up: set[int] = set()
@@ -278,7 +345,7 @@ class Simulation:
         ids = list(range(1, self.params.nodes + 1))
         conf = ConfState.of(ids)
         for node_id in ids:
-            self.storages[node_id] = MemoryStorage.bootstrapped(conf)
+            self.disks[node_id] = disk(node_id, conf)
             self._start(node_id)
 
     # --- nodes -------------------------------------------------------------------------------------------
@@ -298,7 +365,8 @@ class Simulation:
         )
         self.incarnation[node_id] = self.incarnation.get(node_id, 0) + 1
         rng = random.Random(self.seed * 7919 + node_id * 104729 + self.incarnation[node_id])
-        host = ReplicaHost(node_id, self.storages[node_id], config, rng, self)
+        disk = self.disks[node_id]
+        host = ReplicaHost(node_id, disk.storage, config, rng, self, disk.sync)
         self.hosts[node_id] = host
         self.up.add(node_id)
         self.checker.reset_node(node_id)
@@ -310,6 +378,8 @@ class Simulation:
             self.stats["crashes losing an unsynced ready"] += 1
         self.up.discard(node_id)
         self.persist_at.pop(node_id, None)
+        if self.disks[node_id].crash():
+            self.stats["crashes losing unsynced writes"] += 1
         self._note(f"crash {node_id}")
         for other in self.up:
             if self.hosts[other].node.leader_id == node_id:
@@ -341,10 +411,11 @@ class Simulation:
         rng = self.rng
         for m in messages:
             if p.drop and rng.random() < p.drop:
+                self.stats["messages dropped"] += 1
                 self._lost(m)
                 continue
             copies = 2 if p.duplicate and rng.random() < p.duplicate else 1
-            for _ in range(copies):
+            for copy in range(copies):
                 self.seq += 1
                 link = (m.sender, m.to)
                 at = self.now + (rng.randint(0, p.max_delay) if p.max_delay else 0)
@@ -353,7 +424,7 @@ class Simulation:
                 else:
                     at = max(at, self.link_clock.get(link, 0))
                     self.link_clock[link] = at
-                self.network.append(_InFlight(at, self.seq, m))
+                self.network.append(_InFlight(at, self.seq, m, self.now, copy > 0))
 
     def _deliver(self, position: int) -> None:
         flight = self.network.pop(position)
@@ -361,6 +432,17 @@ class Simulation:
         if m.to not in self.up or (m.sender, m.to) in self.blocked:
             self._lost(m)
             return
+        # Count the faults that really reached a node, not only those that were drawn.
+        stats = self.stats
+        link = (m.sender, m.to)
+        if flight.seq < self.link_delivered.get(link, 0):
+            stats["messages delivered out of order"] += 1
+        else:
+            self.link_delivered[link] = flight.seq
+        if flight.duplicate:
+            stats["duplicates delivered"] += 1
+        if self.now > flight.sent:
+            stats["messages delivered late"] += 1
         if self.params.codec:
             m = decode_message(b"".join(encode_message_buffers(m)))
             self.stats["messages through the codec"] += 1
@@ -460,6 +542,7 @@ class Simulation:
                     node.wake()
         if self.blocked and rng.random() < p.heal:
             self.blocked = set()
+            self.stats["heals"] += 1
             self._note("heal")
         if p.spurious_wake and rng.random() < p.spurious_wake and self.up:
             self.hosts[rng.choice(sorted(self.up))].node.wake()
@@ -474,7 +557,7 @@ class Simulation:
         if rng.random() < p.propose:
             for _ in range(rng.choice((1, 1, 2, 5))):
                 self.next_payload += 1
-                payload = f"s{self.seed}-p{self.next_payload}".encode()
+                payload = self.make_payload(f"s{self.seed}-p{self.next_payload}".encode())
                 try:
                     index = node.propose(payload)
                 except (NotLeader, ProposalDropped):
@@ -546,7 +629,7 @@ class Simulation:
         self.stats[f"membership {what}"] += 1
         for single in change.changes:
             if single.node_id not in self.hosts:
-                self.storages[single.node_id] = MemoryStorage()
+                self.disks[single.node_id] = self.new_disk(single.node_id, None)
                 self._start(single.node_id)
 
     def _snapshots(self) -> None:
@@ -567,6 +650,10 @@ class Simulation:
                     self.checker.fail(f"read {context!r} on {host_id} got index {index} < committed {floor}")
 
     # --- the run -----------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        for disk in self.disks.values():
+            disk.close()
 
     def run(self) -> SimResult:
         p = self.params
@@ -627,7 +714,7 @@ class Simulation:
             if leader is None:
                 continue
             if marker is None or marker[0] != leader.id:
-                payload = f"s{self.seed}-liveness-{elapsed}".encode()
+                payload = self.make_payload(f"s{self.seed}-liveness-{elapsed}".encode())
                 try:
                     marker = (leader.id, leader.node.propose(payload), payload)
                 except (NotLeader, ProposalDropped):
