@@ -31,7 +31,7 @@ from multiraft.node.control import ControlKind, decode_control, encode_drop_befo
 from multiraft.node.producers import ProducerStates, Verdict
 from multiraft.node.raftlog import decode_manifest
 from multiraft.node.scheduler import Completion, Group, Scheduler
-from storage import BatchHeader, SegmentedLog, read_header
+from storage import BatchHeader, SegmentedLog, SegmentInfo, read_header
 
 __all__ = ["PartitionView", "PartitionMachine", "ProduceResult", "RetentionPolicy"]
 
@@ -342,13 +342,9 @@ class PartitionMachine:
         policy = self.retention
         drop_until = 0
         if policy.retention_ms >= 0:
-            older = self.log.segments_older_than(policy.retention_ms, now_ms)
-            if older:
-                drop_until = max(drop_until, older[-1].last_index + 1)
+            drop_until = _drop_point(self.log.segments_older_than(policy.retention_ms, now_ms))
         if policy.retention_bytes >= 0:
-            over = self.log.segments_over_size(policy.retention_bytes)
-            if over:
-                drop_until = max(drop_until, over[-1].last_index + 1)
+            drop_until = max(drop_until, _drop_point(self.log.segments_over_size(policy.retention_bytes)))
         # One proposal at a time: the next check sees the segments gone once it is applied.
         if drop_until and time.monotonic() - self._retention_proposed_at > 1.0:
             self._retention_proposed_at = time.monotonic()
@@ -357,7 +353,10 @@ class PartitionMachine:
     def _maybe_roll(self, group: Group, now_ms: int) -> None:
         active = self.log.segments()[-1]
         segment_ms = self.log.segment_limits[1]
-        if active.entry_count and active.first_timestamp_ms > 0 and now_ms - active.first_timestamp_ms >= segment_ms:
+        # Only a segment holding records needs to age out: one holding only control entries (the ROLL that
+        # opened it) would be rolled again and again, and an idle partition would never go quiet.
+        has_records = active.next_offset > active.base_offset
+        if has_records and active.first_timestamp_ms > 0 and now_ms - active.first_timestamp_ms >= segment_ms:
             self.scheduler.propose(group, encode_roll(), _ignore, kind=raft.EntryKind.CONTROL)
 
     def hand_back_leadership(self, group: Group, preferred: int) -> None:
@@ -374,6 +373,16 @@ class PartitionMachine:
         log.info("handing leadership to the preferred leader", group=self.group_id, to=preferred)
         group.raw.transfer_leader(preferred)
         self.scheduler.touch(group)
+
+
+def _drop_point(expired: Sequence[SegmentInfo]) -> int:
+    """Where retention drops a prefix of expired segments (0: nothing to drop): after the last one holding
+    records. Segments holding only control entries go along with older records, never on their own: each drop
+    is a control entry that may open a segment, which would expire and be dropped in turn, forever."""
+    for segment in reversed(expired):
+        if segment.next_offset > segment.base_offset:
+            return segment.last_index + 1
+    return 0
 
 
 def _ignore(result: Any, error: BaseException | None) -> None:
