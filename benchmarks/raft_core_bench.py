@@ -17,8 +17,14 @@ Reported per scenario (median of ``--repeat`` runs):
   different machines can be compared as ratios.
 
 Zero-copy proof: every committed entry on every node must hold the very payload object given to ``propose``
-(and MemoryStorage the same object); a tracemalloc pass counts the bytes allocated per committed 1 MiB entry
-across all three nodes (a single copy would be >= 1 MiB).
+(and MemoryStorage the same object); ``identity_checked_total`` is the exact number of (entry, node) pairs
+checked over every run; a tracemalloc pass counts the bytes allocated per committed 1 MiB entry across all
+three nodes (a single copy would be >= 1 MiB).
+
+Idle groups (``idle``): ``--idle-groups`` three-replica groups (MemoryStorage, quiescence on) are elected and
+left until every replica is quiescent; tracemalloc gives the memory each replica keeps (RawNode plus its
+storage holding the bootstrap snapshot and the leader's first entry), and ``tick()`` is timed over every
+quiescent replica (what a runtime that ticked them anyway would pay) and over awake followers, for contrast.
 
     .venv/bin/python benchmarks/raft_core_bench.py            # a table
     .venv/bin/python benchmarks/raft_core_bench.py --json     # one JSON object
@@ -27,6 +33,7 @@ across all three nodes (a single copy would be >= 1 MiB).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -66,25 +73,27 @@ class Result:
     core_us_per_entry_per_node: float
     harness_us_per_entry_per_node: float
     cpu_over_wall: float
-    identity_checked_entries: int
+    identity_checked_entries: int  # (entry, node) pairs whose payload was the object proposed
 
 
 class Bench:
     """Three replicas driven in lockstep; counts the time spent inside the core."""
 
-    def __init__(self, batch: int, payload_bytes: int) -> None:
-        config = {
-            "max_entries_per_msg": batch,
-            "max_size_per_msg": batch * payload_bytes + 1,
-            "max_inflight_bytes": 4 * batch * payload_bytes + 1,
-            "max_uncommitted_bytes": 4 * batch * payload_bytes + 1,
-            "max_committed_size_per_ready": 4 * batch * payload_bytes + 1,
-            "quiesce": False,
-        }
+    def __init__(self, batch: int, payload_bytes: int, *, idle: bool = False, seed: int = 0) -> None:
+        config: dict[str, object] = {}  # an idle group runs with the defaults (quiescence on)
+        if not idle:
+            config = {
+                "max_entries_per_msg": batch,
+                "max_size_per_msg": batch * payload_bytes + 1,
+                "max_inflight_bytes": 4 * batch * payload_bytes + 1,
+                "max_uncommitted_bytes": 4 * batch * payload_bytes + 1,
+                "max_committed_size_per_ready": 4 * batch * payload_bytes + 1,
+                "quiesce": False,
+            }
         conf = ConfState.of(IDS)
         self.storages = {i: MemoryStorage.bootstrapped(conf) for i in IDS}
         self.nodes = {
-            i: RawNode(RaftConfig(id=i, **config), self.storages[i], random.Random(i))  # type: ignore[arg-type]
+            i: RawNode(RaftConfig(id=i, **config), self.storages[i], random.Random(seed + i))  # type: ignore[arg-type]
             for i in IDS
         }
         self.queue: deque[Message] = deque()
@@ -229,6 +238,53 @@ def allocated_bytes_per_mib_entry(batch: int = 16) -> float:
     return round((peak - before) / (rounds * batch), 1)
 
 
+def _quiescent_groups(groups: int) -> list[RawNode]:
+    """``groups`` idle three-replica groups, every replica quiescent; returns the replicas."""
+    replicas: list[RawNode] = []
+    for group in range(groups):
+        bench = Bench(1, 0, idle=True, seed=group * len(IDS))
+        bench.elect()
+        for _ in range(4):  # heartbeat_tick is 1: the leader quiesces once its followers match it
+            for node in bench.nodes.values():
+                node.tick()
+            bench.pump()
+        if not all(node.quiescent for node in bench.nodes.values()):
+            raise AssertionError(f"group {group} did not quiesce")
+        replicas.extend(bench.nodes.values())
+    return replicas
+
+
+def idle(groups: int, tick_rounds: int = 20) -> dict[str, object]:
+    """Memory per quiescent replica and the cost of tick() on one (and on an awake follower)."""
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    replicas = _quiescent_groups(groups)
+    gc.collect()
+    kept = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    t0 = time.perf_counter_ns()
+    for _ in range(tick_rounds):
+        for node in replicas:
+            node.tick()
+    quiescent_ns = (time.perf_counter_ns() - t0) / (tick_rounds * len(replicas))
+    followers = [node for node in replicas if node.role is Role.FOLLOWER]
+    for node in followers:
+        node.wake()
+    t0 = time.perf_counter_ns()
+    for _ in range(5):  # stays below the election timeout: no campaign starts
+        for node in followers:
+            node.tick()
+    awake_ns = (time.perf_counter_ns() - t0) / (5 * len(followers))
+    return {
+        "groups": groups,
+        "replicas": len(replicas),
+        "bytes_per_quiescent_replica": round(kept / len(replicas)),
+        "quiescent_tick_ns": round(quiescent_ns, 1),
+        "awake_follower_tick_ns": round(awake_ns, 1),
+    }
+
+
 def entry_construct_ns() -> float:
     payload = b"x"
     n = 200_000
@@ -261,14 +317,17 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--repeat", type=int, default=5, help="runs per scenario; the median is reported")
     parser.add_argument("--entries", type=int, default=6400, help="entries per 1 KiB run (1 MiB runs use 1/8)")
+    parser.add_argument("--idle-groups", type=int, default=1000, help="three-replica groups in the idle section")
     args = parser.parse_args()
     configure_logging("warning")
 
     scenarios = [(1, KIB), (64, KIB), (1, MIB), (64, MIB)]
     results = []
+    identity_checked_total = 0
     for batch, size in scenarios:
         entries = args.entries if size == KIB else max(args.entries // 8, 64)
         runs = [run(batch, size, entries) for _ in range(args.repeat)]
+        identity_checked_total += sum(r.identity_checked_entries for r in runs)
         median = statistics.median(r.core_us_per_entry_per_node for r in runs)
         best = min(runs, key=lambda r: abs(r.core_us_per_entry_per_node - median))
         results.append(
@@ -288,8 +347,10 @@ def main() -> None:
         "results": results,
         "zero_copy": {
             "payload_identity_checked_on_every_node": all(r["identity_checked_entries"] > 0 for r in results),
+            "identity_checked_total": identity_checked_total,
             "allocated_bytes_per_committed_1mib_entry_all_nodes": allocated_bytes_per_mib_entry(),
         },
+        "idle": idle(args.idle_groups),
         "reference_entry_construct_ns": entry_construct_ns(),
         "machine": machine(),
     }
@@ -306,8 +367,17 @@ def main() -> None:
         )
     zero = report["zero_copy"]
     allocated = zero["allocated_bytes_per_committed_1mib_entry_all_nodes"]
-    print(f"payload identity preserved on every node: {zero['payload_identity_checked_on_every_node']}")
+    print(
+        f"payload identity preserved on every node: {zero['payload_identity_checked_on_every_node']} "
+        f"({zero['identity_checked_total']} committed (entry, node) pairs checked over all runs)"
+    )
     print(f"bytes allocated per committed 1 MiB entry (3 nodes): {allocated}")
+    idle_report = report["idle"]
+    print(
+        f"idle: {idle_report['bytes_per_quiescent_replica']} bytes per quiescent replica; tick() costs "
+        f"{idle_report['quiescent_tick_ns']} ns quiescent, {idle_report['awake_follower_tick_ns']} ns awake "
+        f"({idle_report['groups']} groups)"
+    )
     print(f"reference: one Entry() takes {report['reference_entry_construct_ns']} ns here")
 
 
