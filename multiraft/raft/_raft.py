@@ -268,7 +268,10 @@ class Raft:
 
     def hup(self, *, transfer: bool = False) -> None:
         """Start an election (pre-vote first unless this is a leadership transfer)."""
-        if self.role is Role.LEADER or not self._promotable():
+        if self.role is Role.LEADER:
+            return
+        if not self._promotable():
+            self.logger.debug("raft.campaign_refused", reason="not a voter of its configuration", transfer=transfer)
             return
         if self._has_unapplied_conf_changes():
             self.logger.debug("raft.campaign_deferred", reason="unapplied configuration change")

@@ -172,7 +172,10 @@ class RawNode:
         return self._raft.propose_conf_change(change, timestamp_ms)
 
     def campaign(self) -> None:
-        """Start an election now (pre-vote first if enabled); useful to place leaders deliberately."""
+        """Start an election now (pre-vote first if enabled); useful to place leaders deliberately.
+
+        Does nothing on a node that is not a voter of its configuration (see :mod:`multiraft.raft.confchange`).
+        """
         self._raft.wake()
         self._raft.hup()
 
