@@ -34,8 +34,9 @@ GiB = 1024 * MiB
 
 # Headers of one append message on the peer transport: 68 bytes, 29 per entry (at most 1024), 8 for the group.
 _APPEND_OVERHEAD_BYTES = 64 * KiB
-# A coalesced heartbeat and its response may each wait up to one heartbeat interval in the transport.
-_MIN_ELECTION_HEARTBEATS = 4
+# A coalesced heartbeat waits up to one heartbeat interval in the transport: a leader's CheckQuorum must still
+# hear a round trip within an election timeout, and a follower a heartbeat, with an interval to spare.
+_MIN_ELECTION_HEARTBEATS = 3
 
 
 def _setting(default: Any, unit: str, doc: str) -> Any:
@@ -104,14 +105,14 @@ class NodeConfig:
     election_ticks: int = _setting(
         10,
         "ticks",
-        "Election timeout base; each election waits a random time in [1x, 2x) of this. At least 4x "
-        "heartbeat_ticks: a coalesced heartbeat and its response may each wait one heartbeat interval.",
+        "Election timeout base; each election waits a random time in [1x, 2x) of this. At least 3x "
+        "heartbeat_ticks: a coalesced heartbeat may wait one heartbeat interval before it leaves.",
     )
     heartbeat_ticks: int = _setting(
         2,
         "ticks",
         "Leader heartbeat interval. Heartbeats are coalesced: each node sends each peer one frame per interval "
-        "with every group's heartbeats and responses.",
+        "with the heartbeats of all groups, and the peer answers them in one frame.",
     )
     max_inflight_bytes: int = _setting(
         32 * MiB, "bytes", "Most unacknowledged append bytes a leader sends one follower of one group."
@@ -282,8 +283,8 @@ class NodeConfig:
         if self.election_ticks < _MIN_ELECTION_HEARTBEATS * self.heartbeat_ticks:
             raise ConfigError(
                 "election_ticks",
-                f"must be at least {_MIN_ELECTION_HEARTBEATS}x heartbeat_ticks ({self.heartbeat_ticks}): coalesced "
-                f"heartbeats and their responses may each wait one heartbeat interval, got {self.election_ticks}",
+                f"must be at least {_MIN_ELECTION_HEARTBEATS}x heartbeat_ticks ({self.heartbeat_ticks}): a coalesced "
+                f"heartbeat may wait one heartbeat interval before it leaves, got {self.election_ticks}",
             )
         largest_append = self.max_append_bytes + self.max_batch_bytes + _APPEND_OVERHEAD_BYTES
         if self.max_frame_bytes < largest_append:

@@ -40,7 +40,7 @@ def test_lists_come_comma_separated_from_variables_and_flags() -> None:
         ('node_id = 1\ndata_dir = "d"\nclient_address = "localhost"\n', "client_address"),
         ('node_id = 1\ndata_dir = "d"\ncontroller_replicas = 2\n', "controller_replicas"),
         ('node_id = 1\ndata_dir = "d"\nheartbeat_ticks = 20\n', "heartbeat_ticks"),
-        ('node_id = 1\ndata_dir = "d"\nelection_ticks = 7\n', "election_ticks"),  # < 4 coalesced heartbeats
+        ('node_id = 1\ndata_dir = "d"\nelection_ticks = 5\n', "election_ticks"),  # < 3 coalesced heartbeats
         ('node_id = 1\ndata_dir = "d"\nmax_frame_bytes = 20971520\n', "max_frame_bytes"),  # no room for an append
         ('node_id = 1\ndata_dir = "d"\ninitial_cluster = ["1=127.0.0.1:1", "1=127.0.0.1:2"]\n', "initial_cluster"),
         ('node_id = 1\ndata_dir = "d"\nlog_format = "xml"\n', "log_format"),

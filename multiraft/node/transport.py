@@ -14,12 +14,14 @@ carries the other direction (see the docstring of :class:`PeerTransport` for why
 gets for a peer (a scheduling round's messages) leaves in one write, cut into frames of at most
 ``max_frame_bytes``; a single message that cannot fit in a frame is dropped and logged as an error.
 
-Heartbeats are coalesced: plain heartbeats and their responses (no ReadIndex context) are held per peer and
-leave together once per heartbeat interval, in one HEARTBEATS frame of 21 bytes per group, whatever the
-phase of each group's own heartbeat timer. A held heartbeat waits at most one interval, so a heartbeat
-round trip may take up to two intervals more; ``NodeConfig.validate`` keeps the election timeout at four
-heartbeat intervals or more for that. Heartbeats that carry a ReadIndex context, and their responses, are
-sent at once: a linearizable read waits for them.
+Heartbeats are coalesced: plain heartbeats (no ReadIndex context) are held per peer and leave together once
+per heartbeat interval, in one HEARTBEATS frame of 21 bytes per group, whatever the phase of each group's
+own heartbeat timer. The peer steps such a frame in one scheduling round, so the responses of all those
+groups come back at once, in one HEARTBEATS frame too: per pair of nodes and direction, one frame of
+heartbeats and one of responses per interval. Responses are not held: a held heartbeat already waits up to
+one interval, and CheckQuorum (``election_ticks``, at least 3x ``heartbeat_ticks``) must hear the answer
+within an election timeout. Heartbeats that carry a ReadIndex context, and their responses, go at once in
+RAFT frames: a linearizable read waits for them.
 
 A connection that sends a malformed frame, a frame above ``max_frame_bytes`` or a foreign cluster id is
 closed and logged; nothing else is affected. Dials back off exponentially while a peer is down, and
@@ -58,7 +60,7 @@ _BACKOFF_MAX_S = 2.0
 _DIAL_TIMEOUT_S = 2.0
 _HELLO_TIMEOUT_S = 5.0
 
-_Frame = tuple[list[bytes | memoryview], int, int]  # (parts, body size, messages in it)
+_Frame = tuple[int, list[bytes | memoryview], int, int]  # (frame type, parts, body size, messages in it)
 
 
 class FrameType:
@@ -87,7 +89,7 @@ class TransportStats:
     dropped_messages: int = 0
     oversized_messages: int = 0  # dropped because they cannot fit in a frame (also in dropped_messages)
     heartbeat_frames_out: int = 0  # HEARTBEATS frames (also in frames_out)
-    heartbeats_out: int = 0  # coalesced heartbeats and responses (also in messages_out)
+    heartbeats_out: int = 0  # heartbeats and responses sent in them (also in messages_out)
     heartbeat_frames_in: int = 0
     heartbeats_in: int = 0
     bad_frames: int = 0
@@ -144,7 +146,7 @@ class PeerTransport:
         self._max_buffered = max_buffered_bytes
         self._heartbeat_interval = heartbeat_interval_s
         self._peers: dict[int, _Peer] = {}
-        self._held: dict[int, dict[tuple[int, MessageType], Message]] = {}  # peer -> heartbeats to flush
+        self._held: dict[int, dict[int, Message]] = {}  # peer -> group -> heartbeat to flush
         self._server: asyncio.Server | None = None
         self._inbound: set[asyncio.StreamWriter] = set()
         self._readers: set[asyncio.Future[Any]] = set()  # the tasks reading accepted connections
@@ -214,18 +216,23 @@ class PeerTransport:
     # ----------------------------------------------------------------------------------------------- send
 
     def send(self, to_node: int, messages: Sequence[tuple[int, Message]]) -> None:
-        """Write every (group id, message) for ``to_node`` at once, in RAFT frames of at most
-        ``max_frame_bytes``; plain heartbeats and their responses are held for :meth:`flush_heartbeats`."""
+        """Write every (group id, message) for ``to_node`` in one go: RAFT frames of at most ``max_frame_bytes``
+        and the heartbeat responses among them in a HEARTBEATS frame. Plain heartbeats are held for
+        :meth:`flush_heartbeats`."""
         limit = self._max_frame - 1  # the frame type byte counts against the limit
         frames: list[_Frame] = []
         parts: list[bytes | memoryview] = []
         size = count = 0
-        held: dict[tuple[int, MessageType], Message] | None = None
+        held: dict[int, Message] | None = None
+        responses: list[tuple[int, Message]] = []
         for group_id, message in messages:
             if _coalescible(message):
+                if message.type is MessageType.HEARTBEAT_RESP:
+                    responses.append((group_id, message))
+                    continue
                 if held is None:
                     held = self._held.setdefault(to_node, {})
-                held[(group_id, message.type)] = message  # a newer one supersedes what is held
+                held[group_id] = message  # a newer heartbeat of the group supersedes the one held
                 continue
             buffers = encode_message_buffers(message)
             length = sum([len(b) for b in buffers])
@@ -234,40 +241,42 @@ class PeerTransport:
                 self._drop_oversized(to_node, group_id, message, item)
                 continue
             if size + item > limit:
-                frames.append((parts, size, count))
+                frames.append((FrameType.RAFT, parts, size, count))
                 parts, size, count = [], 0, 0
             parts.append(_GROUP_MESSAGE.pack(group_id, length))
             parts.extend(buffers)
             size += item
             count += 1
         if count:
-            frames.append((parts, size, count))
+            frames.append((FrameType.RAFT, parts, size, count))
+        if responses:
+            frames += self._heartbeat_frames(responses)
         if frames:
-            self._write_frames(to_node, FrameType.RAFT, frames)
+            self._write_frames(to_node, frames)
 
     def flush_heartbeats(self) -> None:
-        """Send the held heartbeats and responses: one HEARTBEATS frame per peer for all its groups."""
+        """Send the held heartbeats: one HEARTBEATS frame per peer with every group's latest."""
         held, self._held = self._held, {}
-        per_frame = (self._max_frame - 1) // _HEARTBEAT.size
-        pack = _HEARTBEAT.pack_into
         for to_node, messages in held.items():
-            body = bytearray(len(messages) * _HEARTBEAT.size)
-            offset = 0
-            for (group_id, kind), message in messages.items():
-                flags = (_HEARTBEAT_RESPONSE if kind is MessageType.HEARTBEAT_RESP else 0) | (
-                    _HEARTBEAT_QUIESCE if message.quiesce else 0
-                )
-                pack(body, offset, group_id, flags, message.term, message.commit)
-                offset += _HEARTBEAT.size
-            view = memoryview(body)
-            step = per_frame * _HEARTBEAT.size
-            frames: list[_Frame] = []
-            for at in range(0, len(view), step):
-                chunk = view[at : at + step]
-                frames.append(([chunk], len(chunk), len(chunk) // _HEARTBEAT.size))
-            if self._write_frames(to_node, FrameType.HEARTBEATS, frames):
-                self.stats.heartbeat_frames_out += len(frames)
-                self.stats.heartbeats_out += len(messages)
+            self._write_frames(to_node, self._heartbeat_frames(list(messages.items())))
+
+    def _heartbeat_frames(self, messages: list[tuple[int, Message]]) -> list[_Frame]:
+        body = bytearray(len(messages) * _HEARTBEAT.size)
+        pack = _HEARTBEAT.pack_into
+        offset = 0
+        for group_id, message in messages:
+            flags = (_HEARTBEAT_RESPONSE if message.type is MessageType.HEARTBEAT_RESP else 0) | (
+                _HEARTBEAT_QUIESCE if message.quiesce else 0
+            )
+            pack(body, offset, group_id, flags, message.term, message.commit)
+            offset += _HEARTBEAT.size
+        view = memoryview(body)
+        step = (self._max_frame - 1) // _HEARTBEAT.size * _HEARTBEAT.size
+        frames: list[_Frame] = []
+        for at in range(0, len(view), step):
+            chunk = view[at : at + step]
+            frames.append((FrameType.HEARTBEATS, [chunk], len(chunk), len(chunk) // _HEARTBEAT.size))
+        return frames
 
     async def _heartbeat_clock(self, interval_s: float) -> None:
         loop = asyncio.get_running_loop()
@@ -292,20 +301,24 @@ class PeerTransport:
             max_frame_bytes=self._max_frame,
         )
 
-    def _write_frames(self, to_node: int, frame_type: int, frames: list[_Frame]) -> bool:
+    def _write_frames(self, to_node: int, frames: list[_Frame]) -> bool:
         """Write whole frames in one go, or drop them all."""
         writer = self._writer_for(to_node)
         if writer is None:
-            self.stats.dropped_messages += sum(count for _, _, count in frames)
+            self.stats.dropped_messages += sum(frame[3] for frame in frames)
             return False
         out: list[bytes | memoryview] = []
-        for parts, size, count in frames:
+        stats = self.stats
+        for frame_type, parts, size, count in frames:
             out.append(_FRAME_HEAD.pack(size + 1, frame_type))
             out.extend(parts)
-            self.stats.bytes_out += size + _FRAME_HEAD.size
-            self.stats.messages_out += count
+            stats.bytes_out += size + _FRAME_HEAD.size
+            stats.messages_out += count
+            if frame_type == FrameType.HEARTBEATS:
+                stats.heartbeat_frames_out += 1
+                stats.heartbeats_out += count
         writer.writelines(out)
-        self.stats.frames_out += len(frames)
+        stats.frames_out += len(frames)
         return True
 
     def _writer_for(self, to_node: int) -> asyncio.StreamWriter | None:
@@ -495,8 +508,13 @@ class PeerTransport:
         self._calls[call_id] = future
         self._call_peers[call_id] = to_node
         try:
-            request: _Frame = ([_CALL_HEAD.pack(call_id, kind), body], _CALL_HEAD.size + len(body), 0)
-            if not self._write_frames(to_node, FrameType.REQUEST, [request]):
+            request: _Frame = (
+                FrameType.REQUEST,
+                [_CALL_HEAD.pack(call_id, kind), body],
+                _CALL_HEAD.size + len(body),
+                0,
+            )
+            if not self._write_frames(to_node, [request]):
                 raise ConnectionError(f"node {to_node} is unreachable")
             return await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
         finally:

@@ -279,25 +279,39 @@ def test_plain_heartbeats_wait_for_the_clock_and_leave_in_one_compact_frame_per_
             rounds = [range(1, 40), range(40, 80), range(80, 121)]  # groups whose timers fire in different rounds
             for groups in rounds:
                 one.send(2, [(g, _heartbeat(g, term=3, commit=g, quiesce=g % 2 == 0)) for g in groups])
-                one.send(2, [(1000 + g, _heartbeat_response(term=4)) for g in groups])
             one.send(2, [(7, _append(2, 1, b"after the heartbeats"))])
             await inbox.wait_for(1)
             assert [m.type for _, _, m in inbox.messages] == [T.APP], "the append did not wait; heartbeats did"
 
             bytes_before = one.stats.bytes_out
             one.flush_heartbeats()
-            await inbox.wait_for(1 + 240)
+            await inbox.wait_for(1 + 120)
             assert one.stats.heartbeat_frames_out == 1 and len(inbox.deliveries) == 2
-            assert one.stats.bytes_out - bytes_before == 5 + 240 * 21, "21 bytes per group, one frame header"
-            received = {(group, m.type): m for _, group, m in inbox.messages[1:]}
-            for g in range(1, 121):
-                beat = received[(g, T.HEARTBEAT)]
-                assert (beat.to, beat.sender, beat.term, beat.commit, beat.quiesce) == (2, 1, 3, g, g % 2 == 0)
-                response = received[(1000 + g, T.HEARTBEAT_RESP)]
-                assert (response.to, response.sender, response.term, response.context) == (2, 1, 4, b"")
+            assert one.stats.bytes_out - bytes_before == 5 + 120 * 21, "21 bytes per group, one frame header"
+            for group, (frm, received_group, beat) in zip(range(1, 121), inbox.messages[1:], strict=True):
+                assert received_group == group and frm == 1
+                assert (beat.type, beat.to, beat.sender, beat.term, beat.commit, beat.quiesce, beat.context) == (
+                    T.HEARTBEAT, 2, 1, 3, group, group % 2 == 0, b"",
+                )  # fmt: skip
 
             one.flush_heartbeats()  # nothing held: nothing sent
             assert one.stats.heartbeat_frames_out == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_round_s_heartbeat_responses_leave_at_once_in_one_compact_frame_with_the_rest() -> None:
+    async def scenario() -> None:
+        async with _pair() as (one, _two, inbox):
+            responses = [(g, _heartbeat_response(term=4)) for g in range(1, 101)]
+            bytes_before = one.stats.bytes_out
+            one.send(2, [*responses[:50], (200, _append(2, 1, b"an ack's neighbour")), *responses[50:]])
+            await inbox.wait_for(101)  # no flush
+            assert one.stats.heartbeat_frames_out == 1 and [len(d) for d in inbox.deliveries] == [1, 100]
+            assert one.stats.bytes_out - bytes_before < 2 * 5 + 200 + 100 * 21
+            assert [(g, m.type, m.term, m.sender, m.to) for _, g, m in inbox.messages[1:]] == [
+                (g, T.HEARTBEAT_RESP, 4, 1, 2) for g in range(1, 101)
+            ]
 
     asyncio.run(scenario())
 
