@@ -273,22 +273,31 @@ class Scheduler:
         if not readies:
             return
         self.rounds += 1
-        self._send(readies, persisted=False)
+        must_sync = any(ready.must_sync for _, ready in readies)
+        if must_sync:
+            self._send(readies, persisted=False)
         try:
             self._persist(readies)
         except StorageError as exc:
             self._storage_failed(readies, exc)
             return
-        self._send(readies, persisted=True)
+        # Without a sync nothing waits between the two kinds of messages: one batch, so one write per peer.
+        self._send(readies, persisted=True, unpersisted=not must_sync)
         for group, ready in readies:
             self._apply(group, ready)
             group.raw.advance(ready)
             self.touch(group)
 
-    def _send(self, readies: list[tuple[Group, raft.Ready]], *, persisted: bool) -> None:
+    def _send(self, readies: list[tuple[Group, raft.Ready]], *, persisted: bool, unpersisted: bool = False) -> None:
+        """Hand each Ready's ``messages`` (``persisted=False``) or ``persisted_messages`` to the outbox, or
+        both in that order (``unpersisted=True`` too), as one batch per peer."""
         batches: dict[int, list[tuple[int, raft.Message]]] = {}
         for group, ready in readies:
-            for message in ready.persisted_messages if persisted else ready.messages:
+            if unpersisted and persisted:
+                messages: Sequence[raft.Message] = [*ready.messages, *ready.persisted_messages]
+            else:
+                messages = ready.persisted_messages if persisted else ready.messages
+            for message in messages:
                 batch = batches.get(message.to)
                 if batch is None:
                     batches[message.to] = batch = []
