@@ -3,6 +3,7 @@ prefix of every log."""
 
 from __future__ import annotations
 
+import mmap
 import random
 import shutil
 from pathlib import Path
@@ -84,29 +85,68 @@ def test_a_flipped_payload_byte_is_reported_with_file_and_index_and_never_served
         store.log("events", 1).append([data(33, 2)])  # the replica goes on from there
 
 
-def test_a_truncated_file_is_refused_at_open_and_repaired_to_what_survives(tmp_path: Path) -> None:
+def _truncate(data_file: Path, size: int) -> None:
+    with data_file.open("r+b") as raw:
+        raw.truncate(size)
+
+
+def test_a_file_cut_inside_a_logs_data_is_refused_at_open_and_repaired_to_the_entries_before_the_cut(
+    tmp_path: Path,
+) -> None:
     written = _build(tmp_path)
     data_file = _data_file(tmp_path)
-    size = data_file.stat().st_size
-    with data_file.open("r+b") as raw:
-        raw.truncate(size - 5 * 4096)
+    with LogStore.open(tmp_path, SMALL) as store:  # opening writes nothing
+        segments = store.log("events", 2).segments()
+    # Cut the file from the page that holds entry 70 of events/2: its segment and every page after it go.
+    cut = data_file.read_bytes().index(_marker(2, 70)) // mmap.PAGESIZE * mmap.PAGESIZE
+    first_lost = next(s.base_index for s in segments if s.base_index <= 70 <= s.last_index)
+    _truncate(data_file, cut)
+
     with pytest.raises(CorruptionError, match="truncated") as raised:
         LogStore.open(tmp_path, SMALL)
     assert raised.value.path == str(data_file)
+
     report = check_store(tmp_path)
-    assert not report.ok and any("EOF" in message for message in report.structural_problems)
-    try:
-        repair_store(tmp_path)
-    except StorageError as exc:  # the directory of logs itself was cut off: say so, change nothing
-        assert "cannot repair" in str(exc)
-        assert data_file.stat().st_size == size - 5 * 4096
-        return
+    assert report.unrecoverable is None, f"the cut must spare the directory of logs: {report.unrecoverable}"
+    assert any("beyond EOF" in message for message in report.structural_problems)
+    problems = [p for log_check in report.logs for p in log_check.problems]
+    assert [(p.path, p.log, p.index) for p in problems] == [(str(data_file), "events/2", first_lost)]
+    assert f"{data_file} log events/2 index {first_lost}" in str(problems[0])
+    assert [c.last_good_index for c in report.logs] == [ENTRIES + 1, ENTRIES + 1, first_lost - 1]
+
+    repaired = repair_store(tmp_path)
+    assert repaired.repaired
+    assert [(d.log, d.first_index, d.last_index) for d in repaired.dropped] == [("events/2", first_lost, ENTRIES + 1)]
+    assert "structural check" in repaired.dropped[0].reason
+    assert repaired.damaged_copy is not None and Path(repaired.damaged_copy, "data.mdb").stat().st_size == cut
     assert check_store(tmp_path).ok
     with LogStore.open(tmp_path, SMALL) as store:
-        for partition in range(PARTITIONS):
-            log = store.log("events", partition)
-            kept = log.entries(log.first_index(), log.last_index() + 1)
-            assert kept == written[partition][: len(kept)]
+        log = store.log("events", 2)
+        assert log.last_index() == first_lost - 1
+        assert log.entries(1, first_lost) == written[2][: first_lost - 1]
+        assert log.next_offset() == 3 * (first_lost - 1)  # offsets end where the kept entries end
+        for partition in (0, 1):
+            assert store.log("events", partition).entries(1, ENTRIES + 2) == written[partition]
+        log.append([data(first_lost, 2)])  # the replica goes on from there; its leader sends the rest
+        store.sync()
+
+
+def test_a_file_cut_inside_the_directory_of_logs_is_refused_with_a_clear_error_and_left_unchanged(
+    tmp_path: Path,
+) -> None:
+    _build(tmp_path)
+    data_file = _data_file(tmp_path)
+    _truncate(data_file, 2 * mmap.PAGESIZE)  # only LMDB's two meta pages are left
+    before = data_file.read_bytes()
+    with pytest.raises(CorruptionError, match="truncated"):
+        LogStore.open(tmp_path, SMALL)
+    report = check_store(tmp_path)
+    assert report.unrecoverable == "the main database (the directory of logs) is damaged"
+    with pytest.raises(StorageError, match="cannot repair") as raised:
+        repair_store(tmp_path)
+    assert "the directory of logs) is damaged. Move the data directory aside" in str(raised.value)
+    assert data_file.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.lmdb"]  # no staging or damaged copy left
 
 
 def test_random_byte_flips_are_either_harmless_or_detected_and_repaired(tmp_path: Path) -> None:
