@@ -169,6 +169,33 @@ def test_drop_before_removes_whole_sealed_segments_only(store: LogStore) -> None
     assert len(log.segments()) == 1
 
 
+def test_space_freed_by_drop_before_is_reused_by_later_appends(tmp_path: Path) -> None:
+    """Retention keeps the file at its high-water mark: appends after a drop fill the pages it freed."""
+    mib = 1024 * 1024
+    with LogStore.open(tmp_path, StorageConfig(segment_bytes=mib)) as store:
+        log = store.log("t", 0)
+        data_file = tmp_path / "log.lmdb" / "data.mdb"
+
+        def append_synced(count: int) -> None:
+            for _ in range(0, count, 4):  # a node commits a few 64 KiB batches per round
+                first = log.last_index() + 1
+                log.append([data(i, count=1, value=b"r" * 64 * 1024) for i in range(first, first + 4)])
+                store.sync()
+
+        append_synced(128)  # 8 MiB
+        high_water = data_file.stat().st_size
+        rewritten = 0
+        for _ in range(3):
+            segments = log.segments()
+            dropped = log.drop_before(segments[len(segments) // 2].base_index)
+            store.sync()
+            append_synced(sum(s.entry_count for s in dropped))
+            rewritten += sum(s.size_bytes for s in dropped)
+        assert rewritten >= 10 * mib
+        assert log.size_bytes() <= 8.5 * mib  # as much live data as before...
+        assert data_file.stat().st_size - high_water < mib  # ...in about the same file, not 10 MiB more
+
+
 def test_retention_helpers_pick_a_prefix_of_sealed_segments(store: LogStore) -> None:
     log = store.log("t", 0)
     log.append([data(i, timestamp_ms=1_000 * i) for i in range(1, 12)])  # segment_ms=1000: one entry each
