@@ -78,7 +78,12 @@ class Cluster:
             configs={k.replace("_", "."): v for k, v in configs.items()},
         )
         response = self.client.call_any(lambda stub, timeout: stub.CreateTopic(request, timeout=timeout))
-        self.client.metadata(refresh=True)
+        # The node that answers the metadata refresh may not have applied the creation yet.
+        deadline = time.monotonic() + 10
+        for _ in range(1_000):
+            if name in self.client.metadata(refresh=True).topics or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
         return response.topic
 
 
