@@ -15,7 +15,8 @@ from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any
 
-from membership._logging import get_logger
+import structlog
+
 from membership._state import SwimCore
 from membership._transport import NetTransport, Transport
 from membership._types import Counters, EventKind, Member, MemberEvent, MemberMeta
@@ -24,7 +25,7 @@ from membership.errors import CodecError, JoinError, LifecycleError, MetadataErr
 
 __all__ = ["MemberList"]
 
-_log = get_logger(__name__)
+_log: structlog.stdlib.BoundLogger = structlog.get_logger(__name__)
 _INFINITY = float("inf")
 
 

@@ -12,7 +12,8 @@ import struct
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from membership._logging import get_logger
+import structlog
+
 from membership._types import Counters, split_host_port
 from membership.errors import TransportError
 
@@ -28,7 +29,7 @@ _BIND_ATTEMPTS = 16
 _ADDRESS_CACHE_LIMIT = 4096
 _WILDCARDS = ("", "0.0.0.0", "::")
 
-_log = get_logger(__name__)
+_log: structlog.stdlib.BoundLogger = structlog.get_logger(__name__)
 
 
 class Transport(Protocol):

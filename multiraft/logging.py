@@ -1,10 +1,17 @@
 """Structured logging, configured once per process.
 
-Library modules log through :func:`get_logger` (structlog events carried by stdlib ``logging``, so a
-library user who configures nothing sees nothing on stdout); entry points (the CLI, a node process, a
-benchmark) call :func:`configure_logging` once. Humans get ``key=value`` lines on stderr; machines get one
-JSON object per line with ``json=True`` (or ``MULTIRAFT_LOG_FORMAT=json``). Records from the standard
-``logging`` module (grpc, py4j) go through the same renderer.
+Library code (``storage``, ``membership``, the Raft core, the node, the client) logs with
+``structlog.get_logger(__name__)`` and adds no processors of its own; this module owns the processors and the
+rendering. Entry points (the CLI, a node process, a benchmark) call :func:`configure_logging` once: humans
+get ``key=value`` lines on stderr, machines one JSON object per line with ``json=True`` (or
+``MULTIRAFT_LOG_FORMAT=json``). The timestamp is added here, when an event is rendered, so the sans-IO Raft
+core never reads a clock. Records from the standard ``logging`` module (grpc, py4j) go through the same
+renderer.
+
+Until an entry point configures logging, importing this module hands structlog's events to stdlib
+``logging`` (warnings and errors on stderr, nothing below), instead of structlog's development default,
+which prints every event to stdout: a process that uses the client library, a Spark executor for instance,
+keeps stdout clean. A process that configured structlog itself is left alone.
 """
 
 from __future__ import annotations
@@ -16,11 +23,15 @@ from typing import TextIO
 
 import structlog
 
-from storage._logging import get_logger
-
 __all__ = ["configure_logging", "get_logger"]
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    """``structlog.get_logger(name)``, typed."""
+    logger: structlog.stdlib.BoundLogger = structlog.get_logger(name)
+    return logger
 
 
 def configure_logging(level: str | None = None, *, json: bool | None = None, stream: TextIO | None = None) -> None:
@@ -69,3 +80,22 @@ def configure_logging(level: str | None = None, *, json: bool | None = None, str
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
+
+
+def _hand_events_to_stdlib_until_configured() -> None:
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            structlog.processors.LogfmtRenderer(key_order=["level", "logger", "event"]),  # stdlib adds tracebacks
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,  # configure_logging() must still reach loggers already used
+    )
+
+
+_hand_events_to_stdlib_until_configured()

@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import lmdb
+import structlog
 
 from storage import _format as fmt
-from storage._logging import get_logger
 from storage.batch import first_offset_at_or_after, read_header
 from storage.config import StorageConfig
 from storage.errors import (
@@ -76,7 +76,7 @@ __all__ = [
     "SegmentedLog",
 ]
 
-log = get_logger(__name__)
+log: structlog.stdlib.BoundLogger = structlog.get_logger(__name__)
 
 ENTRY_OVERHEAD_BYTES = fmt.ENTRY_HEADER_SIZE
 """Bytes the log stores per entry besides its payload; they count toward ``segment_bytes``."""

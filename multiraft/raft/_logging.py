@@ -1,26 +1,11 @@
-"""Loggers for the Raft core: structlog events routed through stdlib ``logging`` (no I/O of its own).
+"""The Raft core's loggers are structlog's own (``structlog.get_logger``).
 
-Nothing reaches stdout, and nothing is shown below WARNING until the application configures logging
-(``multiraft.logging.configure_logging`` renders these events as key=value or JSON).
+The core adds no processors: whoever renders the events (``multiraft.logging.configure_logging``) adds the
+timestamp, so the core never reads a clock.
 """
 
 from __future__ import annotations
 
-import logging
+from structlog import get_logger
 
-import structlog
-
-_PROCESSORS: list[structlog.typing.Processor] = [
-    structlog.stdlib.filter_by_level,
-    structlog.stdlib.add_log_level,
-    structlog.stdlib.add_logger_name,
-    structlog.processors.TimeStamper(fmt="iso", utc=True),
-    structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
-]
-
-
-def get_logger(name: str) -> structlog.stdlib.BoundLogger:
-    logger: structlog.stdlib.BoundLogger = structlog.wrap_logger(
-        logging.getLogger(name), processors=_PROCESSORS, wrapper_class=structlog.stdlib.BoundLogger
-    )
-    return logger
+__all__ = ["get_logger"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import sys
 
+from multiraft.logging import configure_logging
 from storage import Entry, EntryKind, HardState, LogStore, StorageConfig, encode_batch
 
 CONFIG = StorageConfig(segment_bytes=64 * 1024, segment_ms=500)
@@ -31,6 +32,7 @@ def state_of(log_last: int, term: int, next_offset: int, first: int) -> str:
 
 
 def main(directory: str, seed: int) -> None:
+    configure_logging("warning")  # stdout carries the protocol above; logs go to stderr
     rng = random.Random(seed)
     store = LogStore.open(directory, CONFIG)
     log = store.log("crash", 0)
