@@ -1,7 +1,8 @@
 """Dependencies point one way (DEVELOPERS.md): this test fails when a module imports what its layer must not.
 
 Every import statement counts, including ones inside functions and ``TYPE_CHECKING`` blocks, because a
-lazy import is still a dependency.
+lazy import is still a dependency. Library packages also add no clock to their log events: timestamps are
+added once, where events are rendered (``multiraft.logging``), so the sans-IO Raft core never reads a clock.
 """
 
 from __future__ import annotations
@@ -77,8 +78,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path) -> Iterator[tuple[int, str]]:
-    module = _module_name(path)
+def _imports(path: Path, module: str) -> Iterator[tuple[int, str]]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -114,8 +114,13 @@ def _source_files() -> list[Path]:
     return sorted(files)
 
 
-def _violations(path: Path) -> list[str]:
-    module = _module_name(path)
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+
+
+def _violations(path: Path, module: str | None = None) -> list[str]:
+    """Forbidden imports of the file at ``path``, checked as the module ``module`` (by default its own name)."""
+    module = module or _module_name(path)
     layers = [layer for layer in FORBIDDEN if _matches(module, layer)]
     if not layers:
         return []
@@ -123,12 +128,35 @@ def _violations(path: Path) -> list[str]:
     allowed = [module, *(a for layer in layers for a in ALLOWED.get(layer, ()))]
     found: list[str] = []
     reported_lines: set[int] = set()
-    for lineno, name in _imports(path):
+    for lineno, name in _imports(path, module):
         if lineno in reported_lines or any(_matches(name, a) for a in allowed):
             continue
         if any(_matches(name, rule) for rule in forbidden):
             reported_lines.add(lineno)
-            found.append(f"{path.relative_to(ROOT)}:{lineno}: {module} ({_layer(module)}) imports {name}")
+            found.append(f"{_shown(path)}:{lineno}: {module} ({_layer(module)}) imports {name}")
+    return found
+
+
+# Library packages that must not stamp their log events with the time (structlog's TimeStamper reads the
+# wall clock on every event): multiraft.logging adds the timestamp once, when it renders an event.
+NO_CLOCK_PROCESSORS = ("storage", "membership", "multiraft.raft")
+_CLOCK_PROCESSORS = frozenset({"TimeStamper"})
+
+
+def _clock_processors(path: Path, module: str | None = None) -> list[str]:
+    module = module or _module_name(path)
+    if not any(_matches(module, layer) for layer in NO_CLOCK_PROCESSORS):
+        return []
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [part for alias in node.names for part in alias.name.split(".")]
+        found += [f"{_shown(path)}:{node.lineno}: {module} uses {n}" for n in names if n in _CLOCK_PROCESSORS]
     return found
 
 
@@ -137,23 +165,40 @@ def test_module_imports_only_what_its_layer_allows(path: Path) -> None:
     assert _violations(path) == []
 
 
+@pytest.mark.parametrize("path", _source_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_library_log_events_carry_no_clock_of_their_own(path: Path) -> None:
+    assert _clock_processors(path) == []
+
+
 def test_the_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
-    bad = ROOT / "storage" / "_layering_probe.py"
-    bad.write_text("def f():\n    from multiraft.node import x\n")
-    try:
-        assert _violations(bad) == [
-            "storage/_layering_probe.py:2: storage._layering_probe (storage) imports multiraft.node"
-        ]
-    finally:
-        bad.unlink()
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text("def f():\n    from multiraft.node import x\n")
+    assert _violations(probe, "storage._layering_probe") == [
+        "_layering_probe.py:2: storage._layering_probe (storage) imports multiraft.node"
+    ]
+    assert _violations(probe, "multiraft.cli._layering_probe") == []  # the runtime may use the node
 
 
 def test_the_raft_core_may_not_read_the_clock(tmp_path: Path) -> None:
-    bad = ROOT / "multiraft" / "raft" / "_layering_probe.py"
-    bad.write_text("import time\nfrom . import log\nfrom multiraft.raft import node\n")
-    try:
-        assert _violations(bad) == [
-            "multiraft/raft/_layering_probe.py:1: multiraft.raft._layering_probe (multiraft.raft) imports time"
-        ]
-    finally:
-        bad.unlink()
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text("import time\nfrom . import log\nfrom multiraft.raft import node\nfrom datetime import date\n")
+    assert _violations(probe, "multiraft.raft._layering_probe") == [
+        "_layering_probe.py:1: multiraft.raft._layering_probe (multiraft.raft) imports time",
+        "_layering_probe.py:4: multiraft.raft._layering_probe (multiraft.raft) imports datetime",
+    ]
+
+
+def test_the_checker_catches_a_clock_processor_in_a_library(tmp_path: Path) -> None:
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text(
+        "import structlog\n"
+        "from structlog.processors import TimeStamper\n"
+        "stamp = structlog.processors.TimeStamper(fmt='iso')\n"
+    )
+    expected = [
+        "_layering_probe.py:2: {module} uses TimeStamper",
+        "_layering_probe.py:3: {module} uses TimeStamper",
+    ]
+    for module in ("multiraft.raft._raft_probe", "storage._probe", "membership._probe"):
+        assert sorted(_clock_processors(probe, module)) == [line.format(module=module) for line in expected]
+    assert _clock_processors(probe, "multiraft.logging") == []  # where events are rendered
