@@ -224,9 +224,8 @@ class LogMachine(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(prefix="logmodel-"))
         self.store = LogStore.open(self.dir, CONFIG)
         self.log = self.store.log("t", 0)
-        self.store.sync()  # as a node does when it creates a replica: consumers may read the empty log
         self.model = Model()
-        self.synced = copy.deepcopy(self.model)
+        self.synced: Model | None = None  # the log has never been synced: consumers cannot read it yet
         self.clock = 1_000
         self.term = 1
         self.records: dict[Entry, list[tuple[int, bytes]]] = {}  # each entry's records: (timestamp, value)
@@ -309,7 +308,7 @@ class LogMachine(RuleBasedStateMachine):
         # Abandon the unsynced transaction, as a kill -9 would: only the last synced state comes back.
         self.store.rollback()
         self.store.close()
-        self.model = copy.deepcopy(self.synced)
+        self.model = copy.deepcopy(self.synced) if self.synced else Model()
         self.store = LogStore.open(self.dir, CONFIG)
         self.log = self.store.log("t", 0)
 
@@ -409,7 +408,7 @@ class LogMachine(RuleBasedStateMachine):
         boundaries give or take one; the time index at record timestamps give or take a millisecond. Checked
         once per synced state: reads see synced data only, so it cannot change in between."""
         synced = self.synced
-        if synced is self.synced_checked:
+        if synced is None or synced is self.synced_checked:
             return
         self.synced_checked = synced
         batches = [(e, after) for e, after in synced.stored_entries() if e.kind == EntryKind.DATA]
@@ -435,6 +434,13 @@ class LogMachine(RuleBasedStateMachine):
     @invariant()
     def synced_reads_match_the_synced_model(self) -> None:
         synced = self.synced
+        if synced is None:
+            assert self.log.synced_offsets() == (0, 0)
+            with pytest.raises(UnavailableError, match="not been synced"):
+                self.log.read(0, 10)
+            with pytest.raises(UnavailableError, match="not been synced"):
+                self.log.offset_for_timestamp(0)
+            return
         start, end = self.log.synced_offsets()
         assert (start, end) == (synced.start_offset, synced.next_offset)
         if end > start:
@@ -471,6 +477,8 @@ class LogMachine(RuleBasedStateMachine):
         limit_nudge: int,
     ) -> None:
         synced = self.synced
+        if synced is None:
+            return  # checked by synced_reads_match_the_synced_model
         start, end = synced.start_offset, synced.next_offset
         offset = {
             "inside": start + position % (end - start + 1),  # often in the middle of a batch
@@ -501,6 +509,8 @@ class LogMachine(RuleBasedStateMachine):
 
     @rule(pick=st.integers(0, 1000), nudge=NUDGE)
     def time_index(self, pick: int, nudge: int) -> None:
+        if self.synced is None:
+            return
         stamps = [ts for _, ts, _ in self.synced.records(self.records)] or [self.clock]
         timestamp_ms = stamps[pick % len(stamps)] + nudge
         expected = self.synced.offset_for_timestamp(timestamp_ms, self.records)
