@@ -35,6 +35,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from multiraft.logging import configure_logging
 from storage import Entry, EntryKind, LogStore, StorageConfig, decode_batches, encode_batch
 
 MiB = 1024 * 1024
@@ -378,6 +379,7 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="directory on the disk to measure (default: a temp dir)")
     parser.add_argument("--only", choices=["append", "read", "encoding", "layout"], action="append")
     args = parser.parse_args()
+    configure_logging("warning")  # stdout carries the JSON
     directory = Path(tempfile.mkdtemp(prefix="storage-bench-", dir=args.dir))
     try:
         result: dict[str, Any] = {"machine": machine(directory), "runs": 1 if args.quick else RUNS}

@@ -36,7 +36,6 @@ may write its records again: at-least-once).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -64,18 +63,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MultiraftBatchWriter", "MultiraftStreamWriter", "SinkOptions", "parse_sink_options", "check_sink_schema"]
 
-# Routed through stdlib logging (as multiraft's own library code), so an unconfigured process prints nothing.
-log: structlog.stdlib.BoundLogger = structlog.wrap_logger(
-    logging.getLogger(__name__),
-    processors=[
-        structlog.stdlib.filter_by_level,
-        structlog.stdlib.add_log_level,
-        structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-        structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
-    ],
-    wrapper_class=structlog.stdlib.BoundLogger,
-)
+# multiraft.client routes structlog through stdlib logging until a process configures it: stdout stays clean.
+log: structlog.stdlib.BoundLogger = structlog.get_logger(__name__)
 
 # Spark's local properties (StreamExecution.QUERY_ID_KEY, MicroBatchExecution.BATCH_ID_KEY).
 QUERY_ID_PROPERTY = "sql.streaming.queryId"

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Protocol
 
+import structlog
+
 from ._log import RaftLog
-from ._logging import get_logger
 from ._tracker import Progress, ProgressState, ProgressTracker, VoteResult
 from .codec import decode_conf_change, encode_conf_change
 from .confchange import ConfChange, ConfState, apply_conf_change
@@ -32,7 +33,7 @@ from .storage import Storage
 
 __all__ = ["Raft", "Role", "ReadState", "RandomSource", "conf_after"]
 
-_log = get_logger(__name__)
+_log = structlog.get_logger(__name__)  # rendered and time-stamped by the node, never here
 
 APP = MessageType.APP
 APP_RESP = MessageType.APP_RESP
