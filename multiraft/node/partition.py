@@ -366,7 +366,11 @@ class PartitionMachine:
             return
         status = group.raw.status()
         progress = status.progress.get(preferred)
-        if progress is None or progress.is_learner or not progress.recent_active:
+        if progress is None or progress.is_learner:
+            return
+        # A quiescent leader heard every follower hold its whole log when it quiesced, and has sent nothing
+        # since, so recent_active (reset by CheckQuorum, never refreshed while quiet) says nothing then.
+        if not progress.recent_active and not group.raw.quiescent:
             return
         if progress.match < status.last_index or status.lead_transferee != 0:
             return
