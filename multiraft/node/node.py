@@ -412,7 +412,7 @@ class Node:
             self.node_id, scheduler, self._on_cluster_state, self._on_controller_leader, liveness=self._liveness
         )
         snapshot_index = storage.snapshot().meta.index
-        storage.restart_at(snapshot_index)  # the cluster state is rebuilt from the snapshot, then replayed
+        # the cluster state is rebuilt from the snapshot, then replayed
         raw = raft.RawNode(self._raft_config(), storage, self._rng, applied=snapshot_index)
         group = Group(ctl.CONTROLLER_GROUP_ID, raw, storage, machine)
         self._controller_group, self._controller = group, machine
@@ -474,7 +474,6 @@ class Node:
         if topic == OFFSETS_TOPIC:
             # The offsets map is rebuilt from the snapshot and the commits after it, as the controller's is.
             applied = storage.snapshot().meta.index
-            storage.restart_at(applied)
             machine = OffsetsMachine(topic, partition, group_id, scheduler, self._on_loop, view)
         else:
             applied = storage.applied_index()

@@ -178,12 +178,6 @@ class RaftLogStorage:
         at = points[-1] if points else snapshot_index
         return at, self.conf_state_at(at)
 
-    def restart_at(self, applied: int) -> None:
-        """Nothing to do any more: RawNode derives the configuration as of its ``applied`` index itself.
-
-        Kept until the node runtime stops calling it.
-        """
-
     def applied_index(self) -> int:
         """The last index the node's state machine had applied when this was persisted."""
         raw = self.log.attribute(_APPLIED)
