@@ -22,6 +22,7 @@ import pytest
 from multiraft import raft
 from multiraft.node.raftlog import RaftLogStorage
 from storage import LogStore, StorageConfig, encode_batch
+from tests.raft.harness import UnsyncedWriteCounter
 from tests.raft.simulation import Simulation, replay_hint
 
 LMDB_SEEDS = 300
@@ -31,31 +32,8 @@ _exercised: Counter[str] = Counter()
 _seconds = [0.0]
 
 
-class _CountingStorage(RaftLogStorage):
+class _CountingStorage(UnsyncedWriteCounter, RaftLogStorage):
     """The adapter, counting the writes not synced yet (what a crash loses)."""
-
-    unsynced_writes = 0
-
-    def set_hard_state(self, hard_state: raft.HardState) -> None:
-        super().set_hard_state(hard_state)
-        self.unsynced_writes += 1
-
-    def append(self, entries: list[raft.Entry]) -> None:  # type: ignore[override]
-        super().append(entries)
-        self.unsynced_writes += bool(entries)
-
-    def apply_snapshot(self, snapshot: raft.Snapshot) -> None:
-        super().apply_snapshot(snapshot)
-        self.unsynced_writes += 1
-
-    def create_snapshot(self, index: int, conf_state: raft.ConfState, data: bytes) -> raft.Snapshot:
-        snapshot = super().create_snapshot(index, conf_state, data)
-        self.unsynced_writes += 1
-        return snapshot
-
-    def compact(self, index: int) -> None:
-        super().compact(index)
-        self.unsynced_writes += 1
 
 
 class LmdbDisk:

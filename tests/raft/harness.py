@@ -38,7 +38,34 @@ from multiraft.raft import (
 StorageFactory = Callable[[int, ConfState | None], MutableStorage]
 
 
-class CrashableMemoryStorage(MemoryStorage):
+class UnsyncedWriteCounter:
+    """Mixed in before a Storage implementation: counts the writes made since the last sync (what a crash loses)."""
+
+    unsynced_writes = 0
+
+    def set_hard_state(self, hard_state: HardState) -> None:
+        super().set_hard_state(hard_state)  # type: ignore[misc]
+        self.unsynced_writes += 1
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        super().append(entries)  # type: ignore[misc]
+        self.unsynced_writes += bool(entries)
+
+    def apply_snapshot(self, snapshot: Snapshot) -> None:
+        super().apply_snapshot(snapshot)  # type: ignore[misc]
+        self.unsynced_writes += 1
+
+    def create_snapshot(self, index: int, conf_state: ConfState, data: bytes) -> Snapshot:
+        snapshot: Snapshot = super().create_snapshot(index, conf_state, data)  # type: ignore[misc]
+        self.unsynced_writes += 1
+        return snapshot
+
+    def compact(self, index: int) -> None:
+        super().compact(index)  # type: ignore[misc]
+        self.unsynced_writes += 1
+
+
+class CrashableMemoryStorage(UnsyncedWriteCounter, MemoryStorage):
     """A MemoryStorage whose writes become durable only at :meth:`sync`: :meth:`crash` returns to the last sync.
 
     It looks inside its base class (the reference implementation) to take the durable image.
@@ -51,27 +78,6 @@ class CrashableMemoryStorage(MemoryStorage):
 
     def _capture(self) -> tuple[HardState, Snapshot, int, int, tuple[Entry, ...]]:
         return self._hard_state, self._snapshot, self._offset, self._offset_term, tuple(self._entries)
-
-    def set_hard_state(self, hard_state: HardState) -> None:
-        super().set_hard_state(hard_state)
-        self.unsynced_writes += 1
-
-    def append(self, entries: Sequence[Entry]) -> None:
-        super().append(entries)
-        self.unsynced_writes += bool(entries)
-
-    def apply_snapshot(self, snapshot: Snapshot) -> None:
-        super().apply_snapshot(snapshot)
-        self.unsynced_writes += 1
-
-    def create_snapshot(self, index: int, conf_state: ConfState, data: bytes) -> Snapshot:
-        snapshot = super().create_snapshot(index, conf_state, data)
-        self.unsynced_writes += 1
-        return snapshot
-
-    def compact(self, index: int) -> None:
-        super().compact(index)
-        self.unsynced_writes += 1
 
     def sync(self) -> None:
         """Everything written so far is durable (an fsync covers every earlier write)."""
