@@ -179,8 +179,8 @@ class Scheduler:
             work = inbox.popleft()
             try:
                 work()
-            except MultiraftError:
-                raise
+            except (MultiraftError, raft.StorageError):
+                raise  # a failed write leaves the store's transaction unusable: the node cannot go on
             except raft.RaftError as exc:
                 log.warning("raft refused work", error=repr(exc))
 
@@ -278,7 +278,7 @@ class Scheduler:
             self._send(readies, persisted=False)
         try:
             self._persist(readies)
-        except StorageError as exc:
+        except (StorageError, raft.StorageError) as exc:  # the Raft adapter reports storage failures as its own
             self._storage_failed(readies, exc)
             return
         # Without a sync nothing waits between the two kinds of messages: one batch, so one write per peer.
@@ -323,7 +323,7 @@ class Scheduler:
             self.store.sync()
             self.syncs += 1
 
-    def _storage_failed(self, readies: list[tuple[Group, raft.Ready]], exc: StorageError) -> None:
+    def _storage_failed(self, readies: list[tuple[Group, raft.Ready]], exc: StorageError | raft.StorageError) -> None:
         # Nothing of the round is durable: drop it, answer the producers, and let Raft retry from its state.
         log.error("storage failed; the round is discarded", error=str(exc))
         assert self.store is not None

@@ -23,6 +23,7 @@ from typing import Any, cast
 import pytest
 
 from multiraft import raft
+from multiraft.errors import StorageFailureError
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.scheduler import Group, Scheduler
 from storage import LogStore
@@ -71,6 +72,7 @@ class FakeStore:
     def __init__(self, disk: Disk) -> None:
         self.disk = disk
         self.syncs = 0
+        self.rollbacks = 0
 
     def sync(self) -> None:
         disk = self.disk
@@ -82,7 +84,7 @@ class FakeStore:
         self.syncs += 1
 
     def rollback(self) -> None:
-        raise AssertionError("no storage failure is simulated here")
+        self.rollbacks += 1
 
     def close(self) -> None:
         pass
@@ -98,10 +100,13 @@ class RecordingStorage(raft.MemoryStorage):
         super().set_hard_state(hard_state)
         self.group_id = group_id
         self.disk = disk
+        self.failure: raft.StorageError | None = None  # raised by the next append, as the LMDB adapter would
         disk.written_index[group_id] = disk.durable_index[group_id] = snapshot.meta.index
         disk.written_hard[group_id] = disk.durable_hard[group_id] = hard_state
 
     def append(self, entries: Sequence[raft.Entry]) -> None:
+        if self.failure is not None and entries:
+            raise self.failure
         super().append(entries)
         if entries:
             disk = self.disk
@@ -359,3 +364,27 @@ def test_a_quiescent_group_is_not_ticked_until_a_message_wakes_it() -> None:
         node.on_thread(lambda: node.scheduler.deliver([_heartbeat(1, 2, quiesce=False)]))
         node.wait_until(lambda: sleeper.raw.ticks >= ticks_at_sleep + 20, "the woken group to be ticked again")
         assert not sleeper.raw.quiescent
+
+
+def test_a_write_the_raft_adapter_reports_failed_discards_the_round_answers_its_producers_and_stops_the_node() -> None:
+    with node1(1, (1,)) as node:
+        group = node.groups[0]
+        storage = cast(RecordingStorage, group.storage)
+
+        def campaign() -> None:
+            group.raw.campaign()
+            node.scheduler.touch(group)
+
+        node.on_thread(campaign)
+        node.wait_until(lambda: group.is_leader and bool(group.machine.applied), "a leader")
+        syncs_before = node.store.syncs
+        # RaftLogStorage reports a full LMDB map (storage.StorageFullError) as a raft.StorageError.
+        storage.failure = raft.UnavailableError("map full")
+        answers: list[BaseException | None] = []
+        node.on_thread(lambda: node.scheduler.propose(group, b"record batch", lambda _, error: answers.append(error)))
+        node.wait_until(lambda: bool(answers), "the producer's answer")
+
+        assert isinstance(answers[0], StorageFailureError), answers
+        assert node.store.rollbacks == 1, "the failed round's transaction is rolled back"
+        assert node.store.syncs == syncs_before, "nothing of the failed round is synced"
+        node.wait_until(lambda: not node.scheduler.alive, "the scheduler to stop: the store cannot go on")
