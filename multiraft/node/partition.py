@@ -366,8 +366,8 @@ class PartitionMachine:
             return
         status = group.raw.status()
         progress = status.progress.get(preferred)
-        if progress is None or progress.is_learner:
-            return
+        if progress is None or preferred not in status.conf_state.voters:
+            return  # a learner, or an outgoing voter of a joint configuration: Raft would refuse the transfer
         # A quiescent leader heard every follower hold its whole log when it quiesced, and has sent nothing
         # since, so recent_active (reset by CheckQuorum, never refreshed while quiet) says nothing then.
         if not progress.recent_active and not group.raw.quiescent:
