@@ -384,10 +384,9 @@ class RaftLogStorage:
     def set_applied(self, index: int, conf_state: raft.ConfState | None = None) -> None:
         """Record the applied index in the same transaction as this round's entries, and with ``conf_state``
         (a Ready's, when its committed entries changed the configuration) the configuration at each of them."""
-        previous = self.applied_index()
+        if conf_state is not None:  # read the previous applied index only then: this runs every round
+            self._record_conf_changes(self.applied_index(), index, conf_state)
         self.log.set_attribute(_APPLIED, _U64.pack(index))
-        if conf_state is not None:
-            self._record_conf_changes(previous, index, conf_state)
         self._forget_through(index)
 
     def _record_conf_changes(self, previous: int, index: int, conf_state: raft.ConfState) -> None:
