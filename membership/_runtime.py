@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import logging
 import random
 from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
@@ -25,7 +26,8 @@ from membership.errors import CodecError, JoinError, LifecycleError, MetadataErr
 
 __all__ = ["MemberList"]
 
-_log: structlog.stdlib.BoundLogger = structlog.get_logger(__name__)
+# A stdlib logger underneath: unconfigured, info stays silent and warnings go to stderr, never stdout.
+_log: structlog.stdlib.BoundLogger = structlog.wrap_logger(logging.getLogger(__name__))
 _INFINITY = float("inf")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import struct
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -29,7 +30,8 @@ _BIND_ATTEMPTS = 16
 _ADDRESS_CACHE_LIMIT = 4096
 _WILDCARDS = ("", "0.0.0.0", "::")
 
-_log: structlog.stdlib.BoundLogger = structlog.get_logger(__name__)
+# A stdlib logger underneath: unconfigured, info stays silent and warnings go to stderr, never stdout.
+_log: structlog.stdlib.BoundLogger = structlog.wrap_logger(logging.getLogger(__name__))
 
 
 class Transport(Protocol):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -76,7 +77,8 @@ __all__ = [
     "SegmentedLog",
 ]
 
-log: structlog.stdlib.BoundLogger = structlog.get_logger(__name__)
+# A stdlib logger underneath: unconfigured, info stays silent and warnings go to stderr, never stdout.
+log: structlog.stdlib.BoundLogger = structlog.wrap_logger(logging.getLogger(__name__))
 
 ENTRY_OVERHEAD_BYTES = fmt.ENTRY_HEADER_SIZE
 """Bytes the log stores per entry besides its payload; they count toward ``segment_bytes``."""

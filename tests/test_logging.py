@@ -75,3 +75,27 @@ def test_before_configuration_a_process_using_multiraft_prints_nothing_on_stdout
         'level=warning logger=membership._runtime event="member suspected" member=n2',
         'level=warning logger=multiraft.raft._raft event="raft event" node=1 term=3',
     ]
+
+
+def test_storage_and_membership_used_alone_never_print_on_stdout(tmp_path: Path) -> None:
+    # No multiraft import at all, so nothing has routed or configured structlog: its default would print.
+    script = """
+import sys
+from membership import _runtime
+from storage import LogStore
+assert "multiraft.logging" not in sys.modules
+with LogStore.open(sys.argv[1]) as store:  # "log store opened" at info
+    store.log("t", 0)
+_runtime._log.warning("member suspected", member="n2")
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "store")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout == ""
+    assert "log store opened" not in result.stderr  # info is below stdlib's default level
+    assert "member suspected" in result.stderr

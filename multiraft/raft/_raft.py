@@ -6,6 +6,7 @@ messages, read states and the log/commit state that :class:`~multiraft.raft.RawN
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Protocol
@@ -33,7 +34,8 @@ from .storage import Storage
 
 __all__ = ["Raft", "Role", "ReadState", "RandomSource", "conf_after"]
 
-_log = structlog.get_logger(__name__)  # rendered and time-stamped by the node, never here
+# Rendered and time-stamped by the node, never here; a stdlib logger underneath keeps stdout clean unconfigured.
+_log = structlog.wrap_logger(logging.getLogger(__name__))
 
 APP = MessageType.APP
 APP_RESP = MessageType.APP_RESP
