@@ -2,11 +2,11 @@
 
 Library code (``storage``, ``membership``, the Raft core, the node, the client) logs through structlog and
 adds no processors of its own (the packages below ``multiraft`` wrap a stdlib logger, so that even used alone
-they never print on stdout); this module owns the processors and the rendering. Entry points (the CLI, a node process, a benchmark) call :func:`configure_logging` once: humans
-get ``key=value`` lines on stderr, machines one JSON object per line with ``json=True`` (or
-``MULTIRAFT_LOG_FORMAT=json``). The timestamp is added here, when an event is rendered, so the sans-IO Raft
-core never reads a clock. Records from the standard ``logging`` module (grpc, py4j) go through the same
-renderer.
+they never print on stdout); this module owns the processors and the rendering. Entry points (the CLI, a
+node process, a benchmark) call :func:`configure_logging` once: humans get ``key=value`` lines on stderr,
+machines one JSON object per line with ``json=True`` (or ``MULTIRAFT_LOG_FORMAT=json``). The timestamp is
+added here, when an event is rendered, so the sans-IO Raft core never reads a clock. Records from the
+standard ``logging`` module (grpc, py4j) go through the same renderer.
 
 Until an entry point configures logging, importing this module hands structlog's events to stdlib
 ``logging`` (warnings and errors on stderr, nothing below), instead of structlog's development default,
