@@ -47,7 +47,7 @@ from multiraft.errors import MultiraftError, UnavailableError
 from multiraft.logging import get_logger
 from multiraft.node.partition import PartitionMachine, PartitionView
 from multiraft.node.raftlog import SegmentRef, SnapshotManifest, decode_manifest
-from multiraft.node.scheduler import Group, Scheduler
+from multiraft.node.scheduler import Group, Scheduler, loop_completion
 from storage import (
     ChunkChecksumError,
     SegmentedLog,
@@ -338,24 +338,16 @@ class CatchupManager:
     async def _on_scheduler(self, work: Callable[[], T]) -> T:
         """Run ``work`` on the scheduler thread and wait for its result."""
         assert self._loop is not None
-        loop = self._loop
-        future: asyncio.Future[T] = loop.create_future()
-
-        def settle(result: Any, error: BaseException | None) -> None:
-            if future.done():
-                return
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(result)
+        future: asyncio.Future[T] = self._loop.create_future()
+        settle = loop_completion(self._loop, future)
 
         def run() -> None:
             try:
                 result = work()
             except BaseException as exc:  # handed back to the awaiting coroutine, which decides
-                loop.call_soon_threadsafe(settle, None, exc)
+                settle(None, exc)
                 return
-            loop.call_soon_threadsafe(settle, result, None)
+            settle(result, None)
 
         self._scheduler.submit(run)
         return await future
