@@ -33,7 +33,6 @@ import multiprocessing
 import os
 import queue
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -46,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _results import save_json  # benchmarks/ (this script's directory)
 
 KIB = 1024
 MB = 1_000_000
@@ -126,19 +127,6 @@ def drive(submit: Callable[[bytes, Callable[[], None]], None], size: int, window
 # ---------------------------------------------------------------------------------------------------- pysyncobj
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 def pysyncobj_node(index: int, addresses: list[str], journal: str, variant: dict[str, Any], pipe: Connection) -> None:
     """One pysyncobj replica (a spawned process): answers ``status`` and runs ``run`` workloads when leader."""
     from pysyncobj import SyncObj, SyncObjConf, replicated
@@ -191,8 +179,10 @@ def pysyncobj_node(index: int, addresses: list[str], journal: str, variant: dict
 
 class PySyncObjCluster:
     def __init__(self, directory: Path, variant: dict[str, Any]) -> None:
+        from multiraft.launcher import free_ports
+
         context = multiprocessing.get_context("spawn")
-        addresses = [f"127.0.0.1:{port}" for port in _free_ports(3)]
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
         self.pipes: list[Connection] = []
         self.processes: list[Any] = []
         for index in range(3):
@@ -442,9 +432,7 @@ def main() -> None:
         "runs": runs,
     }
     text = json.dumps(result, indent=None if args.json else 2)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    save_json(result, args.out)
     if args.json:
         print(text)
     else:

@@ -32,6 +32,7 @@ from rich.table import Table
 
 __all__ = [
     "ClusterInfo",
+    "free_ports",
     "NodeProcess",
     "cluster_up",
     "cluster_down",
@@ -93,7 +94,8 @@ def load_cluster(directory: str | os.PathLike[str]) -> ClusterInfo:
     return ClusterInfo(str(Path(directory).resolve()), nodes, document.get("settings", {}))
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (held open together while chosen, so they differ)."""
     sockets = []
     try:
         for _ in range(count):
@@ -269,7 +271,7 @@ def cluster_up(
         if any(_is_our_process(n) for n in existing.nodes.values()):
             raise RuntimeError(f"a cluster is already running in {root}; run `down` first")
     root.mkdir(parents=True, exist_ok=True)
-    ports = _free_ports(3 * nodes)
+    ports = free_ports(3 * nodes)
     cluster = ClusterInfo(str(root), settings=dict(settings or {}))
     for position in range(nodes):
         node_id = position + 1
@@ -307,7 +309,7 @@ def add_node(cluster: ClusterInfo, node_id: int | None = None, *, wait: bool = T
     new_id = node_id if node_id is not None else max(cluster.nodes, default=0) + 1
     if new_id in cluster.nodes:
         raise ValueError(f"node {new_id} is already part of the cluster in {cluster.directory}")
-    ports = _free_ports(3)
+    ports = free_ports(3)
     node_dir = Path(cluster.directory) / f"n{new_id}"
     node_dir.mkdir(exist_ok=True)
     node = NodeProcess(
