@@ -37,6 +37,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _results import save_json  # noqa: E402  # benchmarks/ (this script's directory)
+
 from multiraft.launcher import ClusterInfo, cluster_down, cluster_up  # noqa: E402  # after sys.path
 
 PARTITIONS = [1, 8, 64, 512]
@@ -169,9 +171,7 @@ def main() -> None:
         "idle": idle,
         "elapsed_s": round(time.monotonic() - began, 1),
     }
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    save_json(result, args.out)
     print(json.dumps(result, indent=None if args.json else 2))
 
 

@@ -29,6 +29,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from _results import save_json  # noqa: E402  # benchmarks/, after sys.path
+
 FIELDS = ("msgs_per_s", "mb_per_s", "p50_ms", "p99_ms", "p999_ms")
 OURS_CASES = {
     "produce": ["produce"],
@@ -178,9 +182,7 @@ def main() -> None:
         "rounds": rounds,
         "elapsed_s": round(time.monotonic() - began, 1),
     }
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    save_json(result, args.out)
     print(json.dumps(result, indent=None if args.json else 2))
 
 
