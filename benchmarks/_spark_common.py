@@ -3,6 +3,7 @@ case, and the report."""
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 import time
@@ -69,9 +70,16 @@ def summarise(rates: Mapping[str, list[float]], ratios: Mapping[str, list[float]
     }
 
 
-def print_cases(header: str, cases: Mapping[str, Mapping[str, Any]]) -> None:
-    print(header)
-    for name, case in cases.items():
+def report(result: Mapping[str, Any], as_json: bool) -> None:
+    """Print ``result``: as JSON, or one line per case under a header of the run's parameters."""
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    print(
+        f"{result['rows']:,} rows of {result['value_bytes']} B, {result['partitions']} partitions, "
+        f"RF {result['replication_factor']}, {result['reps']} reps"
+    )
+    for name, case in result["cases"].items():
         print(
             f"  {name:18s} {case['median_rows_per_s']:>12,.0f} rows/s   "
             f"ratio to parquet {case['median_ratio_to_parquet']:.2f}"

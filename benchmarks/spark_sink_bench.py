@@ -24,7 +24,6 @@ before). The report gives each case's median and the median of the per-repetitio
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -39,7 +38,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from _spark_common import print_cases, repeat, start_spark, summarise, timed
+from _spark_common import repeat, report, start_spark, summarise, timed
 
 from multiraft.client import Admin, Consumer, Producer, TopicPartition
 from multiraft.launcher import cluster_down, cluster_up
@@ -168,12 +167,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "cases": summarise(rates, ratios),
     }
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    print_cases(
-        f"{args.rows:,} rows of {args.value_bytes} B, {PARTITIONS} partitions, RF 3, {args.reps} reps", result["cases"]
-    )
+    report(result, args.json)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ case's median and the median of the per-repetition ratios to the Parquet baselin
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -39,7 +38,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from _spark_common import print_cases, repeat, start_spark, summarise, timed
+from _spark_common import repeat, report, start_spark, summarise, timed
 
 from multiraft.client import Admin, Producer
 from multiraft.launcher import cluster_down, cluster_up
@@ -158,12 +157,7 @@ def main() -> None:
         },
         "cases": summarise(rates, ratios),
     }
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    print_cases(
-        f"{args.rows:,} rows of {args.value_bytes} B, {PARTITIONS} partitions, RF 3, {args.reps} reps", result["cases"]
-    )
+    report(result, args.json)
 
 
 if __name__ == "__main__":
