@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -34,22 +35,28 @@ SPARK_CONF = {
 }
 
 
+def local_session(app_name: str) -> Any:
+    """A local[2] SparkSession with the test settings and the multiraft source and sink registered."""
+    from pyspark.sql import SparkSession
+
+    import spark_connector
+
+    builder = SparkSession.builder.master("local[2]").appName(app_name)
+    for key, value in SPARK_CONF.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    spark_connector.register(session)
+    return session
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     if shutil.which("java") is None:
         pytest.skip("Spark tests need Java 17 on PATH")
     # Spark's Python workers run PYSPARK_PYTHON (default: python3 on PATH), which must see this venv's packages.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    import spark_connector
-
-    builder = SparkSession.builder.master("local[2]").appName("multiraft-tests")
-    for key, value in SPARK_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    spark_connector.register(session)
+    session = local_session("multiraft-tests")
     try:
         yield session
     finally:

@@ -129,17 +129,9 @@ def _run_driver(argv: list[str]) -> None:
     parser.add_argument("--max-offsets", type=int, required=True)
     args = parser.parse_args(argv)
 
-    from pyspark.sql import SparkSession
+    from tests.spark.conftest import local_session
 
-    import spark_connector
-    from tests.spark.conftest import SPARK_CONF
-
-    builder = SparkSession.builder.master("local[2]").appName("multiraft-exactly-once")
-    for key, value in SPARK_CONF.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    spark_connector.register(spark)
+    spark = local_session("multiraft-exactly-once")
     query = (
         spark.readStream.format("multiraft")
         .option("bootstrap", args.bootstrap)
