@@ -29,9 +29,8 @@ def log_from_every_library():
 """
 
 
-def _run(tmp_path: Path, *setup: str) -> subprocess.CompletedProcess[str]:
-    """Run ``setup``, then log from every library, in a fresh interpreter."""
-    script = "\n".join([_LIBRARY_EVENTS, *setup, "log_from_every_library()"])
+def _python(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a fresh interpreter, with a store directory as its argument."""
     return subprocess.run(
         [sys.executable, "-c", script, str(tmp_path / "store")],
         cwd=ROOT,
@@ -40,6 +39,11 @@ def _run(tmp_path: Path, *setup: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=True,
     )
+
+
+def _run(tmp_path: Path, *setup: str) -> subprocess.CompletedProcess[str]:
+    """Run ``setup``, then log from every library, in a fresh interpreter."""
+    return _python("\n".join([_LIBRARY_EVENTS, *setup, "log_from_every_library()"]), tmp_path)
 
 
 def test_configured_logs_are_key_value_lines_on_stderr_with_one_timestamp_each(tmp_path: Path) -> None:
@@ -88,14 +92,7 @@ with LogStore.open(sys.argv[1]) as store:  # "log store opened" at info
     store.log("t", 0)
 _runtime._log.warning("member suspected", member="n2")
 """
-    result = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path / "store")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    result = _python(script, tmp_path)
     assert result.stdout == ""
     assert "log store opened" not in result.stderr  # info is below stdlib's default level
     assert "member suspected" in result.stderr

@@ -57,6 +57,13 @@ def _refs(plog: SegmentedLog, directory: Path) -> list[tuple[SegmentRef, Path]]:
     return out
 
 
+def _catchup_snapshot(storage: RaftLogStorage, directory: Path) -> tuple[list[tuple[SegmentRef, Path]], raft.Snapshot]:
+    """Export the leader's sealed segments and take a catch-up snapshot at the end of the last one."""
+    refs = _refs(storage.log, directory)
+    manifest = SnapshotManifest(refs[-1][0].next_offset, files=tuple(r for r, _ in refs), start=(0, 0))
+    return refs, storage.snapshot_for_catchup(refs[-1][0].last_index, manifest)
+
+
 def test_manifest_round_trips_and_old_manifests_still_read() -> None:
     ref = SegmentRef(1, 10, 0, 30, 2, 4000, 0xDEADBEEF)
     manifest = SnapshotManifest(30, producers=b"{}", files=(ref,), start=(0, 0))
@@ -69,10 +76,8 @@ def test_a_catch_up_snapshot_moves_raft_compaction_but_keeps_the_segments(
 ) -> None:
     _, storage = leader
     plog = storage.log
-    refs = _refs(plog, tmp_path / "export")
-    index = refs[-1][0].last_index
-    manifest = SnapshotManifest(refs[-1][0].next_offset, files=tuple(r for r, _ in refs), start=(0, 0))
-    snapshot = storage.snapshot_for_catchup(index, manifest)
+    refs, snapshot = _catchup_snapshot(storage, tmp_path / "export")
+    index = snapshot.meta.index
     assert snapshot.meta.index == index and storage.first_index() == index + 1
     assert plog.first_index() == 1  # consumers still read everything
     with pytest.raises(raft.CompactedError):
@@ -90,10 +95,8 @@ def test_a_follower_adopts_the_copied_segments_and_resumes_after_the_snapshot(
 ) -> None:
     _, storage = leader
     plog = storage.log
-    refs = _refs(plog, tmp_path / "export")
-    index = refs[-1][0].last_index
-    manifest = SnapshotManifest(refs[-1][0].next_offset, files=tuple(r for r, _ in refs), start=(0, 0))
-    snapshot = storage.snapshot_for_catchup(index, manifest)
+    refs, snapshot = _catchup_snapshot(storage, tmp_path / "export")
+    index = snapshot.meta.index
     with LogStore.open(tmp_path / "follower", SMALL) as follower_store:
         follower = RaftLogStorage(follower_store.log("t", 0))
         held_until = refs[already_held - 1][0].last_index + 5 if already_held else 0
