@@ -688,10 +688,14 @@ class SegmentedLog:
         self._view = self._make_view(store._published_txn)
 
     @contextmanager
-    def _writing(self, index: int | None = None) -> Iterator[lmdb.Transaction]:
+    def _writing(self, index: int | None = None, *, segments: bool = True) -> Iterator[lmdb.Transaction]:
         """The write transaction for one change of this log. If the change fails, the log's in-memory state is
-        put back as it was before it (the transaction itself is marked failed: see LogStore._writing)."""
-        saved = (list(self._segments), self._compaction_index, self._compaction_term, self._last_term)
+        put back as it was before it (the transaction itself is marked failed: see LogStore._writing).
+        ``segments=False`` for a change that leaves segments and compaction alone (hard state, attributes: once
+        per group per round), so there is nothing to save."""
+        saved = (
+            (list(self._segments), self._compaction_index, self._compaction_term, self._last_term) if segments else None
+        )
         hard_state = self._hard_state
         with self._store._writing() as txn:
             self._store._dirty[self.log_id] = self
@@ -699,7 +703,8 @@ class SegmentedLog:
                 with _lmdb_errors(self._store._data_file, index):
                     yield txn
             except BaseException:
-                self._segments, self._compaction_index, self._compaction_term, self._last_term = saved
+                if saved is not None:
+                    self._segments, self._compaction_index, self._compaction_term, self._last_term = saved
                 self._hard_state = hard_state
                 raise
 
@@ -797,7 +802,7 @@ class SegmentedLog:
         self._check_open()
         if min(state) < 0:
             raise InvalidArgumentError(f"hard state fields must be >= 0: {state}")
-        with self._writing() as txn:
+        with self._writing(segments=False) as txn:
             txn.put(fmt.log_key(b"h", self.log_id), fmt.HARD_STATE.pack(*state), db=self._store._meta)
         self._hard_state = HardState(*state)
 
@@ -814,7 +819,7 @@ class SegmentedLog:
         if not name or len(name.encode()) > 400:
             raise InvalidArgumentError(f"attribute name must be 1..400 bytes, got {name!r}")
         key = fmt.log_key(b"a", self.log_id) + name.encode()
-        with self._writing() as txn:
+        with self._writing(segments=False) as txn:
             if value is None:
                 txn.delete(key, db=self._store._meta)
             else:
