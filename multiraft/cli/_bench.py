@@ -40,7 +40,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from multiraft.cli._bench_worker import STAMP, WorkerResult, WorkerSpec, run_worker
+from multiraft.cli._bench_worker import STAMP, WorkerResult, WorkerSpec, cpu_seconds, run_worker
 from multiraft.cli._common import console, err_console
 from multiraft.cli._options import BootstrapOption, ClusterDirOption, fail
 from multiraft.cli._produce import Compression
@@ -361,7 +361,7 @@ def _run_workers(
         if not results.empty():  # a worker failed while setting up: its result says why
             collected.append(results.get())
             raise _WorkerFailedError(collected[0].first_error or "a worker failed while setting up")
-        own_cpu = _own_cpu()
+        own_cpu = cpu_seconds()
         nodes_before = _node_cpu(target.node_pids)
         started = time.monotonic()
         go.set()
@@ -384,7 +384,7 @@ def _run_workers(
             _show(progress, task, counter.value, started, total, duration_s)
         wall = time.monotonic() - started
         nodes_after = _node_cpu(target.node_pids)
-        main_cpu = _own_cpu() - own_cpu
+        main_cpu = cpu_seconds() - own_cpu
     finally:
         stop.set()
         _stop_processes(processes)
@@ -415,11 +415,6 @@ def _show(
         )
     else:
         progress.update(task, completed=done, rate=f"{done / elapsed:,.0f} msg/s")
-
-
-def _own_cpu() -> float:
-    times = os.times()
-    return times.user + times.system
 
 
 def _stop_processes(processes: list[SpawnProcess]) -> None:
