@@ -13,9 +13,9 @@ from membership._transport import NetTransport, PacketHandler, StreamHandler, Tr
 from membership._types import Counters, EventKind, Member, MemberEvent, MemberMeta, MemberState
 from membership.config import MembershipConfig
 from membership.errors import (
-    CodecError,
     JoinError,
     LifecycleError,
+    MembershipCodecError,
     MembershipConfigError,
     MembershipError,
     MetadataError,
@@ -46,7 +46,7 @@ __all__ = [
     "MembershipError",
     "MembershipConfigError",
     "MetadataError",
-    "CodecError",
+    "MembershipCodecError",
     "LifecycleError",
     "TransportError",
     "JoinError",

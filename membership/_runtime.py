@@ -22,7 +22,7 @@ from membership._state import SwimCore
 from membership._transport import NetTransport, Transport
 from membership._types import Counters, EventKind, Member, MemberEvent, MemberMeta
 from membership.config import MembershipConfig
-from membership.errors import CodecError, JoinError, LifecycleError, MetadataError, TransportError
+from membership.errors import JoinError, LifecycleError, MembershipCodecError, MetadataError, TransportError
 
 __all__ = ["MemberList"]
 
@@ -284,7 +284,7 @@ class MemberList:
             return None
         try:
             return core.handle_push_pull_request(self._event_loop().time(), data)
-        except CodecError as exc:
+        except MembershipCodecError as exc:
             self._counters.push_pull_failures += 1
             self._log.warning("cannot serve push-pull", error=str(exc))
             return None
@@ -301,7 +301,7 @@ class MemberList:
             request = core.push_pull_request(join=join)
             self._pump()
             reply = await self._transport.exchange(addr, request, self._config.tcp_timeout)
-        except (TransportError, CodecError) as exc:
+        except (TransportError, MembershipCodecError) as exc:
             self._counters.push_pull_failures += 1
             self._log.debug("push-pull failed", peer=addr, error=str(exc))
             if join:

@@ -71,7 +71,7 @@ from membership._wire import (
     encode_push_pull,
 )
 from membership.config import MembershipConfig
-from membership.errors import CodecError, LifecycleError, MetadataError
+from membership.errors import LifecycleError, MembershipCodecError, MetadataError
 
 __all__ = ["SwimCore"]
 
@@ -304,7 +304,7 @@ class SwimCore:
             return
         try:
             packet = decode_packet(data)
-        except CodecError:
+        except MembershipCodecError:
             counters.malformed_dropped += 1
             return
         if packet.cluster_tag != self._tag:
@@ -765,7 +765,7 @@ class SwimCore:
         entries = tuple(StateEntry(n.incarnation, n.meta, n.addr, n.state) for n in self._nodes.values())
         data = encode_push_pull(PushPull(self._tag, self._local_id, join, entries))
         if len(data) > self._config.max_push_pull_bytes:
-            raise CodecError(f"push-pull state of {len(data)} bytes exceeds max_push_pull_bytes")
+            raise MembershipCodecError(f"push-pull state of {len(data)} bytes exceeds max_push_pull_bytes")
         return data
 
     def _accept_state(self, data: bytes) -> PushPull | None:
@@ -776,7 +776,7 @@ class SwimCore:
             return None
         try:
             state = decode_push_pull(data)
-        except CodecError:
+        except MembershipCodecError:
             counters.malformed_dropped += 1
             return None
         if state.cluster_tag != self._tag:

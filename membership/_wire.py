@@ -19,7 +19,7 @@ A push-pull state (TCP, framed by the transport with a u32 length) lists every m
               informational) | count (u32) | entry*
     entry   = member state (u8) | ALIVE body
 
-Decoders check every length, range and string and raise :class:`CodecError`; they never raise anything else.
+Decoders check every length, range and string and raise :class:`MembershipCodecError`; they never raise anything else.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from membership._types import MAX_TEXT_BYTES, MemberMeta, MemberState, split_host_port
-from membership.errors import CodecError, MetadataError
+from membership.errors import MembershipCodecError, MetadataError
 
 __all__ = [
     "HEADER_BYTES",
@@ -185,7 +185,7 @@ def cluster_tag(cluster_name: str) -> int:
 def _text(value: str) -> bytes:
     raw = value.encode()
     if len(raw) > MAX_TEXT_BYTES:
-        raise CodecError(f"text longer than {MAX_TEXT_BYTES} bytes: {value[:40]!r}...")
+        raise MembershipCodecError(f"text longer than {MAX_TEXT_BYTES} bytes: {value[:40]!r}...")
     return bytes((len(raw),)) + raw
 
 
@@ -222,9 +222,9 @@ def encode_message(message: Message) -> bytes:
             case Alive(incarnation, meta, gossip_addr):
                 kind, body = MessageType.ALIVE, _member_body(incarnation, meta, gossip_addr)
             case _:
-                raise CodecError(f"not a message: {message!r}")
+                raise MembershipCodecError(f"not a message: {message!r}")
     except struct.error as exc:
-        raise CodecError(f"field out of range in {message!r}: {exc}") from exc
+        raise MembershipCodecError(f"field out of range in {message!r}: {exc}") from exc
     return _FRAME.pack(kind, len(body)) + body
 
 
@@ -233,7 +233,7 @@ def encode_packet(tag: int, sender: int, sender_members: int, frames: Iterable[b
     try:
         header = _HEADER.pack(_PACKET_MAGIC, VERSION, tag, sender) + _MEMBERS.pack(sender_members)
     except struct.error as exc:
-        raise CodecError(f"header field out of range: {exc}") from exc
+        raise MembershipCodecError(f"header field out of range: {exc}") from exc
     return header + b"".join(frames)
 
 
@@ -247,7 +247,7 @@ def encode_push_pull(state: PushPull) -> bytes:
             parts.append(_STATE_BYTE.pack(entry.state))
             parts.append(_member_body(entry.incarnation, entry.meta, entry.gossip_addr))
     except struct.error as exc:
-        raise CodecError(f"field out of range in push-pull state: {exc}") from exc
+        raise MembershipCodecError(f"field out of range in push-pull state: {exc}") from exc
     return b"".join(parts)
 
 
@@ -256,20 +256,20 @@ def encode_push_pull(state: PushPull) -> bytes:
 
 def _read_text(data: bytes, offset: int, end: int) -> tuple[str, int]:
     if offset >= end:
-        raise CodecError("text length missing")
+        raise MembershipCodecError("text length missing")
     length = data[offset]
     offset += 1
     if offset + length > end:
-        raise CodecError("text runs past its message")
+        raise MembershipCodecError("text runs past its message")
     try:
         return data[offset : offset + length].decode(), offset + length
     except UnicodeDecodeError as exc:
-        raise CodecError("text is not UTF-8") from exc
+        raise MembershipCodecError("text is not UTF-8") from exc
 
 
 def _read_member(data: bytes, offset: int, end: int) -> tuple[int, MemberMeta, str, int]:
     if offset + _ALIVE_HEAD.size > end:
-        raise CodecError("member record truncated")
+        raise MembershipCodecError("member record truncated")
     incarnation, node = _ALIVE_HEAD.unpack_from(data, offset)
     offset += _ALIVE_HEAD.size
     gossip_addr, offset = _read_text(data, offset, end)
@@ -277,20 +277,20 @@ def _read_member(data: bytes, offset: int, end: int) -> tuple[int, MemberMeta, s
     peer_addr, offset = _read_text(data, offset, end)
     rack, offset = _read_text(data, offset, end)
     if offset + _CAPACITY.size > end:
-        raise CodecError("member record truncated")
+        raise MembershipCodecError("member record truncated")
     (capacity,) = _CAPACITY.unpack_from(data, offset)
     offset += _CAPACITY.size
     try:
         meta = MemberMeta(node, client_addr, peer_addr, rack, capacity)
         split_host_port(gossip_addr)
     except (MetadataError, ValueError) as exc:
-        raise CodecError(f"bad member record: {exc}") from exc
+        raise MembershipCodecError(f"bad member record: {exc}") from exc
     return incarnation, meta, gossip_addr, offset
 
 
 def _nonzero(node: int, what: str) -> int:
     if node == 0:
-        raise CodecError(f"{what} node id is 0")
+        raise MembershipCodecError(f"{what} node id is 0")
     return node
 
 
@@ -299,7 +299,7 @@ def _nonzero(node: int, what: str) -> int:
 def _decode_alive(body: bytes) -> Alive:
     incarnation, meta, gossip_addr, offset = _read_member(body, 0, len(body))
     if offset != len(body):
-        raise CodecError("trailing bytes in alive message")
+        raise MembershipCodecError("trailing bytes in alive message")
     return Alive(incarnation, meta, gossip_addr)
 
 
@@ -307,17 +307,17 @@ def _decode_body(kind: int, data: bytes, offset: int, end: int) -> Message:
     size = end - offset
     if kind == MessageType.PING:
         if size != _PING.size:
-            raise CodecError(f"ping body is {size} bytes")
+            raise MembershipCodecError(f"ping body is {size} bytes")
         seq, target = _PING.unpack_from(data, offset)
         return Ping(seq, _nonzero(target, "ping target"))
     if kind in (MessageType.ACK, MessageType.NACK):
         if size != _SEQ.size:
-            raise CodecError(f"ack/nack body is {size} bytes")
+            raise MembershipCodecError(f"ack/nack body is {size} bytes")
         (seq,) = _SEQ.unpack_from(data, offset)
         return Ack(seq) if kind == MessageType.ACK else Nack(seq)
     if kind in (MessageType.SUSPECT, MessageType.DEAD):
         if size != _ACCUSE.size:
-            raise CodecError(f"suspect/dead body is {size} bytes")
+            raise MembershipCodecError(f"suspect/dead body is {size} bytes")
         incarnation, node, accuser = _ACCUSE.unpack_from(data, offset)
         _nonzero(node, "accused")
         _nonzero(accuser, "accuser")
@@ -326,78 +326,78 @@ def _decode_body(kind: int, data: bytes, offset: int, end: int) -> Message:
         return _decode_alive(data[offset:end])
     if kind == MessageType.INDIRECT_PING:
         if size < _INDIRECT.size:
-            raise CodecError("indirect ping truncated")
+            raise MembershipCodecError("indirect ping truncated")
         seq, target, flags = _INDIRECT.unpack_from(data, offset)
         if flags & ~_WANT_NACK:
-            raise CodecError(f"unknown indirect ping flags {flags:#x}")
+            raise MembershipCodecError(f"unknown indirect ping flags {flags:#x}")
         target_addr, offset = _read_text(data, offset + _INDIRECT.size, end)
         if offset != end:
-            raise CodecError("trailing bytes in indirect ping")
+            raise MembershipCodecError("trailing bytes in indirect ping")
         try:
             split_host_port(target_addr)
         except ValueError as exc:
-            raise CodecError(f"bad indirect ping target: {exc}") from exc
+            raise MembershipCodecError(f"bad indirect ping target: {exc}") from exc
         return IndirectPing(seq, _nonzero(target, "indirect ping target"), target_addr, bool(flags & _WANT_NACK))
-    raise CodecError(f"unknown message type {kind}")
+    raise MembershipCodecError(f"unknown message type {kind}")
 
 
 def _read_header(data: bytes, magic: int, what: str) -> tuple[int, int]:
     if len(data) < _HEADER.size:
-        raise CodecError(f"{what} shorter than its header ({len(data)} bytes)")
+        raise MembershipCodecError(f"{what} shorter than its header ({len(data)} bytes)")
     found_magic, version, tag, sender = _HEADER.unpack_from(data, 0)
     if found_magic != magic:
-        raise CodecError(f"not a {what} (magic {found_magic:#x})")
+        raise MembershipCodecError(f"not a {what} (magic {found_magic:#x})")
     if version != VERSION:
-        raise CodecError(f"{what} version {version} is not {VERSION}")
+        raise MembershipCodecError(f"{what} version {version} is not {VERSION}")
     return tag, _nonzero(sender, "sender")
 
 
 def decode_packet(data: bytes | bytearray | memoryview) -> Packet:
-    """Decode a whole packet or raise :class:`CodecError`; a packet is accepted or dropped as a unit."""
+    """Decode a whole packet or raise :class:`MembershipCodecError`; a packet is accepted or dropped as a unit."""
     data = bytes(data)
     tag, sender = _read_header(data, _PACKET_MAGIC, "packet")
     if len(data) < HEADER_BYTES:
-        raise CodecError("packet header truncated")
+        raise MembershipCodecError("packet header truncated")
     (sender_members,) = _MEMBERS.unpack_from(data, _HEADER.size)
     messages: list[Message] = []
     offset, total = HEADER_BYTES, len(data)
     while offset < total:
         if offset + _FRAME.size > total:
-            raise CodecError("frame header truncated")
+            raise MembershipCodecError("frame header truncated")
         kind, length = _FRAME.unpack_from(data, offset)
         offset += _FRAME.size
         end = offset + length
         if end > total:
-            raise CodecError("frame runs past the packet")
+            raise MembershipCodecError("frame runs past the packet")
         messages.append(_decode_body(kind, data, offset, end))
         offset = end
     if not messages:
-        raise CodecError("packet has no messages")
+        raise MembershipCodecError("packet has no messages")
     return Packet(tag, sender, sender_members, tuple(messages))
 
 
 def decode_push_pull(data: bytes | bytearray | memoryview) -> PushPull:
-    """Decode a push-pull state or raise :class:`CodecError`."""
+    """Decode a push-pull state or raise :class:`MembershipCodecError`."""
     data = bytes(data)
     tag, sender = _read_header(data, _STATE_MAGIC, "push-pull state")
     offset, total = _HEADER.size, len(data)
     if offset + _STATE_HEAD.size > total:
-        raise CodecError("push-pull state truncated")
+        raise MembershipCodecError("push-pull state truncated")
     flags, count = _STATE_HEAD.unpack_from(data, offset)
     offset += _STATE_HEAD.size
     if flags & ~_JOIN:
-        raise CodecError(f"unknown push-pull flags {flags:#x}")
+        raise MembershipCodecError(f"unknown push-pull flags {flags:#x}")
     if count * _SMALLEST_ENTRY > total - offset:
-        raise CodecError(f"push-pull state claims {count} members in {total - offset} bytes")
+        raise MembershipCodecError(f"push-pull state claims {count} members in {total - offset} bytes")
     entries: list[StateEntry] = []
     for _ in range(count):
         raw_state = data[offset] if offset < total else -1
         try:
             state = MemberState(raw_state)
         except ValueError as exc:
-            raise CodecError(f"unknown member state {raw_state}") from exc
+            raise MembershipCodecError(f"unknown member state {raw_state}") from exc
         incarnation, meta, gossip_addr, offset = _read_member(data, offset + 1, total)
         entries.append(StateEntry(incarnation, meta, gossip_addr, state))
     if offset != total:
-        raise CodecError("trailing bytes after push-pull state")
+        raise MembershipCodecError("trailing bytes after push-pull state")
     return PushPull(tag, sender, bool(flags & _JOIN), tuple(entries))

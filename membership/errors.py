@@ -6,7 +6,7 @@ mapped at the boundary (``raise ... from exc``) so callers never see a foreign e
     MembershipError
     ├── MembershipConfigError     a MembershipConfig field is wrong (names the field); also a ValueError
     ├── MetadataError             a MemberMeta field is wrong (names the field); also a ValueError
-    ├── CodecError                bytes are not a valid packet or push-pull state; also a ValueError
+    ├── MembershipCodecError      bytes are not a valid packet or push-pull state; also a ValueError
     ├── LifecycleError            the call does not fit the member's phase: not started, stopped, or left
     └── TransportError            a socket could not be bound, or a TCP push-pull exchange failed
         └── JoinError             no seed answered the join push-pull; ``failures`` says why, per seed
@@ -22,7 +22,7 @@ __all__ = [
     "MembershipError",
     "MembershipConfigError",
     "MetadataError",
-    "CodecError",
+    "MembershipCodecError",
     "LifecycleError",
     "TransportError",
     "JoinError",
@@ -49,7 +49,7 @@ class MetadataError(MembershipError, ValueError):
         self.field = field
 
 
-class CodecError(MembershipError, ValueError):
+class MembershipCodecError(MembershipError, ValueError):
     """Bytes that are not a valid packet or push-pull state (truncated, unknown type, bad field)."""
 
 

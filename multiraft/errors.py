@@ -26,7 +26,7 @@ whichever side of the wire an error started on::
     ├── AssignmentChangedError      a planned replica change lost a race with another change; plan again
     ├── RequestTimeoutError         the request did not complete within its deadline (outcome unknown)
     ├── UnavailableError            the node or cluster cannot serve now; retry later
-    ├── ConnectionFailedError       the client could not reach any node
+    │   └── ConnectionFailedError   the client could not reach any node
     ├── UnsupportedError            the node's version does not serve this method (UNIMPLEMENTED)
     └── StorageFailureError         a node's storage failed (disk full, corruption)
 """

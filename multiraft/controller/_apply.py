@@ -23,17 +23,17 @@ from ._model import (
     check_node_info,
 )
 from .errors import (
+    ControllerArgumentError,
     ControllerError,
-    InvalidArgumentError,
+    DuplicateTopicError,
     InvalidAssignmentError,
     InvalidConfigError,
     InvalidNodeError,
     InvalidPartitionCountError,
-    NodeHasReplicasError,
+    NodeNotDrainedError,
+    NodeNotFoundError,
     OutOfOrderApplyError,
     StaleAssignmentError,
-    TopicExistsError,
-    UnknownNodeError,
 )
 from .topic_config import config_key, validate_topic_configs, validate_topic_name
 
@@ -127,12 +127,12 @@ def _register_node(state: ClusterState, command: RegisterNode) -> tuple[_Changes
 def _create_topic(state: ClusterState, command: CreateTopic) -> tuple[_Changes, Outcome]:
     validate_topic_name(command.name, internal=command.internal)
     if command.name in state.topics:
-        raise TopicExistsError(command.name)
+        raise DuplicateTopicError(command.name)
     configs = validate_topic_configs(command.configs, creating=True)
     if not command.assignments:
         raise InvalidPartitionCountError(0)
     if command.created_ms < 0:
-        raise InvalidArgumentError("created_ms", f"must be >= 0, got {command.created_ms}")
+        raise ControllerArgumentError("created_ms", f"must be >= 0, got {command.created_ms}")
     partitions = []
     for number, (replicas, preferred_leader) in enumerate(command.assignments):
         _check_assignment(state, replicas, (), preferred_leader)
@@ -161,11 +161,11 @@ def _check_assignment(
     for node_id in (*replicas, *learners):
         node = state.nodes.get(node_id)
         if node is None:
-            raise UnknownNodeError(node_id)
+            raise NodeNotFoundError(node_id)
         # Draining nodes are accepted: a command planned before the drain began may land after it, and the
         # drain then moves the replica again. Refusing would strand a half-done move.
         if node.state is NodeState.REMOVED:
-            raise UnknownNodeError(node_id, f"node {node_id} is removed")
+            raise NodeNotFoundError(node_id, f"node {node_id} is removed")
 
 
 def _check_distinct(name: str, nodes: tuple[int, ...]) -> None:
@@ -179,7 +179,7 @@ def _check_distinct(name: str, nodes: tuple[int, ...]) -> None:
 def _delete_topic(state: ClusterState, command: DeleteTopic) -> tuple[_Changes, Outcome]:
     topic = state.topic(command.name)
     if topic.internal and not command.internal:
-        raise InvalidArgumentError("name", f"{command.name!r} is an internal topic and cannot be deleted")
+        raise ControllerArgumentError("name", f"{command.name!r} is an internal topic and cannot be deleted")
     topics = {name: t for name, t in state.topics.items() if name != command.name}
     return {"topics": topics}, topic
 
@@ -229,7 +229,7 @@ def _set_partition_replicas(state: ClusterState, command: SetPartitionReplicas) 
 def _set_node_state(state: ClusterState, command: SetNodeState) -> tuple[_Changes, Outcome]:
     node = state.nodes.get(command.node_id)
     if node is None:
-        raise UnknownNodeError(command.node_id)
+        raise NodeNotFoundError(command.node_id)
     if node.state is command.state:
         return {}, node
     if node.state is NodeState.REMOVED:
@@ -237,17 +237,17 @@ def _set_node_state(state: ClusterState, command: SetNodeState) -> tuple[_Change
     if command.state is NodeState.REMOVED:
         hosted = len(state.partitions_on_node(command.node_id))
         if hosted:
-            raise NodeHasReplicasError(command.node_id, hosted)
+            raise NodeNotDrainedError(command.node_id, hosted)
     updated = replace(node, state=command.state)
     return {"nodes": {**state.nodes, node.node_id: updated}}, updated
 
 
 def _allocate_producer_ids(state: ClusterState, command: AllocateProducerIds) -> tuple[_Changes, Outcome]:
     if not 1 <= command.count <= MAX_PRODUCER_ID_BLOCK:
-        raise InvalidArgumentError("count", f"must be in [1, {MAX_PRODUCER_ID_BLOCK}], got {command.count}")
+        raise ControllerArgumentError("count", f"must be in [1, {MAX_PRODUCER_ID_BLOCK}], got {command.count}")
     block = ProducerIdBlock(state.next_producer_id, command.count)
     if block.last > MAX_PRODUCER_ID:
-        raise InvalidArgumentError("count", "the producer id space is exhausted")
+        raise ControllerArgumentError("count", "the producer id space is exhausted")
     return {"next_producer_id": block.last + 1}, block
 
 

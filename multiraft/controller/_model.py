@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 
-from .errors import ControllerError, InvalidNodeError, UnknownPartitionError, UnknownTopicError
+from .errors import ControllerError, InvalidNodeError, PartitionNotFoundError, TopicNotFoundError
 from .topic_config import validate_topic_configs, validate_topic_name
 
 __all__ = [
@@ -142,17 +142,17 @@ class ClusterState:
     # ------------------------------------------------------------------------------------------- lookups
 
     def topic(self, name: str) -> Topic:
-        """The topic called ``name``, or :class:`UnknownTopicError`."""
+        """The topic called ``name``, or :class:`TopicNotFoundError`."""
         topic = self.topics.get(name)
         if topic is None:
-            raise UnknownTopicError(name)
+            raise TopicNotFoundError(name)
         return topic
 
     def partition(self, topic: str, partition: int) -> PartitionState:
-        """One partition, or :class:`UnknownTopicError` / :class:`UnknownPartitionError`."""
+        """One partition, or :class:`TopicNotFoundError` / :class:`PartitionNotFoundError`."""
         found = self.topic(topic)
         if not 0 <= partition < len(found.partitions):
-            raise UnknownPartitionError(topic, partition, len(found.partitions))
+            raise PartitionNotFoundError(topic, partition, len(found.partitions))
         return found.partitions[partition]
 
     def groups(self) -> Mapping[int, PartitionState]:

@@ -5,25 +5,28 @@ wire's ``google.rpc.ErrorInfo``) and ``status`` (the name of the gRPC status cod
 and :attr:`ControllerError.metadata` gives the ErrorInfo metadata::
 
     ControllerError                          INTERNAL
-    ├── UnknownTopicError                    UNKNOWN_TOPIC (NOT_FOUND)
-    ├── UnknownPartitionError                UNKNOWN_PARTITION (NOT_FOUND)
-    ├── TopicExistsError                     TOPIC_EXISTS (ALREADY_EXISTS)
-    ├── InvalidArgumentError (ValueError)    INVALID_ARGUMENT (INVALID_ARGUMENT; metadata field)
+    ├── TopicNotFoundError                   UNKNOWN_TOPIC (NOT_FOUND)
+    ├── PartitionNotFoundError               UNKNOWN_PARTITION (NOT_FOUND)
+    ├── DuplicateTopicError                  TOPIC_EXISTS (ALREADY_EXISTS)
+    ├── ControllerArgumentError (ValueError) INVALID_ARGUMENT (INVALID_ARGUMENT; metadata field)
     │   ├── InvalidTopicNameError            field "name"
     │   ├── InvalidConfigError               field = the config key, also as ``key``
     │   ├── InvalidReplicationFactorError    RF < 1, or more than the registered nodes could ever hold
     │   ├── InvalidPartitionCountError       partitions < 1
     │   ├── InvalidAssignmentError           replicas repeat a node, overlap the learners, leader not a replica
     │   ├── InvalidNodeError                 a NodeInfo or node-state change that can never be valid
-    │   └── UnknownNodeError                 a node id that is not registered (or is removed, when placing)
+    │   └── NodeNotFoundError                a node id that is not registered (or is removed, when placing)
     ├── NotEnoughNodesError                  NOT_ENOUGH_REPLICAS (UNAVAILABLE): too few live nodes right now
-    ├── NodeHasReplicasError                 NODE_HAS_REPLICAS (FAILED_PRECONDITION): drain it first
+    ├── NodeNotDrainedError                  NODE_HAS_REPLICAS (FAILED_PRECONDITION): drain it first
     ├── StaleAssignmentError                 ASSIGNMENT_CHANGED (ABORTED): a conditional replica change lost a race
     ├── OutOfOrderApplyError (RuntimeError)  INTERNAL: apply() called with an index that does not move forward
-    └── CodecError (ValueError)              INTERNAL
+    └── CommandCodecError (ValueError)       INTERNAL
         ├── CommandEncodeError               a value the format cannot hold (NaN, an int beyond 64 bits)
         └── CommandDecodeError               malformed bytes (the decoders raise nothing else)
             └── UnsupportedVersionError      a format version or command type newer than this code knows
+
+On the wire a reason travels as the :mod:`multiraft.errors` class of the same reason (``UNKNOWN_TOPIC`` as
+``UnknownTopicError``, and so on); the names differ so that no two of our exception classes share one.
 
 ``NODE_HAS_REPLICAS`` and ``ASSIGNMENT_CHANGED`` are not in the list in ``rpc/proto/multiraft.proto``; the
 second never reaches a client (only the controller leader's own replica moves are conditional).
@@ -35,22 +38,22 @@ from typing import ClassVar
 
 __all__ = [
     "ControllerError",
-    "UnknownTopicError",
-    "UnknownPartitionError",
-    "TopicExistsError",
-    "InvalidArgumentError",
+    "TopicNotFoundError",
+    "PartitionNotFoundError",
+    "DuplicateTopicError",
+    "ControllerArgumentError",
     "InvalidTopicNameError",
     "InvalidConfigError",
     "InvalidReplicationFactorError",
     "InvalidPartitionCountError",
     "InvalidAssignmentError",
     "InvalidNodeError",
-    "UnknownNodeError",
+    "NodeNotFoundError",
     "NotEnoughNodesError",
-    "NodeHasReplicasError",
+    "NodeNotDrainedError",
     "StaleAssignmentError",
     "OutOfOrderApplyError",
-    "CodecError",
+    "CommandCodecError",
     "CommandEncodeError",
     "CommandDecodeError",
     "UnsupportedVersionError",
@@ -69,7 +72,7 @@ class ControllerError(Exception):
         return {}
 
 
-class UnknownTopicError(ControllerError):
+class TopicNotFoundError(ControllerError):
     """No topic has this name."""
 
     reason = "UNKNOWN_TOPIC"
@@ -84,7 +87,7 @@ class UnknownTopicError(ControllerError):
         return {"topic": self.topic}
 
 
-class UnknownPartitionError(ControllerError):
+class PartitionNotFoundError(ControllerError):
     """The topic exists but has no partition with this number."""
 
     reason = "UNKNOWN_PARTITION"
@@ -100,7 +103,7 @@ class UnknownPartitionError(ControllerError):
         return {"topic": self.topic, "partition": str(self.partition)}
 
 
-class TopicExistsError(ControllerError):
+class DuplicateTopicError(ControllerError):
     """A topic with this name already exists."""
 
     reason = "TOPIC_EXISTS"
@@ -115,7 +118,7 @@ class TopicExistsError(ControllerError):
         return {"topic": self.topic}
 
 
-class InvalidArgumentError(ControllerError, ValueError):
+class ControllerArgumentError(ControllerError, ValueError):
     """An argument that can never succeed; ``field`` names it."""
 
     reason = "INVALID_ARGUMENT"
@@ -130,7 +133,7 @@ class InvalidArgumentError(ControllerError, ValueError):
         return {"field": self.field}
 
 
-class InvalidTopicNameError(InvalidArgumentError):
+class InvalidTopicNameError(ControllerArgumentError):
     """The topic name breaks the naming rules (length, characters, or a reserved ``__`` prefix)."""
 
     def __init__(self, name: str, message: str) -> None:
@@ -138,7 +141,7 @@ class InvalidTopicNameError(InvalidArgumentError):
         self.name = name
 
 
-class InvalidConfigError(InvalidArgumentError):
+class InvalidConfigError(ControllerArgumentError):
     """A topic config key is unknown, its value is wrong, or it may not be altered; ``key`` names it."""
 
     @property
@@ -146,7 +149,7 @@ class InvalidConfigError(InvalidArgumentError):
         return self.field
 
 
-class InvalidReplicationFactorError(InvalidArgumentError):
+class InvalidReplicationFactorError(ControllerArgumentError):
     """The replication factor is below 1 or above the number of nodes registered in the cluster."""
 
     def __init__(self, replication_factor: int, nodes: int) -> None:
@@ -159,7 +162,7 @@ class InvalidReplicationFactorError(InvalidArgumentError):
         self.nodes = nodes
 
 
-class InvalidPartitionCountError(InvalidArgumentError):
+class InvalidPartitionCountError(ControllerArgumentError):
     """A topic needs at least one partition."""
 
     def __init__(self, partitions: int) -> None:
@@ -167,15 +170,15 @@ class InvalidPartitionCountError(InvalidArgumentError):
         self.partitions = partitions
 
 
-class InvalidAssignmentError(InvalidArgumentError):
+class InvalidAssignmentError(ControllerArgumentError):
     """A replica assignment is malformed: empty, a node twice, learners overlapping voters, a bad leader."""
 
 
-class InvalidNodeError(InvalidArgumentError):
+class InvalidNodeError(ControllerArgumentError):
     """Node information or a node state change that can never be valid (bad id, address, capacity)."""
 
 
-class UnknownNodeError(InvalidArgumentError):
+class NodeNotFoundError(ControllerArgumentError):
     """The node id is not registered, or (where replicas are placed) the node was removed."""
 
     def __init__(self, node_id: int, message: str = "") -> None:
@@ -199,7 +202,7 @@ class NotEnoughNodesError(ControllerError):
         return {"required": str(self.required), "available": str(self.available)}
 
 
-class NodeHasReplicasError(ControllerError):
+class NodeNotDrainedError(ControllerError):
     """A node cannot be removed while it is a replica or learner of any partition (drain it first)."""
 
     reason = "NODE_HAS_REPLICAS"
@@ -226,15 +229,15 @@ class OutOfOrderApplyError(ControllerError, RuntimeError):
     """apply() was called with a Raft index at or below the last applied one: a bug in the caller."""
 
 
-class CodecError(ControllerError, ValueError):
+class CommandCodecError(ControllerError, ValueError):
     """Base class of encoding errors of commands and snapshots."""
 
 
-class CommandEncodeError(CodecError):
+class CommandEncodeError(CommandCodecError):
     """A command or state holds a value the format cannot represent (a non-finite float, a huge int)."""
 
 
-class CommandDecodeError(CodecError):
+class CommandDecodeError(CommandCodecError):
     """The bytes are not a valid command or snapshot: truncated, malformed, or of the wrong shape."""
 
 

@@ -457,7 +457,7 @@ def replica_move_step(state: ClusterState, move: ReplicaMove) -> SetPartitionRep
 
     Steps: add ``to_node`` as a learner; promote it to voter (once it has caught up: the runtime's call);
     remove ``from_node`` (or ``replaces``), handing it preferred leadership if it had it. Each command is
-    conditional on the assignment it was computed from. Raises UnknownTopicError/UnknownPartitionError if
+    conditional on the assignment it was computed from. Raises TopicNotFoundError/PartitionNotFoundError if
     the partition is gone.
     """
     p = state.partition(move.topic, move.partition)

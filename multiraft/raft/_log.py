@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .errors import CompactedError, LogInvariantError, SnapshotTemporarilyUnavailableError, UnavailableError
+from .errors import IndexCompactedError, IndexUnavailableError, LogInvariantError, SnapshotTemporarilyUnavailableError
 from .messages import Entry, Snapshot
 from .storage import Storage, limit_size
 
@@ -114,7 +114,7 @@ class RaftLog:
             return None
         try:
             return storage.term(index)
-        except (CompactedError, UnavailableError):
+        except (IndexCompactedError, IndexUnavailableError):
             return None
 
     def last_term(self) -> int:
@@ -193,7 +193,7 @@ class RaftLog:
         if lo >= offset:
             return limit_size(unstable.entries[lo - offset : hi - offset], max_size)
         if lo < self.first_index():
-            raise CompactedError(f"entries from {lo}: compacted up to {self.first_index() - 1}")
+            raise IndexCompactedError(f"entries from {lo}: compacted up to {self.first_index() - 1}")
         stored = self.storage.entries(lo, min(hi, offset), max_size)
         if hi <= offset or len(stored) < min(hi, offset) - lo:
             return stored

@@ -19,15 +19,15 @@ from .codec import decode_conf_change, encode_conf_change
 from .confchange import ConfChange, ConfState, apply_conf_change
 from .config import RaftConfig
 from .errors import (
-    CodecError,
-    CompactedError,
     ConfChangePending,
+    IndexCompactedError,
     InvalidConfChangeError,
     InvalidRequestError,
     NotLeader,
     ProposalDropped,
+    RaftCodecError,
+    RaftStorageError,
     SnapshotTemporarilyUnavailableError,
-    StorageError,
 )
 from .messages import Entry, EntryKind, HardState, Message, MessageType, Snapshot, entries_size
 from .storage import Storage
@@ -94,7 +94,7 @@ def conf_after(conf_state: ConfState, entry: Entry, logger: Any = None) -> ConfS
     """
     try:
         return apply_conf_change(conf_state, decode_conf_change(entry.payload))
-    except (CodecError, InvalidConfChangeError) as exc:
+    except (RaftCodecError, InvalidConfChangeError) as exc:
         if logger is not None:
             logger.error("raft.conf_change_skipped", index=entry.index, error=str(exc))
         return None
@@ -166,14 +166,14 @@ class Raft:
             return conf_state
         checkpoint, checkpoint_conf = storage.conf_checkpoint(applied)
         if not snapshot_index <= checkpoint <= applied:
-            raise StorageError(f"configuration checkpoint {checkpoint} is outside [{snapshot_index}, {applied}]")
+            raise RaftStorageError(f"configuration checkpoint {checkpoint} is outside [{snapshot_index}, {applied}]")
         if checkpoint > index:
             index, conf_state = checkpoint, checkpoint_conf
         config_kind = EntryKind.CONFIG
         while index < applied:
             entries = storage.entries(index + 1, applied + 1, self.log.max_committed_size)
             if not entries:
-                raise StorageError(f"storage returned no entries in [{index + 1}, {applied}]")
+                raise RaftStorageError(f"storage returned no entries in [{index + 1}, {applied}]")
             for entry in entries:
                 if entry.kind == config_kind:
                     conf_state = conf_after(conf_state, entry) or conf_state
@@ -182,7 +182,7 @@ class Raft:
 
     def _load_state(self, hard_state: HardState) -> None:
         if hard_state.commit > self.log.last_index():
-            raise StorageError(
+            raise RaftStorageError(
                 f"hard state commit {hard_state.commit} is beyond the last index {self.log.last_index()}"
             )
         # A commit index below the snapshot is merely stale (it is not synced on its own): keep the snapshot's.
@@ -265,7 +265,7 @@ class Raft:
             return False
         try:
             pending = log.slice(log.applied + 1, log.committed + 1, 1 << 62)
-        except StorageError:
+        except RaftStorageError:
             return True  # cannot tell: be safe and do not campaign
         return any(entry.kind == EntryKind.CONFIG for entry in pending)
 
@@ -365,7 +365,7 @@ class Raft:
         if pr.next <= last:
             try:
                 entries = log.slice(pr.next, min(last + 1, pr.next + self.max_entries_per_msg), self.max_size_per_msg)
-            except CompactedError:
+            except IndexCompactedError:
                 return self._send_snapshot(to, pr)
         elif allow_empty:
             entries = []

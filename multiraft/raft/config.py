@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from .errors import ConfigError
+from .errors import RaftConfigError
 
 __all__ = ["RaftConfig"]
 
@@ -94,16 +94,18 @@ class RaftConfig:
     )
 
     def validate(self) -> None:
-        """Raise :class:`ConfigError` naming the first field that is out of range."""
+        """Raise :class:`RaftConfigError` naming the first field that is out of range."""
         for f in fields(self):
             value = getattr(self, f.name)
             if f.metadata.get("unit") == "flag":
                 if not isinstance(value, bool):
-                    raise ConfigError(f"RaftConfig.{f.name} must be a bool, got {value!r}")
+                    raise RaftConfigError(f"RaftConfig.{f.name} must be a bool, got {value!r}")
             elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"RaftConfig.{f.name} must be a positive int ({f.metadata['unit']}), got {value!r}")
+                raise RaftConfigError(
+                    f"RaftConfig.{f.name} must be a positive int ({f.metadata['unit']}), got {value!r}"
+                )
         if self.election_tick <= self.heartbeat_tick:
-            raise ConfigError(
+            raise RaftConfigError(
                 f"RaftConfig.election_tick must be greater than heartbeat_tick "
                 f"({self.election_tick} <= {self.heartbeat_tick})"
             )

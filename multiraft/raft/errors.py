@@ -7,22 +7,22 @@ Every error the core raises on purpose derives from :class:`RaftError`::
     ├── ProposalDropped                  the leader will not take the proposal now (transfer, limit, removal)
     │   └── ConfChangePending            an earlier configuration change is not applied yet
     ├── InvalidRequestError (ValueError) arguments that can never succeed
-    │   ├── ConfigError                  RaftConfig.validate() names the bad field
+    │   ├── RaftConfigError              RaftConfig.validate() names the bad field
     │   └── InvalidConfChangeError       a change that does not apply to the current configuration
-    ├── CodecError (ValueError)
+    ├── RaftCodecError (ValueError)      the wire format of messages, configuration changes and states
     │   ├── DecodeError                  malformed or truncated bytes (the decoder raises nothing else)
     │   └── EncodeError                  a value that does not fit the wire format (negative or too large)
     ├── UsageError (RuntimeError)        the driver broke the ready()/advance() contract
     ├── LogInvariantError (RuntimeError) the log broke an invariant (a leader overwriting committed entries,
     │                                    a commit past the last index, storage without the last term): a bug
-    └── StorageError                     raised by a Storage implementation
-        ├── CompactedError               the index is at or below the compaction point
-        ├── UnavailableError             the index is above the last index
+    └── RaftStorageError                 raised by a Storage implementation
+        ├── IndexCompactedError          the index is at or below the compaction point (etcd's ErrCompacted)
+        ├── IndexUnavailableError        the index is above the last index (etcd's ErrUnavailable)
         ├── CompactionBeyondSnapshotError  compact() past the snapshot: entries no snapshot covers
         ├── SnapshotOutOfDateError       a snapshot not newer than the one held
         └── SnapshotTemporarilyUnavailableError  the snapshot is being produced; the leader retries later
 
-Storage adapters map their own exceptions onto :class:`StorageError` at the boundary (``raise ... from exc``).
+Storage adapters map their own exceptions onto :class:`RaftStorageError` at the boundary (``raise ... from exc``).
 """
 
 from __future__ import annotations
@@ -33,16 +33,16 @@ __all__ = [
     "ProposalDropped",
     "ConfChangePending",
     "InvalidRequestError",
-    "ConfigError",
+    "RaftConfigError",
     "InvalidConfChangeError",
-    "CodecError",
+    "RaftCodecError",
     "DecodeError",
     "EncodeError",
     "UsageError",
     "LogInvariantError",
-    "StorageError",
-    "CompactedError",
-    "UnavailableError",
+    "RaftStorageError",
+    "IndexCompactedError",
+    "IndexUnavailableError",
     "CompactionBeyondSnapshotError",
     "SnapshotOutOfDateError",
     "SnapshotTemporarilyUnavailableError",
@@ -74,7 +74,7 @@ class InvalidRequestError(RaftError, ValueError):
     """The arguments of a call are wrong and retrying will not help."""
 
 
-class ConfigError(InvalidRequestError):
+class RaftConfigError(InvalidRequestError):
     """A :class:`~multiraft.raft.RaftConfig` field is out of range; the message names it."""
 
 
@@ -82,15 +82,15 @@ class InvalidConfChangeError(InvalidRequestError):
     """The configuration change cannot be applied to the current configuration."""
 
 
-class CodecError(RaftError, ValueError):
+class RaftCodecError(RaftError, ValueError):
     """Base class of wire-format errors."""
 
 
-class DecodeError(CodecError):
+class DecodeError(RaftCodecError):
     """The bytes are not a valid encoding (truncated, malformed, or of an unknown version)."""
 
 
-class EncodeError(CodecError):
+class EncodeError(RaftCodecError):
     """A value does not fit the wire format (for example a negative index)."""
 
 
@@ -102,25 +102,25 @@ class LogInvariantError(RaftError, RuntimeError):
     """The replica's log broke one of Raft's invariants; a bug in the core, a peer or a storage. Not retryable."""
 
 
-class StorageError(RaftError):
+class RaftStorageError(RaftError):
     """Base class of errors raised by :class:`~multiraft.raft.Storage` implementations."""
 
 
-class CompactedError(StorageError):
+class IndexCompactedError(RaftStorageError):
     """The requested index was compacted away into a snapshot."""
 
 
-class UnavailableError(StorageError):
+class IndexUnavailableError(RaftStorageError):
     """The requested index is beyond the last index in storage."""
 
 
-class CompactionBeyondSnapshotError(StorageError):
+class CompactionBeyondSnapshotError(RaftStorageError):
     """``compact(index)`` with ``index`` above the snapshot: it would drop entries no snapshot covers."""
 
 
-class SnapshotOutOfDateError(StorageError):
+class SnapshotOutOfDateError(RaftStorageError):
     """The snapshot is older than the one storage already holds."""
 
 
-class SnapshotTemporarilyUnavailableError(StorageError):
+class SnapshotTemporarilyUnavailableError(RaftStorageError):
     """Storage is producing a snapshot; the leader will try again later."""

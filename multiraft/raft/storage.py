@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from .confchange import ConfState
-from .errors import CompactedError, CompactionBeyondSnapshotError, SnapshotOutOfDateError, UnavailableError
+from .errors import CompactionBeyondSnapshotError, IndexCompactedError, IndexUnavailableError, SnapshotOutOfDateError
 from .messages import Entry, HardState, Snapshot, SnapshotMeta
 
 __all__ = ["Storage", "MutableStorage", "MemoryStorage", "bootstrap", "BOOTSTRAP_INDEX", "limit_size"]
@@ -55,7 +55,7 @@ def limit_size(entries: list[Entry], max_size: int) -> list[Entry]:
 
 
 class Storage(Protocol):
-    """Read access to a group's durable log. Implementations raise only :class:`StorageError` subclasses."""
+    """Read access to a group's durable log. Implementations raise only :class:`RaftStorageError` subclasses."""
 
     def initial_state(self) -> tuple[HardState, ConfState]:
         """The saved hard state, and the configuration as of the snapshot (``snapshot().meta.conf_state``).
@@ -78,7 +78,7 @@ class Storage(Protocol):
     def entries(self, lo: int, hi: int, max_size: int) -> list[Entry]:
         """Entries ``[lo, hi)``, cut to :func:`limit_size` ``max_size`` (at least one entry when lo < hi).
 
-        Raises :class:`CompactedError` if ``lo < first_index()`` and :class:`UnavailableError` if
+        Raises :class:`IndexCompactedError` if ``lo < first_index()`` and :class:`IndexUnavailableError` if
         ``hi > last_index() + 1``.
         """
         ...
@@ -86,7 +86,7 @@ class Storage(Protocol):
     def term(self, index: int) -> int:
         """Term of the entry at ``index``, for ``first_index() - 1 <= index <= last_index()``.
 
-        Raises :class:`CompactedError` below that range and :class:`UnavailableError` above it.
+        Raises :class:`IndexCompactedError` below that range and :class:`IndexUnavailableError` above it.
         """
         ...
 
@@ -125,16 +125,17 @@ class MutableStorage(Storage, Protocol):
         """Record that the application's state covers everything up to ``index`` (entries stay until compact).
 
         Raises :class:`SnapshotOutOfDateError` if ``index`` is not above the current snapshot and
-        :class:`UnavailableError` if it is above the last index.
+        :class:`IndexUnavailableError` if it is above the last index.
         """
         ...
 
     def compact(self, index: int) -> None:
         """Discard entries up to and including ``index``, which the snapshot must cover.
 
-        Raises :class:`CompactedError` if already compacted up to ``index`` or past it, :class:`UnavailableError`
-        if ``index`` is above the last index, and :class:`CompactionBeyondSnapshotError` if it is above the
-        snapshot index (checked in that order); nothing changes then.
+        Raises :class:`IndexCompactedError` if already compacted up to ``index`` or past it,
+        :class:`IndexUnavailableError` if ``index`` is above the last index, and
+        :class:`CompactionBeyondSnapshotError` if it is above the snapshot index (checked in that order); nothing
+        changes then.
         """
         ...
 
@@ -177,9 +178,9 @@ class MemoryStorage:
     def entries(self, lo: int, hi: int, max_size: int) -> list[Entry]:
         offset = self._offset
         if lo <= offset:
-            raise CompactedError(f"entries from {lo}: compacted up to {offset}")
+            raise IndexCompactedError(f"entries from {lo}: compacted up to {offset}")
         if hi > offset + len(self._entries) + 1:
-            raise UnavailableError(f"entries up to {hi - 1}: last index is {offset + len(self._entries)}")
+            raise IndexUnavailableError(f"entries up to {hi - 1}: last index is {offset + len(self._entries)}")
         return limit_size(self._entries[lo - offset - 1 : hi - offset - 1], max_size)
 
     def term(self, index: int) -> int:
@@ -187,10 +188,10 @@ class MemoryStorage:
         if index <= offset:
             if index == offset:
                 return self._offset_term
-            raise CompactedError(f"term of {index}: compacted up to {offset}")
+            raise IndexCompactedError(f"term of {index}: compacted up to {offset}")
         position = index - offset - 1
         if position >= len(self._entries):
-            raise UnavailableError(f"term of {index}: last index is {offset + len(self._entries)}")
+            raise IndexUnavailableError(f"term of {index}: last index is {offset + len(self._entries)}")
         return self._entries[position].term
 
     def first_index(self) -> int:
@@ -218,7 +219,7 @@ class MemoryStorage:
         first = entries[0].index
         last_index = offset + len(self._entries)
         if first > last_index + 1:
-            raise UnavailableError(f"append at {first} leaves a gap after the last index {last_index}")
+            raise IndexUnavailableError(f"append at {first} leaves a gap after the last index {last_index}")
         if entries[-1].index <= offset:
             return
         if first <= offset:
@@ -247,9 +248,9 @@ class MemoryStorage:
 
     def compact(self, index: int) -> None:
         if index <= self._offset:
-            raise CompactedError(f"compact to {index}: already compacted up to {self._offset}")
+            raise IndexCompactedError(f"compact to {index}: already compacted up to {self._offset}")
         if index > self.last_index():
-            raise UnavailableError(f"compact to {index}: last index is {self.last_index()}")
+            raise IndexUnavailableError(f"compact to {index}: last index is {self.last_index()}")
         if index > self._snapshot.meta.index:
             raise CompactionBeyondSnapshotError(
                 f"compact to {index} would drop entries after the snapshot at {self._snapshot.meta.index}"

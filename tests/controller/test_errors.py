@@ -11,14 +11,14 @@ import multiraft.controller.errors as errors_module
 from multiraft.controller import (
     CommandDecodeError,
     ControllerError,
+    DuplicateTopicError,
     InvalidConfigError,
     InvalidReplicationFactorError,
     InvalidTopicNameError,
-    NodeHasReplicasError,
+    NodeNotDrainedError,
+    NodeNotFoundError,
     NotEnoughNodesError,
-    TopicExistsError,
-    UnknownNodeError,
-    UnknownTopicError,
+    TopicNotFoundError,
     UnsupportedVersionError,
 )
 
@@ -41,14 +41,14 @@ def test_the_module_docstring_draws_every_error() -> None:
 @pytest.mark.parametrize(
     ("error", "reason", "status"),
     [
-        (UnknownTopicError("t"), "UNKNOWN_TOPIC", "NOT_FOUND"),
-        (TopicExistsError("t"), "TOPIC_EXISTS", "ALREADY_EXISTS"),
+        (TopicNotFoundError("t"), "UNKNOWN_TOPIC", "NOT_FOUND"),
+        (DuplicateTopicError("t"), "TOPIC_EXISTS", "ALREADY_EXISTS"),
         (InvalidTopicNameError("a b", "bad"), "INVALID_ARGUMENT", "INVALID_ARGUMENT"),
         (InvalidConfigError("retention.ms", "bad"), "INVALID_ARGUMENT", "INVALID_ARGUMENT"),
         (InvalidReplicationFactorError(0, 3), "INVALID_ARGUMENT", "INVALID_ARGUMENT"),
-        (UnknownNodeError(7), "INVALID_ARGUMENT", "INVALID_ARGUMENT"),
+        (NodeNotFoundError(7), "INVALID_ARGUMENT", "INVALID_ARGUMENT"),
         (NotEnoughNodesError(3, 2), "NOT_ENOUGH_REPLICAS", "UNAVAILABLE"),
-        (NodeHasReplicasError(4, 12), "NODE_HAS_REPLICAS", "FAILED_PRECONDITION"),
+        (NodeNotDrainedError(4, 12), "NODE_HAS_REPLICAS", "FAILED_PRECONDITION"),
         (CommandDecodeError("x"), "INTERNAL", "INTERNAL"),
     ],
 )
@@ -74,7 +74,7 @@ def test_invalid_arguments_and_codec_errors_are_value_errors() -> None:
 
 
 def test_node_has_replicas_says_how_many_and_what_to_do() -> None:
-    error = NodeHasReplicasError(4, 12)
+    error = NodeNotDrainedError(4, 12)
     assert error.metadata == {"node_id": "4", "replicas": "12"}
     assert "drain" in str(error)
 

@@ -10,28 +10,28 @@ from multiraft.controller import (
     AllocateProducerIds,
     AlterTopicConfigs,
     ClusterState,
+    ControllerArgumentError,
     ControllerError,
     CreateTopic,
     DeleteTopic,
-    InvalidArgumentError,
+    DuplicateTopicError,
     InvalidAssignmentError,
     InvalidConfigError,
     InvalidNodeError,
     InvalidPartitionCountError,
     InvalidTopicNameError,
-    NodeHasReplicasError,
+    NodeNotDrainedError,
+    NodeNotFoundError,
     NodeState,
     OutOfOrderApplyError,
+    PartitionNotFoundError,
     ProducerIdBlock,
     RegisterNode,
     SetNodeState,
     SetPartitionReplicas,
     StaleAssignmentError,
     Topic,
-    TopicExistsError,
-    UnknownNodeError,
-    UnknownPartitionError,
-    UnknownTopicError,
+    TopicNotFoundError,
     apply,
     validate_topic_configs,
 )
@@ -123,14 +123,14 @@ def test_draining_and_reactivating_a_node() -> None:
 
 def test_removing_a_node_that_holds_replicas_is_refused_and_says_how_many() -> None:
     state = orders(cluster(4))
-    error = assert_refused(state, SetNodeState(3, NodeState.REMOVED), NodeHasReplicasError)
-    assert isinstance(error, NodeHasReplicasError) and error.replicas == 3
+    error = assert_refused(state, SetNodeState(3, NodeState.REMOVED), NodeNotDrainedError)
+    assert isinstance(error, NodeNotDrainedError) and error.replicas == 3
 
 
 def test_a_node_that_is_only_a_learner_cannot_be_removed_either() -> None:
     state = orders(cluster(4))
     state = run(state, SetPartitionReplicas("orders", 0, (1, 2, 3), (4,), 1))
-    assert_refused(state, SetNodeState(4, NodeState.REMOVED), NodeHasReplicasError)
+    assert_refused(state, SetNodeState(4, NodeState.REMOVED), NodeNotDrainedError)
 
 
 def test_removing_an_empty_node_succeeds_and_it_can_no_longer_receive_replicas() -> None:
@@ -138,12 +138,12 @@ def test_removing_an_empty_node_succeeds_and_it_can_no_longer_receive_replicas()
     state = run(state, SetNodeState(4, NodeState.REMOVED))
     assert state.nodes[4].state is NodeState.REMOVED
     assert 4 not in state.replica_counts()
-    assert_refused(state, SetPartitionReplicas("orders", 0, (1, 2, 3), (4,), 1), UnknownNodeError)
+    assert_refused(state, SetPartitionReplicas("orders", 0, (1, 2, 3), (4,), 1), NodeNotFoundError)
     assert_refused(state, SetNodeState(4, NodeState.ACTIVE), InvalidNodeError)
 
 
 def test_changing_the_state_of_an_unknown_node_is_refused() -> None:
-    assert_refused(cluster(1), SetNodeState(9, NodeState.DRAINING), UnknownNodeError)
+    assert_refused(cluster(1), SetNodeState(9, NodeState.DRAINING), NodeNotFoundError)
 
 
 # ------------------------------------------------------------------------------------------------- topics
@@ -169,7 +169,7 @@ def test_group_ids_are_never_reused_after_a_topic_is_deleted() -> None:
 
 def test_creating_a_topic_that_exists_changes_nothing_and_says_so() -> None:
     state = orders(cluster(3))
-    error = assert_refused(state, CreateTopic("orders", PINNED, (((1,), 1),)), TopicExistsError)
+    error = assert_refused(state, CreateTopic("orders", PINNED, (((1,), 1),)), DuplicateTopicError)
     assert error.reason == "TOPIC_EXISTS"
 
 
@@ -185,12 +185,12 @@ def test_a_topic_gets_the_configs_given_normalized_and_the_segment_settings_pinn
         (CreateTopic("__offsets", PINNED, (((1,), 1),)), InvalidTopicNameError),
         (CreateTopic("t", {"cleanup.policy": "compact"}, (((1,), 1),)), InvalidConfigError),
         (CreateTopic("t", PINNED, ()), InvalidPartitionCountError),
-        (CreateTopic("t", PINNED, (((1, 9), 1),)), UnknownNodeError),
+        (CreateTopic("t", PINNED, (((1, 9), 1),)), NodeNotFoundError),
         (CreateTopic("t", PINNED, (((1, 2, 1), 1),)), InvalidAssignmentError),
         (CreateTopic("t", PINNED, (((1, 2), 3),)), InvalidAssignmentError),
         (CreateTopic("t", PINNED, (((), 1),)), InvalidAssignmentError),
         (CreateTopic("t", PINNED, (((1,), 1), ((2, 2), 2))), InvalidAssignmentError),
-        (CreateTopic("t", PINNED, (((1,), 1),), created_ms=-5), InvalidArgumentError),
+        (CreateTopic("t", PINNED, (((1,), 1),), created_ms=-5), ControllerArgumentError),
     ],
 )
 def test_creating_a_bad_topic_changes_nothing(command: CreateTopic, error: type[ControllerError]) -> None:
@@ -199,13 +199,13 @@ def test_creating_a_bad_topic_changes_nothing(command: CreateTopic, error: type[
 
 def test_a_topic_cannot_be_placed_on_a_removed_node() -> None:
     state = run(cluster(3), SetNodeState(3, NodeState.REMOVED))
-    assert_refused(state, CreateTopic("t", PINNED, (((1, 3), 1),)), UnknownNodeError)
+    assert_refused(state, CreateTopic("t", PINNED, (((1, 3), 1),)), NodeNotFoundError)
 
 
 def test_the_system_creates_and_deletes_internal_topics() -> None:
     state = run(cluster(3), CreateTopic("__consumer_offsets", PINNED, (((1, 2, 3), 1),), internal=True))
     assert state.topic("__consumer_offsets").internal
-    assert_refused(state, DeleteTopic("__consumer_offsets"), InvalidArgumentError)
+    assert_refused(state, DeleteTopic("__consumer_offsets"), ControllerArgumentError)
     state = run(state, DeleteTopic("__consumer_offsets", internal=True))
     assert not state.topics
 
@@ -219,7 +219,7 @@ def test_deleting_a_topic_returns_it_and_frees_its_nodes() -> None:
 
 
 def test_deleting_an_unknown_topic_says_so() -> None:
-    error = assert_refused(cluster(1), DeleteTopic("nope"), UnknownTopicError)
+    error = assert_refused(cluster(1), DeleteTopic("nope"), TopicNotFoundError)
     assert error.reason == "UNKNOWN_TOPIC"
 
 
@@ -268,7 +268,7 @@ def test_a_bad_alteration_changes_nothing(command: AlterTopicConfigs) -> None:
 
 
 def test_altering_an_unknown_topic_says_so() -> None:
-    assert_refused(cluster(1), AlterTopicConfigs("nope", {"retention.ms": "5"}), UnknownTopicError)
+    assert_refused(cluster(1), AlterTopicConfigs("nope", {"retention.ms": "5"}), TopicNotFoundError)
 
 
 # ------------------------------------------------------------------------------------- replica changes
@@ -295,10 +295,10 @@ def test_a_replica_move_adds_a_learner_promotes_it_and_drops_the_old_replica() -
         (SetPartitionReplicas("orders", 0, (1, 2), (4, 4), 1), InvalidAssignmentError),
         (SetPartitionReplicas("orders", 0, (1, 2), (), 4), InvalidAssignmentError),
         (SetPartitionReplicas("orders", 0, (), (1,), 1), InvalidAssignmentError),
-        (SetPartitionReplicas("orders", 0, (1, 2, 9), (), 1), UnknownNodeError),
-        (SetPartitionReplicas("orders", 3, (1,), (), 1), UnknownPartitionError),
-        (SetPartitionReplicas("orders", -1, (1,), (), 1), UnknownPartitionError),
-        (SetPartitionReplicas("nope", 0, (1,), (), 1), UnknownTopicError),
+        (SetPartitionReplicas("orders", 0, (1, 2, 9), (), 1), NodeNotFoundError),
+        (SetPartitionReplicas("orders", 3, (1,), (), 1), PartitionNotFoundError),
+        (SetPartitionReplicas("orders", -1, (1,), (), 1), PartitionNotFoundError),
+        (SetPartitionReplicas("nope", 0, (1,), (), 1), TopicNotFoundError),
         (SetPartitionReplicas("orders", 0, (1, 2, 3), (4,), 1, (1, 2)), StaleAssignmentError),
         (SetPartitionReplicas("orders", 0, (1, 2, 3), (4,), 1, (1, 2, 3), (4,)), StaleAssignmentError),
     ],
@@ -327,12 +327,12 @@ def test_producer_id_blocks_are_consecutive_and_start_at_one() -> None:
 
 @pytest.mark.parametrize("count", [0, -1, MAX_PRODUCER_ID_BLOCK + 1])
 def test_a_bad_producer_id_count_is_refused(count: int) -> None:
-    assert_refused(ClusterState(), AllocateProducerIds(count), InvalidArgumentError)
+    assert_refused(ClusterState(), AllocateProducerIds(count), ControllerArgumentError)
 
 
 def test_the_producer_id_space_running_out_is_refused() -> None:
     state = replace(ClusterState(), next_producer_id=2**63 - 5)
-    assert_refused(state, AllocateProducerIds(6), InvalidArgumentError)
+    assert_refused(state, AllocateProducerIds(6), ControllerArgumentError)
     assert step(state, AllocateProducerIds(5))[1].ok
 
 
@@ -364,9 +364,9 @@ def test_lookups_name_what_is_missing() -> None:
     assert state.partition("orders", 2).group_id == 3
     assert state.group(3) == state.partition("orders", 2) and state.group(99) is None
     assert list(state.groups()) == [1, 2, 3]
-    with pytest.raises(UnknownPartitionError, match="has no partition 3"):
+    with pytest.raises(PartitionNotFoundError, match="has no partition 3"):
         state.partition("orders", 3)
-    with pytest.raises(UnknownTopicError):
+    with pytest.raises(TopicNotFoundError):
         state.topic("nope")
     assert state.partitions_on_node(9) == ()
     assert state.invariant_violations() == []

@@ -1,4 +1,4 @@
-"""The wire codec: every message round-trips, and any other bytes are refused with CodecError only."""
+"""The wire codec: every message round-trips, and any other bytes are refused with MembershipCodecError only."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from membership import CodecError, MemberMeta, MemberState
+from membership import MemberMeta, MembershipCodecError, MemberState
 from membership._wire import (
     HEADER_BYTES,
     Ack,
@@ -51,7 +51,7 @@ def test_random_bytes_are_refused_with_codec_error_only(data: bytes) -> None:
     for decode in (decode_packet, decode_push_pull):
         try:
             decode(data)
-        except CodecError:
+        except MembershipCodecError:
             pass
 
 
@@ -62,7 +62,7 @@ def test_corrupted_packets_decode_or_raise_codec_error(batch: list[Message], dat
         raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
     try:
         decode_packet(bytes(raw))
-    except CodecError:
+    except MembershipCodecError:
         pass
 
 
@@ -71,14 +71,14 @@ def test_every_truncation_of_a_packet_is_refused() -> None:
     for cut in range(len(raw)):
         if cut in (HEADER_BYTES + 15, HEADER_BYTES + 15 + len(encode_message(Alive(3, META, "127.0.0.1:7946")))):
             continue  # cut exactly between frames: a shorter valid packet
-        with pytest.raises(CodecError):
+        with pytest.raises(MembershipCodecError):
             decode_packet(raw[:cut])
 
 
 def test_every_truncation_of_a_push_pull_state_is_refused() -> None:
     raw = encode_push_pull(PushPull(7, 5, True, (StateEntry(2, META, "127.0.0.1:7946", MemberState.SUSPECT),)))
     for cut in range(len(raw)):
-        with pytest.raises(CodecError):
+        with pytest.raises(MembershipCodecError):
             decode_push_pull(raw[:cut])
 
 
@@ -97,7 +97,7 @@ def test_every_truncation_of_a_push_pull_state_is_refused() -> None:
     ],
 )
 def test_malformed_packets_say_what_is_wrong(raw: bytes, reason: str) -> None:
-    with pytest.raises(CodecError, match=reason):
+    with pytest.raises(MembershipCodecError, match=reason):
         decode_packet(raw)
 
 
@@ -105,20 +105,20 @@ def test_text_that_is_not_utf8_is_refused() -> None:
     raw = bytearray(_packet(Alive(1, META, "127.0.0.1:7946")))
     rack_at = raw.index(b"rack-a")
     raw[rack_at] = 0xFF
-    with pytest.raises(CodecError, match="UTF-8"):
+    with pytest.raises(MembershipCodecError, match="UTF-8"):
         decode_packet(bytes(raw))
 
 
 def test_an_alive_message_with_bad_metadata_is_refused() -> None:
     raw = _packet(Alive(1, META, "127.0.0.1:7946")).replace(b"127.0.0.1:9092", b"127.0.0.1:0000")
-    with pytest.raises(CodecError, match="client_addr"):
+    with pytest.raises(MembershipCodecError, match="client_addr"):
         decode_packet(raw)
 
 
 def test_out_of_range_fields_cannot_be_encoded() -> None:
-    with pytest.raises(CodecError):
+    with pytest.raises(MembershipCodecError):
         encode_message(Ack(2**32))
-    with pytest.raises(CodecError):
+    with pytest.raises(MembershipCodecError):
         encode_message(Dead(-1, 1, 1))
 
 

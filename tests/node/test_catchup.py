@@ -80,7 +80,7 @@ def test_a_catch_up_snapshot_moves_raft_compaction_but_keeps_the_segments(
     index = snapshot.meta.index
     assert snapshot.meta.index == index and storage.first_index() == index + 1
     assert plog.first_index() == 1  # consumers still read everything
-    with pytest.raises(raft.CompactedError):
+    with pytest.raises(raft.IndexCompactedError):
         storage.entries(index, index + 1, 1 << 20)
     # Retention later drops the first two segments: the manifest lists only what is still there.
     plog.drop_before(refs[2][0].base_index)

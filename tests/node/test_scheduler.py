@@ -100,7 +100,7 @@ class RecordingStorage(raft.MemoryStorage):
         super().set_hard_state(hard_state)
         self.group_id = group_id
         self.disk = disk
-        self.failure: raft.StorageError | None = None  # raised by the next append, as the LMDB adapter would
+        self.failure: raft.RaftStorageError | None = None  # raised by the next append, as the LMDB adapter would
         disk.written_index[group_id] = disk.durable_index[group_id] = snapshot.meta.index
         disk.written_hard[group_id] = disk.durable_hard[group_id] = hard_state
 
@@ -378,8 +378,8 @@ def test_a_write_the_raft_adapter_reports_failed_discards_the_round_answers_its_
         node.on_thread(campaign)
         node.wait_until(lambda: group.is_leader and bool(group.machine.applied), "a leader")
         syncs_before = node.store.syncs
-        # RaftLogStorage reports a full LMDB map (storage.StorageFullError) as a raft.StorageError.
-        storage.failure = raft.UnavailableError("map full")
+        # RaftLogStorage reports a full LMDB map (storage.StorageFullError) as a raft.RaftStorageError.
+        storage.failure = raft.RaftStorageError("map full")
         answers: list[BaseException | None] = []
         node.on_thread(lambda: node.scheduler.propose(group, b"record batch", lambda _, error: answers.append(error)))
         node.wait_until(lambda: bool(answers), "the producer's answer")

@@ -50,10 +50,10 @@ from multiraft.raft import (
     MutableStorage,
     NotLeader,
     ProposalDropped,
+    RaftStorageError,
     Ready,
     Role,
     Snapshot,
-    StorageError,
     bootstrap,
     decode_message,
     encode_message_buffers,
@@ -197,7 +197,7 @@ class InvariantChecker:
         for entry in ready.entries:
             try:
                 prev = storage.term(entry.index - 1)
-            except StorageError:
+            except RaftStorageError:
                 continue
             key = (entry.index, entry.term)
             value = (prev, int(entry.kind), bytes(entry.payload))

@@ -22,20 +22,20 @@ import random
 import pytest
 
 from multiraft.raft import (
-    CompactedError,
     CompactionBeyondSnapshotError,
     ConfChange,
     ConfState,
     Entry,
     EntryKind,
     HardState,
+    IndexCompactedError,
+    IndexUnavailableError,
     MutableStorage,
     RaftConfig,
     RawNode,
     Snapshot,
     SnapshotMeta,
     SnapshotOutOfDateError,
-    UnavailableError,
     bootstrap,
     encode_conf_change,
 )
@@ -121,7 +121,7 @@ class StorageConformance:
 
     def test_append_that_would_leave_a_gap_is_refused(self, storage: MutableStorage) -> None:
         self.fill(storage, 3)
-        with pytest.raises(UnavailableError):
+        with pytest.raises(IndexUnavailableError):
             storage.append([self.entry(5, 1)])
         assert storage.last_index() == 3
 
@@ -136,15 +136,15 @@ class StorageConformance:
 
     def test_reading_outside_the_log_raises_typed_errors(self, storage: MutableStorage) -> None:
         self.fill(storage, 5)
-        with pytest.raises(UnavailableError):
+        with pytest.raises(IndexUnavailableError):
             storage.entries(4, 7, BIG)
-        with pytest.raises(UnavailableError):
+        with pytest.raises(IndexUnavailableError):
             storage.term(6)
         storage.create_snapshot(3, ConfState.of((1,)), b"s")
         storage.compact(3)
-        with pytest.raises(CompactedError):
+        with pytest.raises(IndexCompactedError):
             storage.entries(3, 5, BIG)
-        with pytest.raises(CompactedError):
+        with pytest.raises(IndexCompactedError):
             storage.term(2)
 
     # --- hard state --------------------------------------------------------------------------------------
@@ -187,7 +187,7 @@ class StorageConformance:
         storage.create_snapshot(5, ConfState.of((1,)), b"")
         with pytest.raises(CompactionBeyondSnapshotError):
             storage.compact(7)
-        with pytest.raises(UnavailableError):
+        with pytest.raises(IndexUnavailableError):
             storage.compact(11)
         assert (storage.first_index(), storage.last_index()) == (1, 10)
         storage.compact(5)
@@ -197,7 +197,7 @@ class StorageConformance:
         self.fill(storage, 10)
         storage.create_snapshot(6, ConfState.of((1,)), b"")
         storage.compact(4)
-        with pytest.raises(CompactedError):
+        with pytest.raises(IndexCompactedError):
             storage.compact(4)
         storage.compact(6)
 

@@ -14,7 +14,6 @@ from multiraft.raft import (
     ConfChangeSingle,
     ConfChangeTransition,
     ConfChangeType,
-    ConfigError,
     ConfState,
     Entry,
     EntryKind,
@@ -25,6 +24,7 @@ from multiraft.raft import (
     MemoryStorage,
     MessageType,
     RaftConfig,
+    RaftConfigError,
     RawNode,
     Role,
     UsageError,
@@ -230,9 +230,9 @@ def test_every_config_field_documents_its_unit_and_meaning() -> None:
 )
 def test_config_validation_names_the_bad_field(overrides: dict[str, object], field: str) -> None:
     config = RaftConfig(**{"id": 1, **overrides})  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match=f"RaftConfig.{field}"):
+    with pytest.raises(RaftConfigError, match=f"RaftConfig.{field}"):
         config.validate()
-    with pytest.raises(ConfigError):
+    with pytest.raises(RaftConfigError):
         RawNode(config, MemoryStorage(), random.Random(0))
 
 
