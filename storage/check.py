@@ -25,10 +25,12 @@ from typing import Any
 import lmdb
 
 from storage import _format as fmt
+from storage._entries import EntryKind, HardState
+from storage._lmdb import verify_structure
+from storage._store import LogStore
 from storage.batch import validate_batch
 from storage.config import StorageConfig
 from storage.errors import BatchFormatError, StorageError
-from storage.log import EntryKind, HardState, LogStore, verify_structure
 
 __all__ = ["Problem", "LogCheck", "CheckReport", "Dropped", "RepairReport", "check_store", "repair_store"]
 
