@@ -1,0 +1,272 @@
+"""What both sides of catch-up share: progress and counters, the peer wire format of a chunk, adopting copied
+files into a log, which replicas need a snapshot, and where the work runs (event loop, scheduler thread)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import struct
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from multiraft import raft
+from multiraft.node.raftlog import SegmentRef, SnapshotManifest
+from multiraft.node.scheduler import Scheduler, loop_completion
+from storage import SegmentedLog, SegmentFileError
+
+__all__ = [
+    "REQUEST_SEGMENT_CHUNK",
+    "REQUEST_CATCHUP_STATUS",
+    "CATCHUP_REQUEST_KINDS",
+    "CHUNK_BYTES",
+    "STATUS_OK",
+    "STATUS_ERROR",
+    "Call",
+    "CatchupProgress",
+    "CatchupStats",
+    "ChunkRequest",
+    "encode_chunk_request",
+    "decode_chunk_request",
+    "encode_chunk_reply",
+    "decode_chunk_reply",
+    "kept_prefix",
+    "install_segments",
+    "snapshot_peers",
+    "CatchupRuntime",
+]
+
+REQUEST_SEGMENT_CHUNK = 20  # peer request kinds (multiraft.node.transport REQUEST frames)
+REQUEST_CATCHUP_STATUS = 21
+CATCHUP_REQUEST_KINDS = frozenset({REQUEST_SEGMENT_CHUNK, REQUEST_CATCHUP_STATUS})
+CHUNK_BYTES = 1 << 20
+STATUS_OK = 0
+STATUS_ERROR = 1
+_CHUNK_REPLY = struct.Struct("<IQ")  # crc32c of the chunk, size of the whole file
+
+T = TypeVar("T")
+Call = Callable[[int, int, bytes, float], Coroutine[Any, Any, tuple[int, bytes]]]
+
+
+@dataclass
+class CatchupProgress:
+    """One partition replica copying segments here (follower side); read on the event loop."""
+
+    topic: str
+    partition: int
+    group_id: int
+    snapshot_index: int
+    source: int
+    bytes_total: int = 0
+    bytes_copied: int = 0  # including bytes a previous run had verified (resumed_bytes)
+    resumed_bytes: int = 0
+    segments_total: int = 0
+    segments_done: int = 0
+    chunk_retries: int = 0  # chunks fetched again after a checksum mismatch
+    reconnects: int = 0  # fetches retried after the source connection failed
+    state: str = "copying"  # copying, installing, done, failed
+    started: float = field(default_factory=time.monotonic)
+    finished: float = 0.0
+
+    @property
+    def rate_bytes_s(self) -> float:
+        """Copy rate of this run (bytes resumed from an earlier run do not count)."""
+        elapsed = (self.finished or time.monotonic()) - self.started
+        return (self.bytes_copied - self.resumed_bytes) / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float:
+        """Seconds left at the current rate (0 when done, -1 when unknown)."""
+        remaining = self.bytes_total - self.bytes_copied
+        if remaining <= 0:
+            return 0.0
+        rate = self.rate_bytes_s
+        return remaining / rate if rate > 0 else -1.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "group_id": self.group_id,
+            "snapshot_index": self.snapshot_index,
+            "source": self.source,
+            "state": self.state,
+            "bytes_copied": self.bytes_copied,
+            "bytes_total": self.bytes_total,
+            "segments_done": self.segments_done,
+            "segments_total": self.segments_total,
+            "rate_bytes_s": round(self.rate_bytes_s, 1),
+            "eta_s": round(self.eta_s, 2),
+            "chunk_retries": self.chunk_retries,
+            "reconnects": self.reconnects,
+            "resumed_bytes": self.resumed_bytes,
+        }
+
+
+@dataclass
+class CatchupStats:
+    """Counters of one node, both roles."""
+
+    snapshots_prepared: int = 0
+    segments_exported: int = 0
+    chunks_served: int = 0
+    bytes_served: int = 0
+    segments_copied: int = 0
+    bytes_copied: int = 0
+    chunk_retries: int = 0
+    reconnects: int = 0
+    installs: int = 0
+    failures: int = 0
+    snapshots_resent: int = 0
+
+
+# ------------------------------------------------------------------------------ the chunk on the wire
+# The only place that knows the bytes of a REQUEST_SEGMENT_CHUNK request and its reply.
+
+
+@dataclass(frozen=True)
+class ChunkRequest:
+    """A copier asks for ``length`` bytes at ``offset`` of one segment file, and reports its whole copy's
+    progress before this chunk (``copied`` of ``total`` bytes), which the leader shows as the move's."""
+
+    group_id: int
+    base_index: int
+    last_index: int
+    crc: int  # of the whole file, as the manifest lists it: a source with another file refuses
+    offset: int
+    length: int
+    copied: int = 0
+    total: int = 0
+
+
+def encode_chunk_request(request: ChunkRequest) -> bytes:
+    return json.dumps(
+        {
+            "g": request.group_id,
+            "b": request.base_index,
+            "l": request.last_index,
+            "c": request.crc,
+            "o": request.offset,
+            "n": request.length,
+            "p": [request.copied, request.total],
+        }
+    ).encode()
+
+
+def decode_chunk_request(body: bytes) -> ChunkRequest:
+    """Raises ValueError, KeyError or TypeError for a malformed body."""
+    fields = json.loads(body)
+    group_id, base, last, crc = int(fields["g"]), int(fields["b"]), int(fields["l"]), int(fields["c"])
+    offset, length = int(fields["o"]), int(fields["n"])
+    copied, total = fields.get("p", [0, 0])
+    return ChunkRequest(group_id, base, last, crc, offset, length, int(copied), int(total))
+
+
+def encode_chunk_reply(chunk_crc: int, file_bytes: int, data: bytes) -> bytes:
+    return _CHUNK_REPLY.pack(chunk_crc, file_bytes) + data
+
+
+def decode_chunk_reply(answer: bytes) -> tuple[int, int, bytes] | None:
+    """(crc32c of the chunk, size of the whole file, the chunk), or None if ``answer`` is too short."""
+    if len(answer) < _CHUNK_REPLY.size:
+        return None
+    chunk_crc, file_bytes = _CHUNK_REPLY.unpack_from(answer)
+    return chunk_crc, file_bytes, answer[_CHUNK_REPLY.size :]
+
+
+# ------------------------------------------------------------------------------ logs and Raft progress
+
+
+def kept_prefix(plog: SegmentedLog, files: tuple[SegmentRef, ...]) -> int:
+    """How many of ``files`` (from the first) this log already holds: same index range, same last term (by
+    Raft's log matching, the same entries)."""
+    ranges = {(s.base_index, s.last_index) for s in plog.segments() if s.entry_count}
+    kept = 0
+    for ref in files:
+        if (ref.base_index, ref.last_index) not in ranges or plog.term(ref.last_index) != ref.last_term:
+            break
+        kept += 1
+    return kept
+
+
+def install_segments(plog: SegmentedLog, manifest: SnapshotManifest, *, staged: dict[tuple[int, int], Path]) -> None:
+    """Make ``plog`` hold exactly the manifest's files (scheduler thread, inside the snapshot's transaction).
+
+    Segments the log already holds are kept; everything after them is replaced by the copied files, which
+    are adopted as stored (each entry's CRC, index continuity and offsets are checked, nothing re-encoded).
+    """
+    files = manifest.files
+    kept = kept_prefix(plog, files)
+    if kept:
+        if plog.first_index() < files[0].base_index:
+            plog.drop_before(files[0].base_index)  # retention the replica missed
+        plog.truncate_suffix(files[kept - 1].last_index + 1)
+    else:
+        plog.reset(manifest.start[0], manifest.start[1], files[0].base_offset)
+    for ref in files[kept:]:
+        path = staged.get((ref.base_index, ref.last_index))
+        if path is None:
+            raise SegmentFileError(f"segment {ref.base_index}..{ref.last_index} of {plog.name} was not copied")
+        plog.import_segment(path)
+
+
+def snapshot_peers(status: raft.Status, first_index: int) -> set[int]:
+    """The replicas a leader (``status`` of its core, ``first_index`` of its Raft storage) can bring up to date
+    only with a snapshot: one is in flight to them (Raft's SNAPSHOT state), or they lack entries its Raft log
+    has compacted (between a snapshot reported failed and the core sending it again)."""
+    return {
+        peer
+        for peer, progress in status.progress.items()
+        if peer != status.id and (progress.pending_snapshot or progress.match + 1 < first_index)
+    }
+
+
+# ------------------------------------------------------------------------------ where the work runs
+
+
+class CatchupRuntime:
+    """Where catch-up work runs: tasks on the node's event loop (all tracked, so one ``stop`` ends both
+    sides' work) and closures handed to the scheduler thread."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.attached: asyncio.AbstractEventLoop | None = None  # set by start (tests set it directly)
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self.attached is not None
+        return self.attached
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = self.loop.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def on_scheduler(self, work: Callable[[], T]) -> T:
+        """Run ``work`` on the scheduler thread and wait for its result."""
+        loop = self.loop
+        future: asyncio.Future[T] = loop.create_future()
+        settle = loop_completion(loop, future)
+
+        def run() -> None:
+            try:
+                result = work()
+            except BaseException as exc:  # handed back to the awaiting coroutine, which decides
+                settle(None, exc)
+                return
+            settle(result, None)
+
+        self.scheduler.submit(run)
+        return await future
