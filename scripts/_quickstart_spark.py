@@ -41,7 +41,7 @@ __all__ = [
 # fails so is restarted from its checkpoint (which keeps its output exactly once).
 TRANSIENT_ERRORS = ("Python worker failed to connect back", "Timed out while waiting for the Python worker")
 
-# The settings of tests/spark/conftest.py: what keeps Spark light on a 2-core machine.
+# The settings of tests/spark/_helpers.py: what keeps Spark light on a 2-core machine.
 SPARK_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.cli.conftest import invoke, ok, one_error_line, run_cli
-from tests.integration.conftest import Cluster
+from tests.cli._helpers import invoke, ok, one_error_line, run_cli
+from tests.integration._helpers import Cluster
 
 pytestmark = pytest.mark.integration
 

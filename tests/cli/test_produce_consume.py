@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from multiraft.client import Admin, TopicPartition
-from tests.cli.conftest import ROOT, invoke, invoked, ok, one_error_line, run_cli
-from tests.integration.conftest import Cluster
+from tests.cli._helpers import ROOT, invoke, invoked, ok, one_error_line, run_cli
+from tests.integration._helpers import Cluster
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from multiraft.client import Admin, TopicPartition
 from multiraft.errors import UnknownPartitionError, UnknownTopicError
 from rpc.proto import multiraft_pb2 as pb
 from storage import encode_batch
-from tests.cli.conftest import invoke, invoked
-from tests.integration.conftest import Cluster
+from tests.cli._helpers import invoke, invoked
+from tests.integration._helpers import Cluster
 
 pytestmark = pytest.mark.integration
 

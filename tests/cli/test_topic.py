@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests.cli.conftest import invoke, invoked, ok, one_error_line, run_cli
-from tests.integration.conftest import Cluster
+from tests.cli._helpers import invoke, invoked, ok, one_error_line, run_cli
+from tests.integration._helpers import Cluster
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import pytest
 from multiraft import Consumer, InvalidArgumentError, Producer, Record, TopicPartition
 from rpc.client import arrow_schema
 from storage import headers_type
-from tests.integration.conftest import Cluster
+from tests.integration._helpers import Cluster
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from multiraft import Consumer, Producer, Record, TopicPartition
-from tests.integration.conftest import BackgroundProducer, Cluster, fetch_all
+from tests.integration._helpers import BackgroundProducer, Cluster, fetch_all
 
 pytestmark = pytest.mark.integration
 

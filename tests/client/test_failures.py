@@ -18,7 +18,7 @@ from multiraft import (
     RequestTimeoutError,
     TopicPartition,
 )
-from tests.integration.conftest import Cluster, fetch_all
+from tests.integration._helpers import Cluster, fetch_all
 
 pytestmark = pytest.mark.integration
 

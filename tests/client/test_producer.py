@@ -24,7 +24,7 @@ from multiraft import (
 )
 from rpc.proto import multiraft_pb2 as pb
 from storage import Compression, iter_batches
-from tests.integration.conftest import Cluster, fetch_all
+from tests.integration._helpers import Cluster, fetch_all
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import pytest
 
 from multiraft import BatchMetadata, ConfigError, Producer, ProducerError, ProducerFencedError
 from rpc.client._producer import MAX_PRODUCER_EPOCH, replay_producer_id
-from tests.integration.conftest import Cluster, fetch_all
+from tests.integration._helpers import Cluster, fetch_all
 
 pytestmark = pytest.mark.integration
 

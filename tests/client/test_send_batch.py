@@ -31,7 +31,7 @@ from rpc.client._producer import _headers_column
 from rpc.client._records import TopicPartition
 from rpc.proto import multiraft_pb2 as pb
 from storage import Compression, decode_batches, headers_type, iter_batches
-from tests.integration.conftest import Cluster, fetch_all
+from tests.integration._helpers import Cluster, fetch_all
 
 Headers = tuple[tuple[str, bytes | None], ...]
 

@@ -18,7 +18,7 @@ from multiraft.controller import (
     validate_topic_configs,
 )
 
-from .helpers import node
+from ._helpers import node
 
 I64 = st.integers(-(2**63), 2**63 - 1)
 NODE_IDS = st.integers(-(2**63), 2**63 - 1)

@@ -32,7 +32,7 @@ from multiraft.controller import (
 )
 from multiraft.controller.state import Command
 
-from .helpers import cluster, create_topic, node, run, step
+from ._helpers import cluster, create_topic, node, run, step
 from .strategies import LOGS, any_commands
 
 JSON = st.recursive(

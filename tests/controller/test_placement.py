@@ -30,7 +30,7 @@ from multiraft.controller import (
     validate_topic_configs,
 )
 
-from .helpers import active, cluster, complete_move, create_topic, node, run, spread, step
+from ._helpers import active, cluster, complete_move, create_topic, node, run, spread, step
 
 PINNED = validate_topic_configs({}, creating=True)
 

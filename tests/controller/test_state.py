@@ -37,7 +37,7 @@ from multiraft.controller import (
 )
 from multiraft.controller.state import MAX_PRODUCER_ID_BLOCK, Command
 
-from .helpers import cluster, node, run, step
+from ._helpers import cluster, node, run, step
 
 PINNED = validate_topic_configs({}, creating=True)
 

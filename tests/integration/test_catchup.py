@@ -12,7 +12,7 @@ import pytest
 
 from multiraft.launcher import cluster_down, stop_node
 from storage import LogStore, StorageConfig
-from tests.integration.conftest import Cluster, produce
+from tests.integration._helpers import Cluster, produce
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from multiraft.node.controller_group import CONTROLLER_TOPIC, SNAPSHOT_EVERY
 from multiraft.node.raftlog import RaftLogStorage
 from rpc.proto import multiraft_pb2 as pb
 from storage import LogStore
-from tests.integration.conftest import BackgroundProducer, Cluster, fetch_all, produce, record_values
+from tests.integration._helpers import BackgroundProducer, Cluster, fetch_all, produce, record_values
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from rpc.proto import multiraft_pb2 as pb
 from storage import encode_batch
-from tests.integration.conftest import Cluster, fetch_all, produce
+from tests.integration._helpers import Cluster, fetch_all, produce
 
 pytestmark = pytest.mark.integration
 

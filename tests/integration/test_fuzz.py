@@ -23,7 +23,7 @@ from multiraft.launcher import cluster_status
 from rpc.proto import multiraft_pb2 as pb
 from rpc.status import from_rpc_error
 from storage import HEADER_SIZE, encode_batch
-from tests.integration.conftest import Cluster, fetch_all, produce
+from tests.integration._helpers import Cluster, fetch_all, produce
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import pytest
 from multiraft.errors import OutOfOrderSequenceError
 from rpc.proto import multiraft_pb2 as pb
 from storage import encode_batch
-from tests.integration.conftest import Cluster, fetch_all
+from tests.integration._helpers import Cluster, fetch_all
 
 pytestmark = pytest.mark.integration
 

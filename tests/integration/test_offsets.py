@@ -7,7 +7,7 @@ import pytest
 
 from rpc.proto import multiraft_pb2 as pb
 from rpc.status import from_rpc_error
-from tests.integration.conftest import Cluster
+from tests.integration._helpers import Cluster
 
 pytestmark = pytest.mark.integration
 

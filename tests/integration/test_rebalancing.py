@@ -13,7 +13,7 @@ import pytest
 from multiraft.errors import MultiraftError, NodeHasReplicasError, NotLeaderError
 from multiraft.launcher import add_node
 from rpc.client import Admin, ClusterInfo
-from tests.integration.conftest import BackgroundProducer, Cluster, fetch_all, produce
+from tests.integration._helpers import BackgroundProducer, Cluster, fetch_all, produce
 
 pytestmark = pytest.mark.integration
 

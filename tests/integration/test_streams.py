@@ -11,7 +11,7 @@ import pytest
 
 from rpc.proto import multiraft_pb2 as pb
 from storage import decode_batches, encode_batch
-from tests.integration.conftest import Cluster, fetch_all
+from tests.integration._helpers import Cluster, fetch_all
 
 pytestmark = pytest.mark.integration
 

@@ -9,11 +9,11 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.integration.conftest import cluster, cluster_factory, shared_cluster  # noqa: F401
+from tests.integration._helpers import cluster, cluster_factory, shared_cluster  # noqa: F401
+from tests.spark._helpers import local_session
 
 pytestmark = pytest.mark.spark
 
@@ -22,32 +22,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/spark/" in str(item.path).replace("\\", "/"):
             item.add_marker(pytest.mark.spark)
-
-
-SPARK_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-    "spark.python.worker.reuse": "true",
-    "spark.sql.streaming.stopTimeout": "10s",
-}
-
-
-def local_session(app_name: str) -> Any:
-    """A local[2] SparkSession with the test settings and the multiraft source and sink registered."""
-    from pyspark.sql import SparkSession
-
-    import spark_connector
-
-    builder = SparkSession.builder.master("local[2]").appName(app_name)
-    for key, value in SPARK_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    spark_connector.register(session)
-    return session
 
 
 @pytest.fixture(scope="session")

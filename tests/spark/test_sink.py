@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from multiraft.client import Consumer, Producer, TopicPartition
-from tests.integration.conftest import Cluster
+from tests.integration._helpers import Cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -172,7 +172,7 @@ _KILLED_DRIVER = textwrap.dedent(
     import sys, time
     from pyspark.sql import SparkSession
     import spark_connector
-    from tests.spark.conftest import SPARK_CONF
+    from tests.spark._helpers import SPARK_CONF
 
     source, checkpoint, bootstrap, topic, id_file = sys.argv[1:]
     builder = SparkSession.builder.master("local[2]").appName("sink-killed-driver")

@@ -10,7 +10,7 @@ import pytest
 
 from multiraft.client import Admin, ConfigError, Producer
 from spark_connector._source import DataLossError, OffsetRange, _ReadSettings, read_range, source_schema
-from tests.integration.conftest import Cluster
+from tests.integration._helpers import Cluster
 
 pytestmark = pytest.mark.spark
 

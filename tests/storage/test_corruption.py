@@ -19,7 +19,7 @@ from storage import (
     check_store,
     repair_store,
 )
-from tests.storage.conftest import SMALL, data
+from tests.storage._helpers import SMALL, data
 
 PARTITIONS = 3
 ENTRIES = 80

@@ -28,7 +28,7 @@ from storage import (
     encode_batch,
     read_header,
 )
-from tests.storage.conftest import SMALL, batch, data, noop
+from tests.storage._helpers import SMALL, batch, data, noop
 
 
 def test_appended_entries_read_back_identically_after_sync_and_reopen(tmp_path: Path) -> None:

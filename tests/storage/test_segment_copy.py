@@ -16,7 +16,7 @@ from storage import (
     SegmentFileReceiver,
     read_segment_file_chunk,
 )
-from tests.storage.conftest import SMALL, data
+from tests.storage._helpers import SMALL, data
 
 CHUNK = 1000
 

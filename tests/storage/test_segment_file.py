@@ -15,7 +15,7 @@ from storage import (
     SegmentNotFoundError,
     read_segment_file_info,
 )
-from tests.storage.conftest import SMALL, data
+from tests.storage._helpers import SMALL, data
 
 
 @pytest.fixture

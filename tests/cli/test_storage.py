@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from multiraft.cli import app
 from storage import LogStore
-from tests.storage.conftest import SMALL, data
+from tests.storage._helpers import SMALL, data
 
 runner = CliRunner()
 

@@ -1,0 +1,246 @@
+"""Real multi-process clusters on 127.0.0.1 for the tests that need one, and helpers to produce and fetch.
+
+Every cluster is started with the same launcher as ``scripts/cluster`` and stopped by PID at teardown, even
+when the test fails. Timings are shortened (``tick_ms``) so elections take a few hundred milliseconds.
+
+The fixtures (``cluster_factory``, ``cluster``, ``shared_cluster``) reach tests through the conftest.py of each
+directory that runs clusters (integration, client, cli, spark), which imports them from here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from multiraft.errors import MultiraftError
+from multiraft.launcher import ClusterInfo, cluster_down, cluster_up, kill_node, start_node, wait_serving
+from rpc.client import ClusterClient
+from rpc.proto import multiraft_pb2 as pb
+from storage import decode_batches, encode_batch
+
+FAST = {
+    "tick_ms": 25,
+    "election_ticks": 10,
+    "heartbeat_ticks": 2,
+    "retention_check_ms": 200,
+    "membership_profile": "local",  # a crash is declared dead in ~2 s instead of ~10 s
+}
+
+
+@dataclass
+class Cluster:
+    info: ClusterInfo
+    client: ClusterClient
+
+    @property
+    def bootstrap(self) -> str:
+        return self.info.bootstrap
+
+    def kill(self, node_id: int) -> None:
+        assert kill_node(self.info, node_id), f"node {node_id} was not running"
+
+    def start(self, node_id: int, *, wait: bool = True) -> None:
+        start_node(self.info, node_id)
+        if wait:
+            wait_serving(self.info, [node_id], timeout_s=60)
+
+    def restart_all(self) -> None:
+        cluster_down(self.info.directory)
+        for node_id in self.info.nodes:
+            start_node(self.info, node_id)
+        wait_serving(self.info, timeout_s=60)
+        self.client.metadata(refresh=True)
+
+    def leader(self, topic: str, partition: int, *, timeout_s: float = 10.0) -> int:
+        """The partition's leader, asked of the cluster until one is known."""
+        deadline = time.monotonic() + timeout_s
+        for _ in range(10_000):
+            if time.monotonic() > deadline:
+                break
+            described = self.describe(topic)
+            leader = described.partitions[partition].leader
+            if leader:
+                return leader
+            time.sleep(0.05)
+        raise AssertionError(f"{topic}/{partition} has no leader after {timeout_s}s")
+
+    def describe(self, topic: str) -> pb.TopicInfo:
+        request = pb.DescribeTopicRequest(name=topic)
+        return self.client.call_any(lambda stub, timeout: stub.DescribeTopic(request, timeout=timeout)).topic
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int, **configs: str) -> pb.TopicInfo:
+        request = pb.CreateTopicRequest(
+            name=name,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            configs={k.replace("_", "."): v for k, v in configs.items()},
+        )
+        response = self.client.call_any(lambda stub, timeout: stub.CreateTopic(request, timeout=timeout))
+        # The node that answers the metadata refresh may not have applied the creation yet.
+        deadline = time.monotonic() + 10
+        for _ in range(1_000):
+            if name in self.client.metadata(refresh=True).topics or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        return response.topic
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+    started: list[Cluster] = []
+
+    def make(nodes: int = 3, **settings: object) -> Cluster:
+        info = cluster_up(tmp_path / f"cluster{len(started)}", nodes, {**FAST, **settings})
+        cluster = Cluster(info, ClusterClient(info.bootstrap, request_timeout_s=30))
+        started.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in started:
+        cluster.client.close()
+        cluster_down(cluster.info.directory)
+
+
+@pytest.fixture
+def cluster(cluster_factory: Callable[..., Cluster]) -> Cluster:
+    return cluster_factory()
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for a module of tests that do not break it."""
+    info = cluster_up(tmp_path_factory.mktemp("shared") / "cluster", 3, FAST)
+    cluster = Cluster(info, ClusterClient(info.bootstrap, request_timeout_s=30))
+    try:
+        yield cluster
+    finally:
+        cluster.client.close()
+        cluster_down(info.directory)
+
+
+def record_values(producer: int, sequence: int, attempt: int, count: int) -> list[bytes]:
+    return [b"p%d:s%d:a%d:r%d" % (producer, sequence, attempt, r) for r in range(count)]
+
+
+def produce(
+    client: ClusterClient,
+    topic: str,
+    partition: int,
+    values: list[bytes],
+    timeout_s: float = 10,
+    max_attempts: int | None = None,
+) -> int:
+    """Produce one batch through the leader; returns its base offset. With ``max_attempts=1`` the batch is
+    sent once: a caller that retries must then send a new, distinguishable batch."""
+    request = pb.ProduceRequest(
+        topic=topic, partition=partition, batch=encode_batch(values, timestamps_ms=int(time.time() * 1000))
+    )
+    response = client.call_leader(
+        topic,
+        partition,
+        lambda stub, timeout: stub.Produce(request, timeout=timeout),
+        timeout_s=timeout_s,
+        max_attempts=max_attempts,
+    )
+    return response.base_offset
+
+
+def fetch_all(
+    client: ClusterClient, topic: str, partition: int, *, max_requests: int = 10_000, timeout_s: float = 120
+) -> list[tuple[int, bytes]]:
+    """Every committed record of a partition: (offset, value), in offset order."""
+    records: list[tuple[int, bytes]] = []
+    offset = 0
+    deadline = time.monotonic() + timeout_s
+    for _ in range(max_requests):
+        if time.monotonic() > deadline:
+            break
+        request = pb.FetchRequest(topic=topic, partition=partition, offset=offset, max_bytes=4 << 20)
+        response = client.call_leader(
+            topic, partition, lambda stub, timeout, request=request: stub.Fetch(request, timeout=timeout)
+        )
+        if not response.batches:
+            return records
+        table = decode_batches(response.batches)
+        offsets, values = table.column("offset").to_pylist(), table.column("value").to_pylist()
+        records += [(o, v) for o, v in zip(offsets, values, strict=True) if o >= offset]
+        offset = response.next_offset
+        if offset >= response.high_watermark:
+            return records
+    raise AssertionError(
+        f"{topic}/{partition} not read to its end in {max_requests} fetches or {timeout_s}s (at offset {offset})"
+    )
+
+
+@dataclass
+class BackgroundProducer:
+    """Produces batches to every partition of a topic from threads until stopped (or ``max_batches`` per
+    partition, or ``max_seconds``); remembers what was acknowledged, when, and what was attempted."""
+
+    client: ClusterClient
+    topic: str
+    partitions: int
+    records_per_batch: int = 5
+    max_batches: int = 1_000_000
+    max_seconds: float = 600
+    acked: dict[int, list[tuple[int, list[bytes]]]] = field(default_factory=dict)  # partition -> (offset, values)
+    attempted: set[bytes] = field(default_factory=set)
+    errors: list[MultiraftError] = field(default_factory=list)
+    last_ack: dict[int, float] = field(default_factory=dict)
+    ack_times: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # partition -> (sent, acked)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, args=(p,), daemon=True) for p in range(self.partitions)]
+
+    def start(self) -> BackgroundProducer:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)
+
+    def _run(self, partition: int) -> None:
+        deadline = time.monotonic() + self.max_seconds
+        for sequence in range(self.max_batches):
+            if self._stop.is_set() or time.monotonic() > deadline:
+                return
+            for attempt in range(1_000):  # a retry is a new attempt: its records are told apart
+                values = record_values(partition, sequence, attempt, self.records_per_batch)
+                with self._lock:
+                    self.attempted.update(values)
+                sent = time.monotonic()
+                try:
+                    offset = produce(self.client, self.topic, partition, values, timeout_s=5, max_attempts=1)
+                except MultiraftError as exc:
+                    with self._lock:
+                        self.errors.append(exc)
+                    if self._stop.is_set():
+                        return
+                    time.sleep(0.02)
+                    continue
+                acked = time.monotonic()
+                with self._lock:
+                    self.acked.setdefault(partition, []).append((offset, values))
+                    self.last_ack[partition] = acked
+                    self.ack_times.setdefault(partition, []).append((sent, acked))
+                break
+
+    def acked_count(self) -> int:
+        with self._lock:
+            return sum(len(batches) for batches in self.acked.values())
+
+    def first_ack_sent_after(self, partition: int, moment: float) -> float | None:
+        """When the first batch sent to ``partition`` after ``moment`` was acknowledged (None: none yet)."""
+        with self._lock:
+            times = list(self.ack_times.get(partition, ()))
+        return next((acked for sent, acked in times if sent > moment), None)
