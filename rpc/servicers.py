@@ -1,4 +1,5 @@
-"""gRPC servicers: thin translations between protobuf messages and :class:`multiraft.node.Node` calls.
+"""gRPC servicers: thin translations between protobuf messages and the node's services
+(:mod:`multiraft.node.services`).
 
 Every handler maps a :class:`multiraft.errors.MultiraftError` to its gRPC status (``rpc.status``); anything
 unexpected is logged and answered INTERNAL, and the node keeps serving.
@@ -22,7 +23,15 @@ from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import to_proto_error, to_status
 
 if TYPE_CHECKING:
-    from multiraft.node.node import FetchResult, Node, NodeDescription, ProduceAck, TopicDescription
+    from multiraft.node.services import (
+        AdminService,
+        DataService,
+        FetchResult,
+        NodeDescription,
+        OffsetsService,
+        ProduceAck,
+        TopicDescription,
+    )
 
 __all__ = ["LogServicer", "AdminServicer"]
 
@@ -86,21 +95,22 @@ def _node_pb(node: NodeDescription) -> pb.NodeInfo:
 
 
 class LogServicer(pb_grpc.LogServicer):
-    def __init__(self, node: Node) -> None:
-        self._node = node
+    def __init__(self, data: DataService, offsets: OffsetsService) -> None:
+        self._data = data
+        self._offsets = offsets
 
     @_mapped
     async def Produce(  # noqa: N802 - gRPC method names
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ProduceResponse:
-        ack = await self._node.produce(request.topic, request.partition, request.batch, request.timeout_ms)
+        ack = await self._data.produce(request.topic, request.partition, request.batch, request.timeout_ms)
         return _produce_response(request.sequence, ack)
 
     @_mapped
     async def Fetch(  # noqa: N802
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FetchResponse:
-        result = await self._node.fetch(
+        result = await self._data.fetch(
             request.topic, request.partition, request.offset, request.max_bytes, request.max_wait_ms, request.min_bytes
         )
         return _fetch_response(request.topic, request.partition, result)
@@ -112,11 +122,11 @@ class LogServicer(pb_grpc.LogServicer):
         spec = {pb.EARLIEST: "earliest", pb.LATEST: "latest", pb.TIMESTAMP: "timestamp"}.get(request.spec)
         if spec is None:
             raise _invalid("spec must be EARLIEST, LATEST or TIMESTAMP", "spec")
-        partitions = list(request.partitions) or list(range(self._node.partition_count(request.topic)))
+        partitions = list(request.partitions) or list(range(self._data.partition_count(request.topic)))
         offsets = []
         for partition in partitions:
             try:
-                offset = self._node.list_offset(request.topic, partition, spec, request.timestamp_ms)
+                offset = self._data.list_offset(request.topic, partition, spec, request.timestamp_ms)
                 offsets.append(pb.PartitionOffset(partition=partition, offset=offset))
             except MultiraftError as exc:
                 offsets.append(pb.PartitionOffset(partition=partition, offset=-1, error=to_proto_error(exc)))
@@ -134,7 +144,7 @@ class LogServicer(pb_grpc.LogServicer):
             try:
                 async for request in request_iterator:
                     await in_flight.acquire()
-                    future = self._node.begin_produce(
+                    future = self._data.begin_produce(
                         request.topic, request.partition, request.batch, request.timeout_ms
                     )
                     queue.put_nowait((request.sequence, future))
@@ -168,7 +178,7 @@ class LogServicer(pb_grpc.LogServicer):
     ) -> AsyncIterator[pb.FetchResponse]:
         """Pushes committed batches; a failure (e.g. leadership moved) ends the stream with an ``error`` item."""
         try:
-            async for result in self._node.subscribe(
+            async for result in self._data.subscribe(
                 request.topic, request.partition, request.offset, request.max_bytes
             ):
                 yield _fetch_response(request.topic, request.partition, result)
@@ -179,7 +189,7 @@ class LogServicer(pb_grpc.LogServicer):
     async def InitProducer(  # noqa: N802
         self, request: pb.InitProducerRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.InitProducerResponse:
-        producer_id, epoch = await self._node.init_producer()
+        producer_id, epoch = await self._data.init_producer()
         return pb.InitProducerResponse(producer_id=producer_id, producer_epoch=epoch)
 
     @_mapped
@@ -187,14 +197,16 @@ class LogServicer(pb_grpc.LogServicer):
         self, request: pb.CommitOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CommitOffsetsResponse:
         offsets = [CommittedOffset(o.topic, o.partition, o.offset, o.metadata) for o in request.offsets]
-        await self._node.commit_offsets(request.group, offsets)
+        await self._offsets.commit_offsets(request.group, offsets)
         return pb.CommitOffsetsResponse()
 
     @_mapped
     async def FetchOffsets(  # noqa: N802
         self, request: pb.FetchOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FetchOffsetsResponse:
-        found = await self._node.fetch_offsets(request.group, [(tp.topic, tp.partition) for tp in request.partitions])
+        found = await self._offsets.fetch_offsets(
+            request.group, [(tp.topic, tp.partition) for tp in request.partitions]
+        )
         return pb.FetchOffsetsResponse(
             offsets=[
                 pb.CommittedOffset(
@@ -231,17 +243,18 @@ def _fetch_response(topic: str, partition: int, result: FetchResult) -> pb.Fetch
 
 
 class AdminServicer(pb_grpc.AdminServicer):
-    def __init__(self, node: Node) -> None:
-        self._node = node
+    def __init__(self, admin: AdminService, offsets: OffsetsService) -> None:
+        self._admin = admin
+        self._offsets = offsets
 
     @_mapped
     async def Metadata(  # noqa: N802
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.MetadataResponse:
-        nodes, topics = self._node.metadata(request.topics)
+        nodes, topics = self._admin.metadata(request.topics)
         return pb.MetadataResponse(
-            cluster_id=self._node.config.cluster_id,
-            controller_id=self._node.controller_leader,
+            cluster_id=self._admin.cluster_id,
+            controller_id=self._admin.controller_leader,
             nodes=[_node_pb(n) for n in nodes],
             topics=[_topic_pb(t) for t in topics],
         )
@@ -250,7 +263,7 @@ class AdminServicer(pb_grpc.AdminServicer):
     async def CreateTopic(  # noqa: N802
         self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreateTopicResponse:
-        topic = await self._node.create_topic(
+        topic = await self._admin.create_topic(
             request.name, request.partitions, request.replication_factor, dict(request.configs)
         )
         return pb.CreateTopicResponse(topic=_topic_pb(topic))
@@ -259,33 +272,33 @@ class AdminServicer(pb_grpc.AdminServicer):
     async def DeleteTopic(  # noqa: N802
         self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteTopicResponse:
-        await self._node.delete_topic(request.name)
+        await self._admin.delete_topic(request.name)
         return pb.DeleteTopicResponse()
 
     @_mapped
     async def ListTopics(  # noqa: N802
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListTopicsResponse:
-        return pb.ListTopicsResponse(topics=[_topic_pb(t) for t in self._node.list_topics()])
+        return pb.ListTopicsResponse(topics=[_topic_pb(t) for t in self._admin.list_topics()])
 
     @_mapped
     async def DescribeTopic(  # noqa: N802
         self, request: pb.DescribeTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeTopicResponse:
-        return pb.DescribeTopicResponse(topic=_topic_pb(await self._node.describe_topic(request.name)))
+        return pb.DescribeTopicResponse(topic=_topic_pb(await self._admin.describe_topic(request.name)))
 
     @_mapped
     async def AlterTopicConfigs(  # noqa: N802
         self, request: pb.AlterTopicConfigsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AlterTopicConfigsResponse:
-        topic = await self._node.alter_topic_configs(request.name, dict(request.set), list(request.delete))
+        topic = await self._admin.alter_topic_configs(request.name, dict(request.set), list(request.delete))
         return pb.AlterTopicConfigsResponse(topic=_topic_pb(topic))
 
     @_mapped
     async def DescribeCluster(  # noqa: N802
         self, request: pb.DescribeClusterRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeClusterResponse:
-        cluster = await self._node.describe_cluster()
+        cluster = await self._admin.describe_cluster()
         return pb.DescribeClusterResponse(
             cluster_id=cluster.cluster_id,
             controller_id=cluster.controller_id,
@@ -294,10 +307,10 @@ class AdminServicer(pb_grpc.AdminServicer):
             under_replicated=[pb.TopicPartition(topic=t, partition=p) for t, p in cluster.under_replicated],
             moves=[
                 pb.ReplicaMove(
-                    topic=m.move.topic,
-                    partition=m.move.partition,
-                    from_node=m.move.from_node or m.move.replaces or 0,
-                    to_node=m.move.to_node,
+                    topic=m.topic,
+                    partition=m.partition,
+                    from_node=m.from_node,
+                    to_node=m.to_node,
                     phase=m.phase,
                     bytes_copied=m.bytes_copied,
                     bytes_total=m.bytes_total,
@@ -312,7 +325,7 @@ class AdminServicer(pb_grpc.AdminServicer):
     async def ListGroups(  # noqa: N802
         self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListGroupsResponse:
-        return pb.ListGroupsResponse(groups=await self._node.list_groups())
+        return pb.ListGroupsResponse(groups=await self._offsets.list_groups())
 
     @_mapped
     async def DrainNode(  # noqa: N802
@@ -320,7 +333,7 @@ class AdminServicer(pb_grpc.AdminServicer):
     ) -> pb.DrainNodeResponse:
         if request.node_id <= 0:
             raise _invalid("node_id must be >= 1", "node_id")
-        drain = await self._node.drain_node(request.node_id)
+        drain = await self._admin.drain_node(request.node_id)
         return pb.DrainNodeResponse(
             replicas_left=drain.replicas_left, leaders_left=drain.leaders_left, safe_to_stop=drain.safe_to_stop
         )
@@ -331,7 +344,7 @@ class AdminServicer(pb_grpc.AdminServicer):
     ) -> pb.RemoveNodeResponse:
         if request.node_id <= 0:
             raise _invalid("node_id must be >= 1", "node_id")
-        await self._node.remove_node(request.node_id)
+        await self._admin.remove_node(request.node_id)
         return pb.RemoveNodeResponse()
 
 

@@ -47,7 +47,7 @@ def _config_options(command: Any) -> Any:
 @_config_options
 def start(config_path: str | None, **flags: Any) -> None:
     """Start a node and serve until SIGTERM or SIGINT."""
-    from multiraft.node import run_node
+    from rpc.server import run_node
 
     config = load_config(config_path, overrides=flags)
     configure_logging(config.log_level, json=config.log_format == "json")

@@ -1,23 +1,28 @@
-"""The node runtime: a scheduler thread driving every Raft group of the node, and the event-loop side around it."""
+"""The node runtime: a store of replicas on the scheduler thread, services on the event loop, and the peer side.
 
-from multiraft.node.node import (
+Front doors (gRPC: :mod:`rpc.server`) are built on :attr:`Node.services` outside this package.
+"""
+
+from multiraft.node.node import FrontDoor, Node, NodeServices
+from multiraft.node.services import (
     ClusterDescription,
+    DrainStatus,
     FetchResult,
-    Node,
     NodeDescription,
     PartitionDescription,
     ProduceAck,
     TopicDescription,
-    run_node,
 )
 
 __all__ = [
     "Node",
-    "run_node",
+    "NodeServices",
+    "FrontDoor",
     "ProduceAck",
     "FetchResult",
     "PartitionDescription",
     "TopicDescription",
     "NodeDescription",
     "ClusterDescription",
+    "DrainStatus",
 ]

@@ -7,7 +7,8 @@ removing those of deleted topics) and the event loop gets the new state.
 
 Requests that change metadata (create a topic, register a node...) are served by the controller *leader*:
 only it knows which nodes are alive, so it decides the placement and proposes the resulting command. Other
-nodes forward requests to it (see ``multiraft.node.node``). Requests and answers travel as JSON.
+nodes forward requests to it (``multiraft.node.controller_client``) as typed peer messages
+(``multiraft.node.peer_messages``): a command already decided by the sender, or a topic to create.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from multiraft import controller as ctl
 from multiraft import raft
 from multiraft.errors import MultiraftError, NotLeaderError, error_for_reason
 from multiraft.logging import get_logger
+from multiraft.node.peer_messages import CreateTopicRequest
 from multiraft.node.scheduler import Completion, Group, Scheduler
 
 __all__ = ["ControllerMachine", "CONTROLLER_TOPIC", "controller_error", "SNAPSHOT_EVERY"]
@@ -114,78 +116,38 @@ class ControllerMachine:
 
     # --------------------------------------------------------------------------------- leader requests
 
-    def handle(self, group: Group, request: dict[str, Any], completion: Completion) -> None:
+    def handle(self, group: Group, request: ctl.Command | CreateTopicRequest, completion: Completion) -> None:
         """Serve a metadata request on the leader: decide, then propose the command (scheduler thread)."""
         if not group.is_leader:
             completion(None, NotLeaderError("not the controller leader", leader_id=group.raw.leader_id))
             return
         try:
             command = self._command_for(group, request)
+            payload = ctl.encode_command(command)
         except ctl.ControllerError as exc:
             completion(None, controller_error(exc))
             return
-        except (KeyError, TypeError, ValueError) as exc:
-            completion(None, error_for_reason("INVALID_ARGUMENT", f"bad controller request: {exc!r}", {}))
-            return
-        self.scheduler.propose(group, ctl.encode_command(command), completion, kind=raft.EntryKind.CONTROL)
+        self.scheduler.propose(group, payload, completion, kind=raft.EntryKind.CONTROL)
 
-    def _command_for(self, group: Group, request: dict[str, Any]) -> ctl.Command:
-        op = request["op"]
-        if op == "create_topic":
-            name = str(request["name"])
-            ctl.validate_topic_name(name, internal=bool(request.get("internal", False)))
-            if name in self.state.topics:
-                raise ctl.TopicExistsError(name)
-            configs = ctl.validate_topic_configs(request.get("configs", {}), creating=True)
-            live = self.live_nodes(group)
+    def _command_for(self, group: Group, request: ctl.Command | CreateTopicRequest) -> ctl.Command:
+        if isinstance(request, CreateTopicRequest):
+            ctl.validate_topic_name(request.name, internal=request.internal)
+            if request.name in self.state.topics:
+                raise ctl.DuplicateTopicError(request.name)
+            configs = ctl.validate_topic_configs(request.configs, creating=True)
             assignments = ctl.place_new_topic(
-                live, self.state, int(request["partitions"]), int(request["replication_factor"])
+                self.live_nodes(group), self.state, request.partitions, request.replication_factor
             )
             return ctl.CreateTopic(
-                name,
+                request.name,
                 configs,
                 tuple((tuple(replicas), leader) for replicas, leader in assignments),
-                internal=bool(request.get("internal", False)),
+                internal=request.internal,
                 created_ms=int(time.time() * 1000),
             )
-        if op == "delete_topic":
-            return ctl.DeleteTopic(str(request["name"]), internal=bool(request.get("internal", False)))
-        if op == "alter_topic_configs":
-            return ctl.AlterTopicConfigs(
-                str(request["name"]), dict(request.get("set", {})), tuple(request.get("delete", ()))
-            )
-        if op == "register_node":
-            node = request["node"]
-            return ctl.RegisterNode(
-                ctl.NodeInfo(
-                    node_id=int(node["node_id"]),
-                    client_address=str(node["client_address"]),
-                    peer_address=str(node["peer_address"]),
-                    gossip_address=str(node["gossip_address"]),
-                    rack=str(node.get("rack", "")),
-                    capacity=float(node.get("capacity", 1.0)),
-                )
-            )
-        if op == "set_partition_replicas":
-            expected_replicas = request.get("expected_replicas")
-            expected_learners = request.get("expected_learners")
-            return ctl.SetPartitionReplicas(
-                str(request["topic"]),
-                int(request["partition"]),
-                tuple(int(n) for n in request["replicas"]),
-                tuple(int(n) for n in request["learners"]),
-                int(request["preferred_leader"]),
-                None if expected_replicas is None else tuple(int(n) for n in expected_replicas),
-                None if expected_learners is None else tuple(int(n) for n in expected_learners),
-            )
-        if op == "set_node_state":
-            node_id = int(request["node_id"])
-            if node_id not in self.state.nodes:
-                raise ctl.UnknownNodeError(node_id)
-            return ctl.SetNodeState(node_id, ctl.NodeState(str(request["state"])))
-        if op == "allocate_producer_ids":
-            return ctl.AllocateProducerIds(int(request["count"]))
-        raise ValueError(f"unknown controller operation {op!r}")
+        if isinstance(request, ctl.SetNodeState) and request.node_id not in self.state.nodes:
+            raise ctl.NodeNotFoundError(request.node_id)
+        return request
 
     def live_nodes(self, group: Group) -> list[ctl.NodeInfo]:
         """ACTIVE registered nodes the member-list holds alive or suspect (itself included).

@@ -126,12 +126,12 @@ def decode_manifest(data: bytes) -> SnapshotManifest:
     )
 
 
-def _to_raft_error(exc: StorageError) -> raft.StorageError:
+def _to_raft_error(exc: StorageError) -> raft.RaftStorageError:
     if isinstance(exc, StorageCompactedError):
-        return raft.CompactedError(str(exc))
+        return raft.IndexCompactedError(str(exc))
     if isinstance(exc, StorageUnavailableError):
-        return raft.UnavailableError(str(exc))
-    return raft.StorageError(str(exc))
+        return raft.IndexUnavailableError(str(exc))
+    return raft.RaftStorageError(str(exc))
 
 
 class RaftLogStorage:
@@ -194,9 +194,9 @@ class RaftLogStorage:
 
     def entries(self, lo: int, hi: int, max_size: int) -> list[raft.Entry]:
         if lo <= self._compacted[0]:
-            raise raft.CompactedError(f"index {lo} is at or below the compaction point {self._compacted[0]}")
+            raise raft.IndexCompactedError(f"index {lo} is at or below the compaction point {self._compacted[0]}")
         if hi > self.last_index() + 1:
-            raise raft.UnavailableError(f"index {hi - 1} is beyond the last index {self.last_index()}")
+            raise raft.IndexUnavailableError(f"index {hi - 1} is beyond the last index {self.last_index()}")
         if lo >= hi:
             return []
         recent = self._recent
@@ -230,7 +230,7 @@ class RaftLogStorage:
         if index == compacted_index:
             return compacted_term
         if index < compacted_index:
-            raise raft.CompactedError(f"index {index} is below the compaction point {compacted_index}")
+            raise raft.IndexCompactedError(f"index {index} is below the compaction point {compacted_index}")
         try:
             return self.log.term(index)
         except StorageError as exc:
@@ -257,7 +257,7 @@ class RaftLogStorage:
         if not entries:
             return
         if entries[0].index > self.last_index() + 1:
-            raise raft.UnavailableError(
+            raise raft.IndexUnavailableError(
                 f"entry {entries[0].index} would leave a gap after the last index {self.last_index()}"
             )
         try:
@@ -323,7 +323,7 @@ class RaftLogStorage:
         if index <= self._snapshot_meta.index:
             raise raft.SnapshotOutOfDateError(f"snapshot {index} is not newer than {self._snapshot_meta.index}")
         if index > self.last_index():
-            raise raft.UnavailableError(f"index {index} is beyond the last index {self.last_index()}")
+            raise raft.IndexUnavailableError(f"index {index} is beyond the last index {self.last_index()}")
         meta = raft.SnapshotMeta(index, self.term(index), conf_state)
         self._save_snapshot(meta, data)
         return raft.Snapshot(meta, data)
@@ -331,9 +331,9 @@ class RaftLogStorage:
     def compact(self, index: int) -> None:
         """Forget entries up to ``index`` (which a snapshot must cover); whole segments below it are dropped."""
         if index <= self._compacted[0]:
-            raise raft.CompactedError(f"already compacted up to {self._compacted[0]}")
+            raise raft.IndexCompactedError(f"already compacted up to {self._compacted[0]}")
         if index > self.last_index():
-            raise raft.UnavailableError(f"index {index} is beyond the last index {self.last_index()}")
+            raise raft.IndexUnavailableError(f"index {index} is beyond the last index {self.last_index()}")
         if index > self._snapshot_meta.index:
             raise raft.CompactionBeyondSnapshotError(
                 f"compact to {index} would drop entries after the snapshot at {self._snapshot_meta.index}"
@@ -372,7 +372,7 @@ class RaftLogStorage:
         if index <= self._snapshot_meta.index:
             return self.snapshot()
         if index > self.applied_index():
-            raise raft.UnavailableError(f"index {index} is not applied yet ({self.applied_index()})")
+            raise raft.IndexUnavailableError(f"index {index} is not applied yet ({self.applied_index()})")
         meta = raft.SnapshotMeta(index, self.term(index), self.conf_state_at(index))
         data = encode_manifest(manifest)
         self._save_snapshot(meta, data)
@@ -395,13 +395,13 @@ class RaftLogStorage:
         conf = self.conf_state_at(lo - 1)
         try:
             applied = self.entries(lo, index + 1, 1 << 62) if lo <= index else []
-        except raft.StorageError:
+        except raft.RaftStorageError:
             applied = []
         for entry in applied:
             if entry.kind == raft.EntryKind.CONFIG:
                 try:
                     conf = raft.apply_conf_change(conf, raft.decode_conf_change(entry.payload))
-                except (raft.CodecError, raft.InvalidConfChangeError):
+                except (raft.RaftCodecError, raft.InvalidConfChangeError):
                     continue  # the core skips it too
                 self._conf_history.append((entry.index, raft.encode_conf_state(conf)))
         if conf != conf_state:  # the core knows better (a snapshot installed meanwhile): trust it at ``index``

@@ -25,16 +25,14 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from multiraft import controller as ctl
 from multiraft.errors import MultiraftError
 from multiraft.logging import get_logger
+from multiraft.node.peer_messages import PartitionStatus
+from multiraft.node.protocols import ClusterView, ControllerClient, Liveness, PartitionStatusSource
 
-if TYPE_CHECKING:
-    from multiraft.node.node import Node
-
-__all__ = ["Rebalancer", "MoveProgress", "CAUGHT_UP_ENTRIES"]
+__all__ = ["Rebalancer", "RebalanceSettings", "MoveProgress", "CAUGHT_UP_ENTRIES"]
 
 log = get_logger(__name__)
 
@@ -64,16 +62,36 @@ class MoveProgress:
         self.eta_seconds = remaining / rate if rate > 0 else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class RebalanceSettings:
+    """The node config fields rebalancing uses (``NodeConfig``: units and defaults there)."""
+
+    rebalance_interval_ms: int
+    replica_replace_after_ms: int
+    max_concurrent_moves: int
+
+
 class Rebalancer:
     """See the module docstring. ``run()`` is a task of the node; it acts only on the controller leader."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(
+        self,
+        settings: RebalanceSettings,
+        cluster: ClusterView,
+        liveness: Liveness,
+        status: PartitionStatusSource,
+        controller: ControllerClient,
+    ) -> None:
+        self.settings = settings
+        self._cluster = cluster
+        self._liveness = liveness
+        self._status = status
+        self._controller = controller
         self.moves: dict[int, MoveProgress] = {}  # group id -> move
         self._was_leader = False
 
     async def run(self) -> None:
-        interval = self.node.config.rebalance_interval_ms / 1000
+        interval = self.settings.rebalance_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             try:
@@ -87,38 +105,38 @@ class Rebalancer:
     # ----------------------------------------------------------------------------------------- a round
 
     async def round(self) -> None:
-        node = self.node
-        if node.controller_leader != node.node_id:
+        view = self._cluster
+        if view.controller_leader != view.node_id:
             if self._was_leader:
                 self.moves.clear()
             self._was_leader = False
             return
         self._was_leader = True
-        state = node.cluster
+        state = view.cluster
         dead = self.dead_nodes(state)
-        live_active = [n for n in state.nodes_in_state(ctl.NodeState.ACTIVE) if node.is_live(n.node_id)]
+        live_active = [n for n in state.nodes_in_state(ctl.NodeState.ACTIVE) if self._liveness.is_live(n.node_id)]
         await self._advance(state, dead)
-        state = node.cluster
+        state = view.cluster
         await self._adopt(state, dead)
-        state = node.cluster
+        state = view.cluster
         self._plan(state, dead, live_active)
         if self.moves:
-            await self._advance(node.cluster, dead)
-        elif not any(p.learners for p in node.cluster.groups().values()):
-            await self._balance_preferred_leaders(node.cluster, live_active)
+            await self._advance(view.cluster, dead)
+        elif not any(p.learners for p in view.cluster.groups().values()):
+            await self._balance_preferred_leaders(view.cluster, live_active)
 
     def dead_nodes(self, state: ctl.ClusterState) -> set[int]:
         """Registered nodes the member-list has declared dead, or seen leave, at least replace_after ago."""
-        after = self.node.config.replica_replace_after_ms / 1000
+        after = self.settings.replica_replace_after_ms / 1000
         dead = set()
         for node_id in state.nodes:
-            gone = self.node.membership_gone_for(node_id)
+            gone = self._liveness.gone_for(node_id)
             if gone is not None and gone >= after:
                 dead.add(node_id)
         return dead
 
     def _plan(self, state: ctl.ClusterState, dead: set[int], live_active: list[ctl.NodeInfo]) -> None:
-        budget = self.node.config.max_concurrent_moves - len(self.moves)
+        budget = self.settings.max_concurrent_moves - len(self.moves)
         if budget <= 0:
             return
         busy = set(self.moves) | {p.group_id for p in state.groups().values() if p.learners}
@@ -128,7 +146,7 @@ class Rebalancer:
             if group_id not in busy and len(planned) < budget:
                 planned.append(move)
                 busy.add(group_id)
-        if len(planned) < budget and not any(self.node.is_suspect(n) for n in state.nodes):
+        if len(planned) < budget and not any(self._liveness.is_suspect(n) for n in state.nodes):
             # Balancing waits while a node is suspect: its replicas may be about to need repair instead.
             for move in ctl.plan_rebalance(state, live_active, budget - len(planned)):
                 group_id = state.partition(move.topic, move.partition).group_id
@@ -193,7 +211,7 @@ class Rebalancer:
         if not self.moves:
             return
         groups = [p for p in (state.group(g) for g in self.moves) if p is not None]
-        status = await self.node.partition_status(groups)
+        status = await self._status.partition_status(groups)
         for group_id, progress in list(self.moves.items()):
             move = progress.move
             p = state.group(group_id)
@@ -215,7 +233,7 @@ class Rebalancer:
                 )
                 continue
             if move.to_node in p.learners:
-                if not self._caught_up(progress, status.get(group_id, {})):
+                if not self._caught_up(progress, status.get(group_id)):
                     continue
                 progress.phase = "promoting"
             elif move.to_node in p.replicas:
@@ -225,25 +243,27 @@ class Rebalancer:
             if not await self._propose(step):
                 del self.moves[group_id]  # lost a race with another change: replanned from the new state
 
-    def _caught_up(self, progress: MoveProgress, status: dict[str, Any]) -> bool:
+    def _caught_up(self, progress: MoveProgress, status: PartitionStatus | None) -> bool:
         """Update the move's copy progress from its leader's report; True once the learner is caught up."""
-        to_node = str(progress.move.to_node)
-        lag = status.get("lag", {}).get(to_node)
-        copy = status.get("copy", {}).get(to_node)  # segment copy progress, when the leader reports one
-        total_bytes = int(status.get("bytes", 0))
-        entries = max(1, int(status.get("entries", 1)))
+        to_node = progress.move.to_node
+        if status is None:
+            progress.phase = "adding"  # no leader answered: nothing is known of the learner yet
+            return False
+        copy = status.copies.get(to_node)  # segment copy progress, when the leader reports one
         if copy is not None:
             progress.phase = "copying"
-            progress.sample(int(copy[0]), int(copy[1]))
+            progress.sample(copy[0], copy[1])
             return False
+        lag = status.lag.get(to_node)
         if lag is None:
             progress.phase = "adding"  # the leader has not added it to the group yet
             return False
-        behind = min(int(lag), entries)
-        progress.sample(int(total_bytes * (entries - behind) / entries), total_bytes)
+        entries = max(1, status.entries)
+        behind = min(lag, entries)
+        progress.sample(int(status.size_bytes * (entries - behind) / entries), status.size_bytes)
         progress.phase = "catching_up"
-        acked = progress.move.to_node in status.get("acked", ()) or int(status.get("entries", 0)) == 0
-        return acked and int(lag) <= CAUGHT_UP_ENTRIES and str(status.get("leader", "")) != ""
+        acked = to_node in status.acked or status.entries == 0
+        return acked and lag <= CAUGHT_UP_ENTRIES and status.leader != 0
 
     async def _abort(self, p: ctl.PartitionState, progress: MoveProgress) -> None:
         """The node a replica was moving to died: drop it as a learner; the move is replanned."""
@@ -270,19 +290,7 @@ class Rebalancer:
 
     async def _propose(self, command: ctl.SetPartitionReplicas) -> bool:
         try:
-            await self.node.controller_call(
-                {
-                    "op": "set_partition_replicas",
-                    "topic": command.topic,
-                    "partition": command.partition,
-                    "replicas": list(command.replicas),
-                    "learners": list(command.learners),
-                    "preferred_leader": command.preferred_leader,
-                    "expected_replicas": list(command.expected_replicas or ()),
-                    "expected_learners": list(command.expected_learners or ()),
-                },
-                timeout_s=5.0,
-            )
+            await self._controller.call(command, timeout_s=5.0)
         except MultiraftError as exc:
             log.info("replica change refused", topic=command.topic, partition=command.partition, error=str(exc))
             return False

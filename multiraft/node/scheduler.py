@@ -15,13 +15,12 @@ Each round:
 Why a thread of its own: an LMDB write transaction belongs to the thread that began it, and the Raft core
 reads its storage while it steps messages; so the store and the cores live together on this thread. The
 asyncio loop (gRPC, peer connections) runs on another and keeps receiving while this one waits on fsync,
-which releases the GIL. The two meet in :meth:`Scheduler.submit` (loop -> scheduler) and
-``loop.call_soon_threadsafe`` (scheduler -> loop).
+which releases the GIL. The two meet only in :mod:`multiraft.node.threads`' hand-offs, built on
+:meth:`Scheduler.submit` (loop -> scheduler) and ``loop.call_soon_threadsafe`` (scheduler -> loop).
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import threading
 import time
@@ -33,6 +32,7 @@ from multiraft import raft
 from multiraft.errors import MultiraftError, NotLeaderError, StorageFailureError, UnavailableError
 from multiraft.logging import get_logger
 from multiraft.node.raftlog import RaftLogStorage
+from multiraft.node.threads import ThreadOwner
 from storage import LogStore, StorageError
 
 __all__ = ["Scheduler", "Group", "StateMachine", "Completion", "Outbox"]
@@ -109,6 +109,7 @@ class Scheduler:
         self._periodic: list[tuple[float, float, Callable[[], None]]] = []  # (interval, next due, action)
         self.rounds = 0
         self.syncs = 0
+        self.owner = ThreadOwner("scheduler")  # what lives here says so in its type (multiraft.node.threads)
 
     # ------------------------------------------------------------------------------------ thread plumbing
 
@@ -139,6 +140,7 @@ class Scheduler:
         return self._thread.is_alive()
 
     def _run(self) -> None:
+        self.owner.bind()
         try:
             self.store = self._store_opener()
             self._on_started()
@@ -179,7 +181,7 @@ class Scheduler:
             work = inbox.popleft()
             try:
                 work()
-            except (MultiraftError, raft.StorageError):
+            except (MultiraftError, raft.RaftStorageError):
                 raise  # a failed write leaves the store's transaction unusable: the node cannot go on
             except raft.RaftError as exc:
                 log.warning("raft refused work", error=repr(exc))
@@ -278,7 +280,7 @@ class Scheduler:
             self._send(readies, persisted=False)
         try:
             self._persist(readies)
-        except (StorageError, raft.StorageError) as exc:  # the Raft adapter reports storage failures as its own
+        except (StorageError, raft.RaftStorageError) as exc:  # the Raft adapter reports storage failures as its own
             self._storage_failed(readies, exc)
             return
         # Without a sync nothing waits between the two kinds of messages: one batch, so one write per peer.
@@ -323,7 +325,9 @@ class Scheduler:
             self.store.sync()
             self.syncs += 1
 
-    def _storage_failed(self, readies: list[tuple[Group, raft.Ready]], exc: StorageError | raft.StorageError) -> None:
+    def _storage_failed(
+        self, readies: list[tuple[Group, raft.Ready]], exc: StorageError | raft.RaftStorageError
+    ) -> None:
         # Nothing of the round is durable: drop it, answer the producers, and let Raft retry from its state.
         log.error("storage failed; the round is discarded", error=str(exc))
         assert self.store is not None
@@ -362,20 +366,3 @@ class Scheduler:
                     waiting.completion(None, result)
                 else:
                     waiting.completion(result, None)
-
-
-def loop_completion(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> Completion:
-    """A completion that resolves an asyncio future on its loop."""
-
-    def resolve(result: Any, error: BaseException | None) -> None:
-        def settle() -> None:
-            if future.done():
-                return
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(result)
-
-        loop.call_soon_threadsafe(settle)
-
-    return resolve

@@ -17,6 +17,7 @@ from multiraft import raft
 from multiraft.errors import MultiraftError, UnavailableError
 from multiraft.logging import get_logger
 from multiraft.node.partition import PartitionMachine, PartitionView
+from multiraft.node.peer_messages import decode_error
 from multiraft.node.raftlog import SegmentRef, SnapshotManifest, decode_manifest
 from multiraft.node.scheduler import Group, Scheduler
 from storage import ChunkChecksumError, SegmentFileError, SegmentFileReceiver, StorageError
@@ -345,7 +346,7 @@ class CatchupFollower:
                         return data, crc
                     error = f"node {source} has a segment file of {file_bytes} bytes, not {ref.file_bytes}"
                 else:
-                    error = f"node {source}: {answer[:200].decode(errors='replace')}"
+                    error = f"node {source}: {decode_error(answer, source=f'node {source}').message}"
                 log.info("segment source refused a chunk", group=job.group_id, source=source, error=error)
             await asyncio.sleep(delay)
             delay = min(delay * 2, _BACKOFF_MAX_S)

@@ -16,6 +16,7 @@ from multiraft import raft
 from multiraft.errors import MultiraftError, UnavailableError
 from multiraft.logging import get_logger
 from multiraft.node.partition import PartitionMachine, PartitionView
+from multiraft.node.peer_messages import encode_error
 from multiraft.node.raftlog import SegmentRef, SnapshotManifest
 from multiraft.node.scheduler import Group
 from storage import SegmentedLog, SegmentFileError, StorageError, read_segment_file_chunk
@@ -299,8 +300,10 @@ class CatchupLeader:
         """A ``REQUEST_SEGMENT_CHUNK`` request (event loop): (status, reply or error text)."""
         try:
             return STATUS_OK, await self._serve_chunk(from_node, body)
-        except (MultiraftError, StorageError, OSError, ValueError, KeyError, TypeError) as exc:
-            return STATUS_ERROR, str(exc).encode()
+        except MultiraftError as exc:
+            return STATUS_ERROR, encode_error(exc)
+        except (StorageError, OSError) as exc:
+            return STATUS_ERROR, encode_error(UnavailableError(f"segment chunk not served: {exc}"))
 
     async def _serve_chunk(self, from_node: int, body: bytes) -> bytes:
         request = decode_chunk_request(body)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import struct
 import time
 from collections.abc import Callable, Coroutine
@@ -14,8 +13,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from multiraft import raft
+from multiraft.node.peer_messages import (
+    STATUS_ERROR,
+    STATUS_OK,
+    RequestKind,
+    SegmentChunkRequest,
+    decode_chunk_request,
+    encode_chunk_request,
+)
 from multiraft.node.raftlog import SegmentRef, SnapshotManifest
-from multiraft.node.scheduler import Scheduler, loop_completion
+from multiraft.node.scheduler import Scheduler
+from multiraft.node.threads import SchedulerHandoff
 from storage import SegmentedLog, SegmentFileError
 
 __all__ = [
@@ -39,12 +47,10 @@ __all__ = [
     "CatchupRuntime",
 ]
 
-REQUEST_SEGMENT_CHUNK = 20  # peer request kinds (multiraft.node.transport REQUEST frames)
-REQUEST_CATCHUP_STATUS = 21
+REQUEST_SEGMENT_CHUNK = RequestKind.SEGMENT_CHUNK  # peer request kinds (multiraft.node.transport REQUEST frames)
+REQUEST_CATCHUP_STATUS = RequestKind.CATCHUP_STATUS
 CATCHUP_REQUEST_KINDS = frozenset({REQUEST_SEGMENT_CHUNK, REQUEST_CATCHUP_STATUS})
 CHUNK_BYTES = 1 << 20
-STATUS_OK = 0
-STATUS_ERROR = 1
 _CHUNK_REPLY = struct.Struct("<IQ")  # crc32c of the chunk, size of the whole file
 
 T = TypeVar("T")
@@ -124,45 +130,10 @@ class CatchupStats:
 
 
 # ------------------------------------------------------------------------------ the chunk on the wire
-# The only place that knows the bytes of a REQUEST_SEGMENT_CHUNK request and its reply.
+# The request is a typed peer message; the reply is the chunk behind a small binary head.
 
 
-@dataclass(frozen=True)
-class ChunkRequest:
-    """A copier asks for ``length`` bytes at ``offset`` of one segment file, and reports its whole copy's
-    progress before this chunk (``copied`` of ``total`` bytes), which the leader shows as the move's."""
-
-    group_id: int
-    base_index: int
-    last_index: int
-    crc: int  # of the whole file, as the manifest lists it: a source with another file refuses
-    offset: int
-    length: int
-    copied: int = 0
-    total: int = 0
-
-
-def encode_chunk_request(request: ChunkRequest) -> bytes:
-    return json.dumps(
-        {
-            "g": request.group_id,
-            "b": request.base_index,
-            "l": request.last_index,
-            "c": request.crc,
-            "o": request.offset,
-            "n": request.length,
-            "p": [request.copied, request.total],
-        }
-    ).encode()
-
-
-def decode_chunk_request(body: bytes) -> ChunkRequest:
-    """Raises ValueError, KeyError or TypeError for a malformed body."""
-    fields = json.loads(body)
-    group_id, base, last, crc = int(fields["g"]), int(fields["b"]), int(fields["l"]), int(fields["c"])
-    offset, length = int(fields["o"]), int(fields["n"])
-    copied, total = fields.get("p", [0, 0])
-    return ChunkRequest(group_id, base, last, crc, offset, length, int(copied), int(total))
+ChunkRequest = SegmentChunkRequest  # typed, binary: multiraft.node.peer_messages
 
 
 def encode_chunk_reply(chunk_crc: int, file_bytes: int, data: bytes) -> bytes:
@@ -256,17 +227,4 @@ class CatchupRuntime:
 
     async def on_scheduler(self, work: Callable[[], T]) -> T:
         """Run ``work`` on the scheduler thread and wait for its result."""
-        loop = self.loop
-        future: asyncio.Future[T] = loop.create_future()
-        settle = loop_completion(loop, future)
-
-        def run() -> None:
-            try:
-                result = work()
-            except BaseException as exc:  # handed back to the awaiting coroutine, which decides
-                settle(None, exc)
-                return
-            settle(result, None)
-
-        self.scheduler.submit(run)
-        return await future
+        return await SchedulerHandoff(self.scheduler, self.loop).run(work)

@@ -1,0 +1,108 @@
+"""Metadata requests to the controller leader, wherever it is (event loop).
+
+Only the controller leader proposes metadata commands: it knows which nodes are alive, so it places new
+topics. :class:`RemoteController` runs a request locally when this node leads the controller group, sends
+it to the leader over the peer transport otherwise, and retries while leadership moves, within a deadline.
+A node that does not know the leader yet (it joined through the seeds) sends the request to any live peer,
+which passes it on once (``forwarded``). :meth:`RemoteController.serve` is the peer side of the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Collection
+from typing import Protocol
+
+from multiraft import controller as ctl
+from multiraft.errors import MultiraftError, NotLeaderError, RequestTimeoutError, UnavailableError
+from multiraft.node.peer_messages import (
+    STATUS_OK,
+    ControllerOutcome,
+    ControllerRequest,
+    CreateTopicRequest,
+    RequestKind,
+    decode_controller_outcome,
+    decode_error,
+    encode_controller_request,
+)
+from multiraft.node.protocols import PeerCaller
+
+__all__ = ["RemoteController", "CONTROLLER_TIMEOUT_S"]
+
+CONTROLLER_TIMEOUT_S = 15.0
+_RETRY_S = 0.05
+
+
+class _Leader(Protocol):
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def controller_leader(self) -> int: ...
+
+
+LocalController = Callable[[ControllerRequest, float], Awaitable[object]]
+"""Runs a request on this node's controller replica (it answers NotLeaderError unless it leads)."""
+
+
+class RemoteController:
+    """The node's ``ControllerClient`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        view: _Leader,
+        local: LocalController,
+        peers: PeerCaller,
+        live_peers: Callable[[], Collection[int]],
+        rng: random.Random | None = None,
+    ) -> None:
+        self._view = view
+        self._local = local
+        self._peers = peers
+        self._live_peers = live_peers
+        self._rng = rng or random.Random()  # this loop's own: the scheduler's belongs to its thread
+
+    async def call(
+        self, body: ctl.Command | CreateTopicRequest, *, timeout_s: float = CONTROLLER_TIMEOUT_S
+    ) -> ControllerOutcome:
+        """Run a metadata request on the controller leader; retry while leadership moves."""
+        request = ControllerRequest(body)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        last_error: MultiraftError = UnavailableError("the controller has no leader yet")
+        while loop.time() < deadline:
+            leader = self._view.controller_leader or self._any_live_peer()
+            try:
+                if leader == self._view.node_id:
+                    return ControllerOutcome.of(await self._local(request, deadline - loop.time()))
+                if leader:
+                    return await self._remote(leader, request, deadline - loop.time())
+            except (NotLeaderError, UnavailableError) as exc:
+                last_error = exc
+            await asyncio.sleep(_RETRY_S)
+        raise RequestTimeoutError(f"metadata request not served in {timeout_s:.0f}s: {last_error.message}")
+
+    async def serve(self, from_node: int, request: ControllerRequest) -> ControllerOutcome:
+        """A request a peer sent here: run it, or pass it on once to the leader this node knows."""
+        leader = self._view.controller_leader
+        if leader and leader not in (self._view.node_id, from_node) and not request.forwarded:
+            forwarded = ControllerRequest(request.body, forwarded=True)
+            return await self._remote(leader, forwarded, CONTROLLER_TIMEOUT_S)
+        return ControllerOutcome.of(await self._local(request, CONTROLLER_TIMEOUT_S))
+
+    def _any_live_peer(self) -> int:
+        """Some live member to forward a request through while the controller leader is unknown."""
+        peers = sorted(self._live_peers())
+        return self._rng.choice(peers) if peers else 0
+
+    async def _remote(self, leader: int, request: ControllerRequest, timeout_s: float) -> ControllerOutcome:
+        try:
+            status, body = await self._peers.call(
+                leader, RequestKind.CONTROLLER, encode_controller_request(request), max(0.01, timeout_s)
+            )
+        except (ConnectionError, TimeoutError) as exc:
+            raise UnavailableError(f"controller leader {leader} unreachable: {exc}") from exc
+        if status == STATUS_OK:
+            return decode_controller_outcome(body)
+        raise decode_error(body, source="the controller leader")

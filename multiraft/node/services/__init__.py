@@ -1,0 +1,30 @@
+"""The node's services, on the event loop: what every front door (gRPC today) serves clients with."""
+
+from multiraft.node.services.admin import AdminService, AdminSettings
+from multiraft.node.services.data import DataLimits, DataService
+from multiraft.node.services.offsets import OffsetsService, OffsetsSettings
+from multiraft.node.services.results import (
+    ClusterDescription,
+    DrainStatus,
+    FetchResult,
+    NodeDescription,
+    PartitionDescription,
+    ProduceAck,
+    TopicDescription,
+)
+
+__all__ = [
+    "DataService",
+    "DataLimits",
+    "OffsetsService",
+    "OffsetsSettings",
+    "AdminService",
+    "AdminSettings",
+    "ProduceAck",
+    "FetchResult",
+    "PartitionDescription",
+    "TopicDescription",
+    "NodeDescription",
+    "ClusterDescription",
+    "DrainStatus",
+]

@@ -1,0 +1,191 @@
+"""The data service: produce, fetch, subscribe, list offsets and producer ids (event loop).
+
+A produced batch is checked here (size, header, CRC, producer fields) and handed to the partition leader's
+replica on the scheduler thread at once, so that batches handed over in order (one ProduceStream) are
+proposed in order; the answer comes when the batch commits. Reads go to the local log up to the high
+watermark, so they only ever see committed records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from multiraft import controller as ctl
+from multiraft.errors import (
+    CorruptBatchError,
+    InvalidArgumentError,
+    MultiraftError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    RequestTimeoutError,
+    StorageFailureError,
+    UnavailableError,
+)
+from multiraft.node.partition import PartitionView, ProduceResult
+from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, StoreHandle
+from multiraft.node.services.results import FetchResult, ProduceAck
+from storage.batch import BatchHeader, validate_batch
+from storage.errors import BatchFormatError, CompactedError, StorageError
+from storage.errors import UnavailableError as StorageUnavailableError
+
+__all__ = ["DataService", "DataLimits"]
+
+
+@dataclass(frozen=True, slots=True)
+class DataLimits:
+    """The node config fields the data service uses (units as in ``NodeConfig``)."""
+
+    max_batch_bytes: int
+    produce_timeout_ms: int
+    fetch_max_bytes: int
+    fetch_max_wait_ms: int
+    producer_id_block: int
+
+
+class DataService:
+    """Produce, fetch, subscribe, list offsets, init producer."""
+
+    def __init__(
+        self,
+        limits: DataLimits,
+        cluster: ClusterView,
+        leaders: LeaderDirectory,
+        store: StoreHandle,
+        controller: ControllerClient,
+    ) -> None:
+        self._limits = limits
+        self._cluster = cluster
+        self._leaders = leaders
+        self._store = store
+        self._controller = controller
+        self._producer_ids = (0, 0)  # [next, end) of the block this node hands out
+        self._producer_ids_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------------------------------ produce
+
+    async def produce(self, topic: str, partition: int, batch: bytes, timeout_ms: int) -> ProduceAck:
+        return await self.begin_produce(topic, partition, batch, timeout_ms)
+
+    def begin_produce(self, topic: str, partition: int, batch: bytes, timeout_ms: int) -> asyncio.Future[ProduceAck]:
+        """Check a batch and hand it to the scheduler *now*; the future resolves when the batch commits."""
+        loop = asyncio.get_running_loop()
+        try:
+            view, header = self._check_produce(topic, partition, batch)
+            if timeout_ms < 0:
+                raise InvalidArgumentError("timeout_ms must be >= 0", field="timeout_ms")
+        except MultiraftError as exc:
+            failed: asyncio.Future[ProduceAck] = loop.create_future()
+            failed.set_exception(exc)
+            return failed
+        committed = self._store.produce(view, batch, header)
+        timeout_s = (timeout_ms or self._limits.produce_timeout_ms) / 1000
+        return asyncio.ensure_future(self._produce_outcome(committed, view, timeout_s))
+
+    def _check_produce(self, topic: str, partition: int, batch: bytes) -> tuple[PartitionView, BatchHeader]:
+        view = self._leaders.leader_view(topic, partition)
+        configs = ctl.effective_topic_config(self._cluster.cluster.topics[topic].configs)
+        limit = min(configs.max_message_bytes, self._limits.max_batch_bytes)
+        if len(batch) > limit:
+            raise RecordTooLargeError(f"batch of {len(batch)} bytes exceeds {limit}", max_bytes=limit)
+        try:
+            header = validate_batch(batch)
+        except BatchFormatError as exc:
+            raise CorruptBatchError(f"bad record batch: {exc}", field="batch") from exc
+        if header.length != len(batch):
+            raise CorruptBatchError("one request carries exactly one record batch", field="batch")
+        if header.base_offset != 0:
+            raise InvalidArgumentError("a produced batch must have base offset 0", field="batch.base_offset")
+        if header.producer_id >= 0 and (header.base_sequence < 0 or header.producer_epoch < 0):
+            raise InvalidArgumentError(
+                "an idempotent batch needs base_sequence >= 0 and producer_epoch >= 0", field="batch.base_sequence"
+            )
+        if header.producer_id < -1:
+            raise InvalidArgumentError("producer_id must be -1 or a producer id", field="batch.producer_id")
+        return view, header
+
+    async def _produce_outcome(
+        self, committed: asyncio.Future[ProduceResult], view: PartitionView, timeout_s: float
+    ) -> ProduceAck:
+        try:
+            result = await asyncio.wait_for(committed, timeout_s)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"{view.topic}/{view.partition}: not committed within {timeout_s:g}s (it may still be written)"
+            ) from None
+        return ProduceAck(result.base_offset, result.log_append_time_ms, view.log_start_offset, result.duplicate)
+
+    async def init_producer(self) -> tuple[int, int]:
+        """A new producer id (epoch 0), from a block this node reserved from the controller."""
+        async with self._producer_ids_lock:
+            next_id, end = self._producer_ids
+            if next_id >= end:
+                outcome = await self._controller.call(ctl.AllocateProducerIds(self._limits.producer_id_block))
+                first, count = outcome.producer_ids
+                next_id, end = first, first + count
+            self._producer_ids = (next_id + 1, end)
+        return next_id, 0
+
+    # -------------------------------------------------------------------------------------------- reads
+
+    async def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int = 0
+    ) -> FetchResult:
+        if max_bytes < 0 or max_wait_ms < 0 or min_bytes < 0:
+            field = "max_bytes" if max_bytes < 0 else "max_wait_ms" if max_wait_ms < 0 else "min_bytes"
+            raise InvalidArgumentError(f"{field} must be >= 0", field=field)
+        view = self._leaders.leader_view(topic, partition)
+        max_bytes = max_bytes or self._limits.fetch_max_bytes
+        if offset > view.high_watermark and not view.current:
+            # A new leader's high watermark catches up once it commits an entry of its term: the offset may
+            # well exist, so the client retries rather than resetting (Kafka's OFFSET_NOT_AVAILABLE).
+            raise UnavailableError(f"{topic}/{partition}: the new leader is still catching up")
+        if offset < view.log_start_offset or offset > view.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {topic}/{partition} is outside [{view.log_start_offset}, {view.high_watermark}]",
+                log_start_offset=view.log_start_offset,
+                high_watermark=view.high_watermark,
+            )
+        wait_s = min(max_wait_ms, self._limits.fetch_max_wait_ms) / 1000
+        if wait_s > 0 and view.high_watermark - offset <= max(0, min_bytes) // 1024:
+            await view.wait_past(offset, wait_s)
+        if not view.is_leader:
+            raise self._leaders.not_leader(topic, partition, view.group_id)
+        try:
+            result = view.log.read(offset, max_bytes, max_offset=view.high_watermark)
+        except CompactedError as exc:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {topic}/{partition} was removed by retention",
+                log_start_offset=view.log_start_offset,
+                high_watermark=view.high_watermark,
+            ) from exc
+        except (StorageUnavailableError, StorageError) as exc:
+            raise StorageFailureError(f"{topic}/{partition}: {exc}") from exc
+        return FetchResult(result.data, view.high_watermark, result.log_start_offset, result.next_offset)
+
+    async def subscribe(self, topic: str, partition: int, offset: int, max_bytes: int) -> AsyncIterator[FetchResult]:
+        """Committed batches from ``offset`` on, as they commit, until the caller stops or an error ends it."""
+        if max_bytes < 0:
+            raise InvalidArgumentError("max_bytes must be >= 0", field="max_bytes")
+        while True:
+            result = await self.fetch(topic, partition, offset, max_bytes, self._limits.fetch_max_wait_ms)
+            if result.batches:
+                yield result
+                offset = result.next_offset
+
+    def partition_count(self, topic: str) -> int:
+        self._cluster.partition_state(topic, 0)
+        return len(self._cluster.cluster.topics[topic].partitions)
+
+    def list_offset(self, topic: str, partition: int, spec: str, timestamp_ms: int = 0) -> int:
+        """``earliest``, ``latest`` or ``timestamp`` (first offset at or after it, -1 if none), on the leader."""
+        view = self._leaders.leader_view(topic, partition)
+        if spec == "earliest":
+            return view.log_start_offset
+        if spec == "latest":
+            if not view.current:
+                raise UnavailableError(f"{topic}/{partition}: the new leader is still catching up")
+            return view.high_watermark
+        found = view.log.offset_for_timestamp(timestamp_ms)
+        return -1 if found is None or found >= view.high_watermark else found

@@ -1,0 +1,86 @@
+"""What the services answer: plain values, independent of any wire format (gRPC today, Kafka later)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from multiraft.node.peer_messages import MoveReport
+
+__all__ = [
+    "ProduceAck",
+    "FetchResult",
+    "PartitionDescription",
+    "TopicDescription",
+    "NodeDescription",
+    "ClusterDescription",
+    "DrainStatus",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceAck:
+    base_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    batches: bytes
+    high_watermark: int
+    log_start_offset: int
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    in_sync_replicas: tuple[int, ...]
+    preferred_leader: int
+    high_watermark: int
+    log_start_offset: int
+    leader_epoch: int
+    learners: tuple[int, ...] = ()
+    replica_lag: dict[int, int] = field(default_factory=dict)  # entries behind the leader, per replica
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    partitions: tuple[PartitionDescription, ...]
+    configs: dict[str, str]
+    replication_factor: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDescription:
+    node_id: int
+    client_address: str
+    peer_address: str
+    rack: str
+    state: str
+    capacity: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    cluster_id: str
+    controller_id: int
+    nodes: tuple[NodeDescription, ...]
+    loads: tuple[tuple[int, int, int], ...]  # (node id, replicas, leaders)
+    under_replicated: tuple[tuple[str, int], ...]
+    partitions: int
+    moves: tuple[MoveReport, ...] = ()  # replica moves in flight (known to the controller leader)
+
+
+@dataclass(frozen=True, slots=True)
+class DrainStatus:
+    replicas_left: int
+    leaders_left: int
+
+    @property
+    def safe_to_stop(self) -> bool:
+        return self.replicas_left == 0 and self.leaders_left == 0

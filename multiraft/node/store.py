@@ -1,0 +1,386 @@
+"""The store: every replica of a node and the log store they live in, on the scheduler thread.
+
+Like CockroachDB's Store and TiKV's raftstore, the :class:`Store` owns the replicas (Raft groups with their
+state machines: the controller group, partition replicas, ``__consumer_offsets`` replicas) and does what
+concerns them as a set: opening and bootstrapping them at start, creating and deleting them as the
+controller's state says, housekeeping, leadership hand-back, and answering for them (produce, offsets,
+status). Per-partition logic stays in the replica's machine (:mod:`multiraft.node.partition`).
+
+Every method runs on the scheduler thread (:class:`~multiraft.node.threads.SchedulerOwned`). The event loop
+reaches it only through :class:`StoreClient`, which submits the work and awaits the answer; the store
+publishes what the loop must know (views, cluster state, controller leader) through a
+:class:`~multiraft.node.threads.LoopHandoff`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+from multiraft import controller as ctl
+from multiraft import raft
+from multiraft.config import NodeConfig
+from multiraft.errors import MultiraftError, NotLeaderError, RequestTimeoutError, UnavailableError
+from multiraft.logging import get_logger
+from multiraft.node.catchup import snapshot_peers
+from multiraft.node.controller_group import CONTROLLER_TOPIC, ControllerMachine
+from multiraft.node.directory import Directory
+from multiraft.node.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetsMachine
+from multiraft.node.partition import PartitionMachine, PartitionView, ProduceResult, RetentionPolicy
+from multiraft.node.peer_messages import ControllerRequest, OffsetsCommit, OffsetsFetch, OffsetsList, PartitionStatus
+from multiraft.node.raftlog import RaftLogStorage
+from multiraft.node.scheduler import Completion, Group, Scheduler
+from multiraft.node.threads import LoopHandoff, SchedulerHandoff, SchedulerOwned, on_owner_thread
+from storage.batch import BatchHeader
+
+__all__ = ["Store", "StoreClient", "Liveness", "CatchupHook"]
+
+log = get_logger(__name__)
+
+_GROUP_ATTRIBUTE = "node.group"
+_ISR_MAX_LAG = 1_000  # entries: a voter further behind is not in sync
+_REQUEST_TIMEOUT_S = 15.0
+
+Liveness = Callable[[], tuple[frozenset[int], frozenset[int]]]
+"""(ids the member-list holds live, every id it remembers); safe from any thread (the sets are replaced)."""
+CatchupHook = Callable[[int, Collection[int]], dict[int, tuple[int, int]]]
+"""(group id, replicas catching up by snapshot) -> {node id: (bytes copied, bytes total)} of segment copies."""
+
+
+class Store(SchedulerOwned):
+    """The replicas of one node (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        scheduler: Scheduler,
+        directory: Directory,
+        to_loop: LoopHandoff,
+        liveness: Liveness,
+    ) -> None:
+        self.owner = scheduler.owner
+        self.config = config
+        self.node_id = config.node_id
+        self.scheduler = scheduler
+        self._directory = directory
+        self._to_loop = to_loop
+        self._liveness = liveness
+        self._rng = random.Random()  # every group's election jitter; used only on this thread
+        self.controller_group: Group | None = None
+        self.controller: ControllerMachine | None = None
+        self.catchup_progress: CatchupHook | None = None  # set by the catch-up copier
+
+    # ------------------------------------------------------------------------------------ opening groups
+
+    def raft_config(self) -> raft.RaftConfig:
+        config = self.config
+        return raft.RaftConfig(
+            id=self.node_id,
+            election_tick=config.election_ticks,
+            heartbeat_tick=config.heartbeat_ticks,
+            max_size_per_msg=config.max_append_bytes,
+            max_inflight_bytes=config.max_inflight_bytes,
+        )
+
+    @on_owner_thread
+    def load(self) -> None:
+        """At start: the controller group (bootstrapped on a fresh initial member), then every partition
+        group on disk."""
+        scheduler = self.scheduler
+        store = scheduler.store
+        assert store is not None
+        controller_log = store.log(CONTROLLER_TOPIC, 0)
+        storage = RaftLogStorage(controller_log)
+        members = self.config.initial_members()
+        fresh = controller_log.last_index() == 0 and storage.snapshot().meta.index == 0
+        if fresh and self.node_id in members:
+            voters = tuple(list(members)[: self.config.controller_replicas])
+            learners = tuple(n for n in members if n not in voters)
+            hard_state, snapshot = raft.bootstrap(raft.ConfState.of(voters, learners))
+            storage.apply_snapshot(snapshot)
+            storage.set_hard_state(hard_state)
+        machine = ControllerMachine(
+            self.node_id, scheduler, self._on_cluster_state, self._on_controller_leader, liveness=self._liveness
+        )
+        # the cluster state is rebuilt from the snapshot, then replayed
+        raw = raft.RawNode(self.raft_config(), storage, self._rng, applied=storage.snapshot().meta.index)
+        group = Group(ctl.CONTROLLER_GROUP_ID, raw, storage, machine)
+        self.controller_group, self.controller = group, machine
+        scheduler.add_group(group)
+        if fresh and members and self.node_id == next(iter(members)):
+            raw.campaign()  # the first member starts the first election instead of waiting a timeout
+        for topic, partition in store.logs():
+            if topic == CONTROLLER_TOPIC:
+                continue
+            attribute = store.log(topic, partition).attribute(_GROUP_ATTRIBUTE)
+            if attribute is not None:
+                described = json.loads(attribute)
+                self.open_partition(topic, partition, int(described["group_id"]), bootstrap=None, configs=None)
+        machine.start(group)
+
+    @on_owner_thread
+    def open_partition(
+        self,
+        topic: str,
+        partition: int,
+        group_id: int,
+        *,
+        bootstrap: ctl.PartitionState | None,
+        configs: ctl.TopicConfig | None,
+    ) -> Group:
+        """Create (with ``bootstrap``: as an initial replica) or reopen one partition group.
+
+        A replica added later, or one whose creation this node missed, starts empty and gets a snapshot from
+        the leader. ``configs`` fix the segment limits of a log being created (they never change after).
+        """
+        scheduler = self.scheduler
+        store = scheduler.store
+        assert store is not None
+        if configs is not None and (topic, partition) in set(store.logs()):
+            existing = store.log(topic, partition).attribute(_GROUP_ATTRIBUTE)
+            if existing is not None and int(json.loads(existing)["group_id"]) != group_id:
+                # A topic deleted while this node was away and created again under the same name.
+                stale = json.loads(existing)["group_id"]
+                log.info("removing a stale log of a re-created topic", topic=topic, partition=partition, group=stale)
+                scheduler.remove_group(int(stale))
+                store.delete_log(topic, partition)
+        if configs is None:
+            plog = store.log(topic, partition)
+        else:
+            plog = store.log(topic, partition, segment_bytes=configs.segment_bytes, segment_ms=configs.segment_ms)
+        storage = RaftLogStorage(plog)
+        if bootstrap is not None and plog.attribute(_GROUP_ATTRIBUTE) is None:
+            hard_state, snapshot = raft.bootstrap(raft.ConfState.of(bootstrap.replicas, bootstrap.learners))
+            storage.apply_snapshot(snapshot)
+            storage.set_hard_state(hard_state)
+        if plog.attribute(_GROUP_ATTRIBUTE) is None:
+            plog.set_attribute(_GROUP_ATTRIBUTE, json.dumps({"group_id": group_id}).encode())
+        view = PartitionView(topic, partition, group_id, plog)
+        machine: PartitionMachine | OffsetsMachine
+        post = self._to_loop.post
+        if topic == OFFSETS_TOPIC:
+            # The offsets map is rebuilt from the snapshot and the commits after it, as the controller's is.
+            applied = storage.snapshot().meta.index
+            machine = OffsetsMachine(topic, partition, group_id, scheduler, post, view)
+        else:
+            applied = storage.applied_index()
+            machine = PartitionMachine(topic, partition, group_id, plog, scheduler, post, view)
+        raw = raft.RawNode(self.raft_config(), storage, self._rng, applied=applied)
+        group = Group(group_id, raw, storage, machine)
+        scheduler.add_group(group)
+        machine.start(group)
+        post(lambda: self._directory.add_view(view))
+        if bootstrap is not None and bootstrap.preferred_leader == self.node_id:
+            raw.campaign()
+        return group
+
+    def _on_cluster_state(self, state: ctl.ClusterState, created: set[int], deleted: set[int]) -> None:
+        """After each batch of controller commands: open the partition groups assigned to this node and
+        remove those of deleted topics. Removal follows applied deletions only, never a diff: at start-up
+        the state may not yet have replayed the creation of groups that are on disk."""
+        self.owner.check("Store._on_cluster_state")
+        scheduler = self.scheduler
+        for group_id in deleted:
+            group = scheduler.remove_group(group_id)
+            if group is not None and isinstance(group.machine, PartitionMachine):
+                self._delete_local(group.machine)
+        for partition in state.partitions_on_node(self.node_id):
+            configs = ctl.effective_topic_config(state.topics[partition.topic].configs)
+            group = scheduler.groups.get(partition.group_id)
+            if group is None:
+                group = self.open_partition(
+                    partition.topic,
+                    partition.partition,
+                    partition.group_id,
+                    bootstrap=partition if partition.group_id in created else None,
+                    configs=configs,
+                )
+            if isinstance(group.machine, PartitionMachine):
+                group.machine.retention = RetentionPolicy(configs.retention_ms, configs.retention_bytes)
+        self._to_loop.post(lambda: self._directory.set_cluster(state))
+
+    def _on_controller_leader(self, leader_id: int) -> None:
+        self._to_loop.post(lambda: self._directory.set_controller_leader(leader_id))
+
+    def _delete_local(self, machine: PartitionMachine | OffsetsMachine) -> None:
+        assert self.scheduler.store is not None
+        self.scheduler.store.delete_log(machine.topic, machine.partition)
+        view = machine.view
+        self._to_loop.post(lambda: self._directory.remove_view(view))
+
+    @on_owner_thread
+    def drop_local_replica(self, group: Group) -> None:
+        """Remove a replica the controller moved off this node, and its log."""
+        self.scheduler.remove_group(group.group_id)
+        if isinstance(group.machine, PartitionMachine | OffsetsMachine):
+            self._delete_local(group.machine)
+
+    def cluster_state(self) -> ctl.ClusterState:
+        """The controller state as applied here (for the reconciler, on this thread)."""
+        return self.controller.state if self.controller is not None else ctl.ClusterState()
+
+    # ----------------------------------------------------------------------------------------- housekeeping
+
+    @on_owner_thread
+    def housekeeping(self, leader_check: Callable[[Group], None] | None) -> None:
+        """Every ``retention_check_ms``: retention and segment rolls on the partitions led here, and the
+        catch-up copier's leader check."""
+        now_ms = int(time.time() * 1000)
+        for group in list(self.scheduler.groups.values()):
+            if isinstance(group.machine, PartitionMachine):
+                group.machine.housekeeping(group, now_ms)
+                if leader_check is not None:
+                    leader_check(group)
+
+    @on_owner_thread
+    def hand_back_leadership(self) -> None:
+        """Every ``leader_balance_ms``: of the partitions led here, hand each whose preferred leader is a
+        live, ACTIVE voter back to it once it has caught up."""
+        groups = self.scheduler.groups
+        led = {
+            group_id: self.node_id
+            for group_id, group in groups.items()
+            if group.is_leader and isinstance(group.machine, PartitionMachine)
+        }
+        if self.controller is None or not led:
+            return
+        live, _ = self._liveness()
+        for group_id, preferred in ctl.preferred_leader_moves(self.controller.state, led, set(live)):
+            group = groups[group_id]
+            if isinstance(group.machine, PartitionMachine):
+                group.machine.hand_back_leadership(group, preferred)
+
+    @on_owner_thread
+    def peer_unreachable(self, peer: int) -> None:
+        """A peer's connection failed or the member-list lost it: tell its groups, and wake quiescent
+        followers of groups it led (a quiescent follower never campaigns by itself)."""
+        for group in self.scheduler.groups.values():
+            conf = group.raw.conf_state
+            if peer in conf.voters or peer in conf.learners:
+                group.raw.report_unreachable(peer)
+                if group.raw.leader_id == peer and group.raw.quiescent:
+                    group.raw.wake()
+                    self.scheduler.touch(group)
+
+    # ------------------------------------------------------------------------------------------- requests
+
+    @on_owner_thread
+    def produce(self, view: PartitionView, batch: bytes, header: BatchHeader, completion: Completion) -> None:
+        group = self.scheduler.groups.get(view.group_id)
+        name = f"{view.topic}/{view.partition}"
+        if group is None:
+            completion(None, UnavailableError(f"{name} is not hosted here"))
+        elif not group.is_leader or not isinstance(group.machine, PartitionMachine):
+            completion(None, NotLeaderError(f"not the leader of {name}", leader_id=group.raw.leader_id))
+        else:
+            group.machine.produce(group, batch, header, completion)
+
+    @on_owner_thread
+    def offsets(
+        self, group_id: int, operation: OffsetsCommit | OffsetsFetch | OffsetsList, completion: Completion
+    ) -> None:
+        group = self.scheduler.groups.get(group_id)
+        if group is None or not isinstance(group.machine, OffsetsMachine):
+            completion(None, NotLeaderError(f"node {self.node_id} hosts no offsets group {group_id}"))
+            return
+        machine = group.machine
+        try:
+            if isinstance(operation, OffsetsCommit):
+                rows = [CommittedOffset(r.topic, r.partition, r.offset, r.metadata) for r in operation.rows]
+                machine.commit(group, operation.group, rows, completion)
+            elif isinstance(operation, OffsetsFetch):
+                completion(machine.fetch(group, operation.group, operation.partitions), None)
+            else:
+                completion(machine.group_names(group), None)
+        except MultiraftError as exc:
+            completion(None, exc)
+
+    @on_owner_thread
+    def controller_request(self, request: ControllerRequest, completion: Completion) -> None:
+        group, machine = self.controller_group, self.controller
+        assert group is not None and machine is not None
+        machine.handle(group, request.body, completion)
+
+    @on_owner_thread
+    def partition_status(self, group_ids: Sequence[int]) -> list[PartitionStatus]:
+        """Status of the partitions among ``group_ids`` that this node leads."""
+        live = self._liveness()[0]
+        out: list[PartitionStatus] = []
+        for group_id in group_ids:
+            group = self.scheduler.groups.get(group_id)
+            if group is None or not group.is_leader or not isinstance(group.machine, PartitionMachine):
+                continue
+            out.append(self._status(group, group.machine, live))
+        return out
+
+    def _status(self, group: Group, machine: PartitionMachine, live: frozenset[int]) -> PartitionStatus:
+        status = group.raw.status()
+        me = self.node_id
+        isr = {me} | {
+            peer
+            for peer, progress in status.progress.items()
+            if peer != me
+            and not progress.is_learner
+            # a quiescent group sends no heartbeats, so recent_active goes stale; the member-list does not
+            and (progress.recent_active or status.quiescent)
+            and peer in live
+            and status.commit - progress.match <= _ISR_MAX_LAG
+            and (progress.match > 0 or status.commit == 0)  # an empty new replica is not in sync
+        }
+        first_index = group.storage.first_index()
+        hook = self.catchup_progress
+        copies = hook(group.group_id, snapshot_peers(status, first_index)) if hook is not None else {}
+        return PartitionStatus(
+            group_id=group.group_id,
+            leader=me,
+            term=status.term,
+            high_watermark=machine.high_watermark,
+            log_start_offset=machine.log.start_offset(),
+            in_sync_replicas=tuple(sorted(isr)),
+            lag={peer: max(0, status.last_index - p.match) for peer, p in status.progress.items() if peer != me},
+            acked=tuple(peer for peer, p in status.progress.items() if p.match > 0),
+            copies=copies,
+            size_bytes=sum(segment.size_bytes for segment in machine.log.segments()),
+            entries=max(0, status.last_index - first_index + 1),
+        )
+
+
+class StoreClient:
+    """The event loop's handle on the store (a ``StoreHandle``): each call is handed to the scheduler."""
+
+    def __init__(self, store: Store, handoff: SchedulerHandoff) -> None:
+        self._store = store
+        self._handoff = handoff
+
+    def produce(self, view: PartitionView, batch: bytes, header: BatchHeader) -> asyncio.Future[ProduceResult]:
+        future, completion = self._handoff.completion()
+        store = self._store
+        self._handoff.submit(lambda: store.produce(view, batch, header, completion))
+        return future
+
+    async def offsets(self, group_id: int, operation: OffsetsCommit | OffsetsFetch | OffsetsList) -> Any:
+        future, completion = self._handoff.completion()
+        store = self._store
+        self._handoff.submit(lambda: store.offsets(group_id, operation, completion))
+        return await _within(future, "the offsets request was not applied in time")
+
+    async def controller(self, request: ControllerRequest, timeout_s: float) -> Any:
+        future, completion = self._handoff.completion()
+        store = self._store
+        self._handoff.submit(lambda: store.controller_request(request, completion))
+        return await _within(future, "the controller did not commit the request in time", timeout_s)
+
+    async def partition_status(self, group_ids: Sequence[int]) -> list[PartitionStatus]:
+        store = self._store
+        return await asyncio.wait_for(self._handoff.run(lambda: store.partition_status(group_ids)), 5.0)
+
+
+async def _within(future: asyncio.Future[Any], message: str, timeout_s: float = _REQUEST_TIMEOUT_S) -> Any:
+    try:
+        return await asyncio.wait_for(future, max(0.01, timeout_s))
+    except TimeoutError:
+        raise RequestTimeoutError(message) from None
