@@ -59,8 +59,16 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "multiraft.controller": _PURE,
     "multiraft": ("spark_connector", "tests", "benchmarks"),
     "rpc": ("spark_connector", "tests", "benchmarks"),
-    # The client library must stay importable without the node runtime.
-    "rpc.client": ("multiraft.node", "multiraft.controller", "multiraft.raft", "rpc.servicers", "membership"),
+    # The client library must stay importable without the node runtime, and light: no storage engine.
+    "rpc.client": (
+        "multiraft.node",
+        "multiraft.controller",
+        "multiraft.raft",
+        "rpc.servicers",
+        "membership",
+        "storage",
+    ),
+    "multiraft.client": ("storage",),
     "spark_connector": ("multiraft.", "storage", "rpc.", "membership", "tests", "benchmarks"),
 }
 # Exceptions to a forbidden prefix for a layer: the connector may use the public client API only.
@@ -68,6 +76,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "multiraft.raft": ("multiraft.raft",),
     "multiraft.controller": ("multiraft.controller",),
     "spark_connector": ("multiraft.client",),
+    # The client shares the record-batch format with storage and uses none of the engine (light to import).
+    "rpc.client": ("storage.batch", "storage.errors"),
+    "multiraft.client": ("storage.batch", "storage.errors"),
 }
 
 
@@ -177,6 +188,22 @@ def test_the_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
         "_layering_probe.py:2: storage._layering_probe (storage) imports multiraft.node"
     ]
     assert _violations(probe, "multiraft.cli._layering_probe") == []  # the runtime may use the node
+
+
+def test_the_client_may_use_the_batch_format_but_not_the_storage_engine(tmp_path: Path) -> None:
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text(
+        "from storage.batch import encode_batch\n"
+        "from storage.errors import BatchFormatError\n"
+        "from storage import LogStore\n"
+        "import storage.log\n"
+    )
+    for module, layer in (("rpc.client._layering_probe", "rpc.client"), ("multiraft.client", "multiraft.client")):
+        assert _violations(probe, module) == [
+            f"_layering_probe.py:3: {module} ({layer}) imports storage",
+            f"_layering_probe.py:4: {module} ({layer}) imports storage.log",
+        ]
+    assert _violations(probe, "multiraft.cli._layering_probe") == []  # the runtime may use the engine
 
 
 def test_the_raft_core_may_not_read_the_clock(tmp_path: Path) -> None:
