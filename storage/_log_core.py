@@ -19,7 +19,7 @@ import lmdb
 from storage import _format as fmt
 from storage._entries import HardState, SegmentInfo
 from storage._lmdb import lmdb_errors, storage_error
-from storage.errors import CompactedError, CorruptionError, InvalidArgumentError, LogClosedError, UnavailableError
+from storage.errors import BeforeLogStartError, BeyondLogEndError, CorruptionError, LogClosedError, StorageArgumentError
 
 if TYPE_CHECKING:
     from storage._store import LogStore
@@ -132,7 +132,7 @@ class LogCore:
 
     def _set_limits(self, segment_bytes: int, segment_ms: int) -> None:
         if segment_bytes < 1024 or segment_ms < 1:
-            raise InvalidArgumentError(
+            raise StorageArgumentError(
                 f"segment_bytes must be >= 1024 and segment_ms >= 1, got {segment_bytes}, {segment_ms}"
             )
         self.set_attribute(_LIMITS, fmt.COMPACTION.pack(segment_bytes, segment_ms))
@@ -223,7 +223,7 @@ class LogCore:
         """Persist Raft's hard state with the next sync."""
         self._check_open()
         if min(state) < 0:
-            raise InvalidArgumentError(f"hard state fields must be >= 0: {state}")
+            raise StorageArgumentError(f"hard state fields must be >= 0: {state}")
         with self._writing(segments=False) as txn:
             txn.put(fmt.log_key(b"h", self.log_id), fmt.HARD_STATE.pack(*state), db=self._store._meta)
         self._hard_state = HardState(*state)
@@ -239,7 +239,7 @@ class LogCore:
         """Set (or, with None, remove) an attribute; durable with the next sync, atomically with appends."""
         self._check_open()
         if not name or len(name.encode()) > 400:
-            raise InvalidArgumentError(f"attribute name must be 1..400 bytes, got {name!r}")
+            raise StorageArgumentError(f"attribute name must be 1..400 bytes, got {name!r}")
         key = fmt.log_key(b"a", self.log_id) + name.encode()
         with self._writing(segments=False) as txn:
             if value is None:
@@ -253,10 +253,10 @@ class LogCore:
         if index == self._compaction_index:
             return self._compaction_term
         if index < self._compaction_index:
-            raise CompactedError(f"index {index} of {self.name} was compacted (first is {self.first_index()})")
+            raise BeforeLogStartError(f"index {index} of {self.name} was compacted (first is {self.first_index()})")
         last = self.last_index()
         if index > last:
-            raise UnavailableError(f"index {index} is beyond the last index {last} of {self.name}")
+            raise BeyondLogEndError(f"index {index} is beyond the last index {last} of {self.name}")
         if index == last:
             return self._last_term
         return self._term_from_disk(index)
@@ -270,7 +270,7 @@ class LogCore:
         with self._store._read_txn() as txn, lmdb_errors(self._store._data_file, index):
             value = txn.get(fmt.INDEX_KEY.pack(index), db=self._store._slot(record.slot))
             if value is None or index > record.last_index:
-                raise UnavailableError(f"index {index} is not in {self.name}")
+                raise BeyondLogEndError(f"index {index} is not in {self.name}")
             return fmt.next_offset_of(value)
 
     def _term_from_disk(self, index: int) -> int:
@@ -290,7 +290,7 @@ class LogCore:
     def _segment_for_index(self, index: int) -> fmt.SegmentRecord:
         position = bisect.bisect_right(self._segments, index, key=lambda r: r.base_index) - 1
         if position < 0:
-            raise CompactedError(f"index {index} of {self.name} was compacted")
+            raise BeforeLogStartError(f"index {index} of {self.name} was compacted")
         return self._segments[position]
 
     def _iter_values(

@@ -13,7 +13,7 @@ from storage import _format as fmt
 from storage._entries import KIND_AT, Entry, EntryKind, ReadResult
 from storage._log_core import LogCore, SyncedView
 from storage.batch import first_offset_at_or_after, read_header
-from storage.errors import CompactedError, CorruptionError, InvalidArgumentError, UnavailableError
+from storage.errors import BeforeLogStartError, BeyondLogEndError, CorruptionError, StorageArgumentError
 
 __all__ = ["LogReads"]
 
@@ -25,11 +25,11 @@ class LogReads(LogCore):
         """Entries with index in [lo, hi), stopping before ``max_bytes`` of payload (but at least one)."""
         self._check_open()
         if lo < self.first_index():
-            raise CompactedError(f"index {lo} of {self.name} was compacted (first is {self.first_index()})")
+            raise BeforeLogStartError(f"index {lo} of {self.name} was compacted (first is {self.first_index()})")
         if hi > self.last_index() + 1:
-            raise UnavailableError(f"index {hi - 1} is beyond the last index {self.last_index()} of {self.name}")
+            raise BeyondLogEndError(f"index {hi - 1} is beyond the last index {self.last_index()} of {self.name}")
         if lo > hi:
-            raise InvalidArgumentError(f"lo {lo} > hi {hi}")
+            raise StorageArgumentError(f"lo {lo} > hi {hi}")
         out: list[Entry] = []
         size = 0
         with self._store._read_txn() as txn:
@@ -49,17 +49,17 @@ class LogReads(LogCore):
         """Record batches from the one containing ``offset`` on, as stored (*any thread*, synced data only).
 
         Stops before ``max_bytes`` (but returns at least one batch) and before any batch that reaches
-        ``max_offset`` (the high watermark). Raises :class:`CompactedError` below the log start and
-        :class:`UnavailableError` beyond its end.
+        ``max_offset`` (the high watermark). Raises :class:`BeforeLogStartError` below the log start and
+        :class:`BeyondLogEndError` beyond its end.
         """
         if max_bytes < 1:
-            raise InvalidArgumentError(f"max_bytes must be >= 1, got {max_bytes}")
+            raise StorageArgumentError(f"max_bytes must be >= 1, got {max_bytes}")
         with self._store._reading(self) as (txn, view):
             start, end = view.start_offset, view.end_offset
             if offset < start:
-                raise CompactedError(f"offset {offset} of {self.name} was deleted (log starts at {start})")
+                raise BeforeLogStartError(f"offset {offset} of {self.name} was deleted (log starts at {start})")
             if offset > end:
-                raise UnavailableError(f"offset {offset} is beyond the end {end} of {self.name}")
+                raise BeyondLogEndError(f"offset {offset} is beyond the end {end} of {self.name}")
             limit = end if max_offset is None else min(max_offset, end)
             if offset >= limit:
                 return ReadResult(b"", 0, offset, start, end)
@@ -117,7 +117,7 @@ class LogReads(LogCore):
             raise CorruptionError(
                 f"segment of {self.name} has no batch for offset {offset}", path=str(self._store._data_file)
             )
-        raise UnavailableError(f"offset {offset} is beyond the end of {self.name}")
+        raise BeyondLogEndError(f"offset {offset} is beyond the end of {self.name}")
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """Offset of the first record whose timestamp is >= ``timestamp_ms``, or None if there is none

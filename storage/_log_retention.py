@@ -6,7 +6,7 @@ from __future__ import annotations
 from storage._entries import SegmentInfo
 from storage._lmdb import log
 from storage._log_core import LogCore
-from storage.errors import InvalidArgumentError
+from storage.errors import StorageArgumentError
 
 __all__ = ["LogRetention"]
 
@@ -69,7 +69,7 @@ class LogRetention(LogCore):
         Raft snapshot does. The next entry appended is ``index + 1`` and gets offset ``next_offset``."""
         self._check_open()
         if index < 0 or term < 0 or next_offset < 0:
-            raise InvalidArgumentError("index, term and next_offset must be >= 0")
+            raise StorageArgumentError("index, term and next_offset must be >= 0")
         with self._writing() as txn:
             for record in self._segments:
                 self._remove_segment_record(txn, record)

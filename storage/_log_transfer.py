@@ -20,9 +20,9 @@ from storage.batch import read_header
 from storage.errors import (
     BatchFormatError,
     CorruptionError,
-    InvalidArgumentError,
     SegmentFileError,
     SegmentNotFoundError,
+    StorageArgumentError,
     StorageError,
 )
 from storage.segment_file import (
@@ -196,7 +196,7 @@ class LogTransfer(LogCore):
                 if not txn.put(key, value, db=data_db, append=True):
                     raise CorruptionError("segment slot is not empty", path=str(self._store._data_file), index=index)
         if not count:
-            raise InvalidArgumentError("a stored segment needs at least one entry")
+            raise StorageArgumentError("a stored segment needs at least one entry")
         record = fmt.SegmentRecord(
             slot, base_index, expected - 1, base_offset, next_offset, first_ts, max_ts, max_record_ts, size, count
         )

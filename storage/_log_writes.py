@@ -11,7 +11,7 @@ from storage._entries import KINDS, EntryKind, EntryLike
 from storage._lmdb import storage_error
 from storage._log_core import LogCore
 from storage.batch import read_header
-from storage.errors import BatchFormatError, CompactedError, CorruptionError, EntryTooLargeError, InvalidEntryError
+from storage.errors import BatchFormatError, BeforeLogStartError, CorruptionError, EntryTooLargeError, InvalidEntryError
 
 __all__ = ["LogWrites"]
 
@@ -164,7 +164,7 @@ class LogWrites(LogCore):
         if from_index > self.last_index():
             return
         if from_index <= self._compaction_index:
-            raise CompactedError(f"cannot truncate from {from_index}: compacted up to {self._compaction_index}")
+            raise BeforeLogStartError(f"cannot truncate from {from_index}: compacted up to {self._compaction_index}")
         with self._writing(from_index) as txn:
             while len(self._segments) > 1 and self._segments[-1].base_index >= from_index:
                 self._remove_segment_record(txn, self._segments.pop())

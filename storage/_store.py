@@ -21,13 +21,13 @@ from storage._lmdb import check_file_length, lmdb_errors, log, verify_structure
 from storage._segmented import SegmentedLog
 from storage.config import StorageConfig
 from storage.errors import (
+    BeyondLogEndError,
     CorruptionError,
-    InvalidArgumentError,
     LogClosedError,
+    StorageArgumentError,
     StorageError,
     StorageFullError,
     TransactionFailedError,
-    UnavailableError,
 )
 
 if TYPE_CHECKING:
@@ -41,9 +41,9 @@ _READ_ATTEMPTS = 200
 
 def _name_of(topic: str, partition: int) -> str:
     if not topic or "/" in topic or "\x00" in topic or len(topic.encode()) > 249:
-        raise InvalidArgumentError(f"invalid topic name {topic!r}")
+        raise StorageArgumentError(f"invalid topic name {topic!r}")
     if not isinstance(partition, int) or partition < 0:
-        raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
+        raise StorageArgumentError(f"partition must be an int >= 0, got {partition!r}")
     return f"{topic}/{partition}"
 
 
@@ -176,7 +176,7 @@ class LogStore:
             raw = txn.get(fmt.log_name_key(name), db=self._meta)
         if raw is None:
             if not create:
-                raise InvalidArgumentError(f"no log named {name}")
+                raise StorageArgumentError(f"no log named {name}")
             segmented = self._create_log(name)
             if segment_bytes is not None or segment_ms is not None:
                 segmented._set_limits(segment_bytes or self.config.segment_bytes, segment_ms or self.config.segment_ms)
@@ -362,7 +362,7 @@ class LogStore:
             view = segmented._view
             if view is None:
                 txn.abort()
-                raise UnavailableError(f"log {segmented.name} has not been synced yet")
+                raise BeyondLogEndError(f"log {segmented.name} has not been synced yet")
             if view.valid_from_txn <= txn_id <= published:
                 return txn, view
             txn.abort()

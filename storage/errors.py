@@ -5,13 +5,14 @@ the boundary (``raise ... from exc``) so callers never see a foreign exception::
 
     StorageError
     ├── StorageConfigError        a config field is wrong (names the field); also a ValueError
-    ├── InvalidArgumentError      a bad argument (log name, range, size); also a ValueError
+    ├── StorageArgumentError      a bad argument (log name, range, size); also a ValueError
     ├── LogClosedError            the log or store was used after close()
     ├── InvalidEntryError         bad input to append(): index gap, term going back, unknown kind, bad batch
     │   └── EntryTooLargeError    an entry larger than StorageConfig.max_entry_bytes
     ├── BatchFormatError          a record batch is malformed: bad length, version, codec or CRC; also a ValueError
-    ├── CompactedError            the requested index or offset was removed by retention or a snapshot
-    ├── UnavailableError          the requested index or offset is beyond the end of the log
+    ├── BeforeLogStartError       the requested index or offset is below the log start: removed by retention or
+    │                             a snapshot
+    ├── BeyondLogEndError         the requested index or offset is beyond the end of the log (or not synced yet)
     ├── SegmentNotFoundError      no sealed segment starts at the given index
     ├── SegmentFileError          an exported segment file is malformed, truncated or fails its checksum
     │   └── ChunkChecksumError    a copied chunk of a segment file fails its checksum (fetch it again)
@@ -25,13 +26,13 @@ from __future__ import annotations
 __all__ = [
     "StorageError",
     "StorageConfigError",
-    "InvalidArgumentError",
+    "StorageArgumentError",
     "LogClosedError",
     "InvalidEntryError",
     "EntryTooLargeError",
     "BatchFormatError",
-    "CompactedError",
-    "UnavailableError",
+    "BeforeLogStartError",
+    "BeyondLogEndError",
     "SegmentNotFoundError",
     "SegmentFileError",
     "ChunkChecksumError",
@@ -53,7 +54,7 @@ class StorageConfigError(StorageError, ValueError):
         self.field = field
 
 
-class InvalidArgumentError(StorageError, ValueError):
+class StorageArgumentError(StorageError, ValueError):
     """A bad argument: a log name, an index range, a size."""
 
 
@@ -73,12 +74,12 @@ class BatchFormatError(StorageError, ValueError):
     """A record batch is malformed (length, version, codec, checksum or body layout)."""
 
 
-class CompactedError(StorageError):
-    """The requested index or offset has been removed by retention or replaced by a snapshot."""
+class BeforeLogStartError(StorageError):
+    """The requested index or offset is below the log start: retention removed it or a snapshot replaced it."""
 
 
-class UnavailableError(StorageError):
-    """The requested index or offset is beyond the last one in the log."""
+class BeyondLogEndError(StorageError):
+    """The requested index or offset is beyond the last one in the log (readers see only what is synced)."""
 
 
 class SegmentNotFoundError(StorageError):

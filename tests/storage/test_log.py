@@ -11,19 +11,19 @@ import pytest
 
 from storage import (
     ENTRY_OVERHEAD_BYTES,
-    CompactedError,
+    BeforeLogStartError,
+    BeyondLogEndError,
     Entry,
     EntryKind,
     EntryTooLargeError,
     HardState,
-    InvalidArgumentError,
     InvalidEntryError,
     LogClosedError,
     LogStore,
     SegmentedLog,
+    StorageArgumentError,
     StorageConfig,
     StorageConfigError,
-    UnavailableError,
     decode_batches,
     encode_batch,
     read_header,
@@ -161,9 +161,9 @@ def test_drop_before_removes_whole_sealed_segments_only(store: LogStore) -> None
     assert log.first_index() == segments[2].base_index
     assert log.compaction_point() == (segments[1].last_index, log.term(segments[1].last_index))
     assert log.start_offset() == segments[2].base_offset
-    with pytest.raises(CompactedError):
+    with pytest.raises(BeforeLogStartError):
         log.entries(1, 3)
-    with pytest.raises(CompactedError):
+    with pytest.raises(BeforeLogStartError):
         log.term(1)
     assert log.drop_before(10**9)[-1].base_index == segments[-2].base_index  # never the active segment
     assert len(log.segments()) == 1
@@ -221,7 +221,7 @@ def test_reads_find_the_batch_holding_any_offset(store: LogStore) -> None:
         assert first[0] <= offset <= first[-1]
         assert result.next_offset == first[-1] + 1
     assert log.read(end, 100).data == b""
-    with pytest.raises(UnavailableError):
+    with pytest.raises(BeyondLogEndError):
         log.read(end + 1, 100)
 
 
@@ -365,17 +365,17 @@ def test_bad_input_raises_a_typed_error_and_leaves_the_log_intact(
 def test_reads_outside_the_log_raise_typed_errors(store: LogStore) -> None:
     log = store.log("t", 0)
     log.append([data(i) for i in range(1, 5)])
-    with pytest.raises(UnavailableError):
+    with pytest.raises(BeyondLogEndError):
         log.entries(1, 6)
-    with pytest.raises(UnavailableError):
+    with pytest.raises(BeyondLogEndError):
         log.term(5)
-    with pytest.raises(InvalidArgumentError):
+    with pytest.raises(StorageArgumentError):
         log.entries(3, 2)
-    with pytest.raises(InvalidArgumentError):
+    with pytest.raises(StorageArgumentError):
         log.read(0, 0)
-    with pytest.raises(InvalidArgumentError):
+    with pytest.raises(StorageArgumentError):
         store.log("bad/name", 0)
-    with pytest.raises(InvalidArgumentError):
+    with pytest.raises(StorageArgumentError):
         store.log("t", -1)
 
 
@@ -423,7 +423,7 @@ def test_reader_threads_always_see_a_consistent_synced_log(store: LogStore) -> N
                 offsets = decode_batches(result.data).column("offset").to_pylist()
                 assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
                 assert offsets[0] <= offset <= offsets[-1] or not offsets
-            except CompactedError:
+            except BeforeLogStartError:
                 pass  # retention moved the start between synced_offsets() and read()
             except BaseException as exc:
                 failures.append(exc)

@@ -22,14 +22,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from storage import (
     ENTRY_OVERHEAD_BYTES,
-    CompactedError,
+    BeforeLogStartError,
+    BeyondLogEndError,
     Entry,
     EntryKind,
     HardState,
     LogStore,
     ReadResult,
     StorageConfig,
-    UnavailableError,
     decode_batches,
     encode_batch,
     read_header,
@@ -122,9 +122,9 @@ class Model:
     def read(self, offset: int, max_bytes: int, max_offset: int | None) -> ReadResult:
         start, end = self.start_offset, self.next_offset
         if offset < start:
-            raise CompactedError(offset)
+            raise BeforeLogStartError(offset)
         if offset > end:
-            raise UnavailableError(offset)
+            raise BeyondLogEndError(offset)
         limit = end if max_offset is None else min(max_offset, end)
         parts: list[bytes] = []
         next_offset = offset
@@ -436,9 +436,9 @@ class LogMachine(RuleBasedStateMachine):
         synced = self.synced
         if synced is None:
             assert self.log.synced_offsets() == (0, 0)
-            with pytest.raises(UnavailableError, match="not been synced"):
+            with pytest.raises(BeyondLogEndError, match="not been synced"):
                 self.log.read(0, 10)
-            with pytest.raises(UnavailableError, match="not been synced"):
+            with pytest.raises(BeyondLogEndError, match="not been synced"):
                 self.log.offset_for_timestamp(0)
             return
         start, end = self.log.synced_offsets()
@@ -452,9 +452,9 @@ class LogMachine(RuleBasedStateMachine):
             decoded = list(zip(*columns, strict=True))
             assert decoded == synced.records(self.records)
         if start:
-            with pytest.raises(CompactedError):
+            with pytest.raises(BeforeLogStartError):
                 self.log.read(start - 1, 10)
-        with pytest.raises(UnavailableError):
+        with pytest.raises(BeyondLogEndError):
             self.log.read(end + 1, 10)
 
     @rule(
@@ -499,7 +499,7 @@ class LogMachine(RuleBasedStateMachine):
             max_offset = ends[limit_pick % len(ends)] + limit_nudge
         try:
             expected: ReadResult | type[Exception] = synced.read(offset, max_bytes, max_offset)
-        except (CompactedError, UnavailableError) as exc:
+        except (BeforeLogStartError, BeyondLogEndError) as exc:
             expected = type(exc)
         if isinstance(expected, ReadResult):
             assert self.log.read(offset, max_bytes, max_offset=max_offset) == expected
