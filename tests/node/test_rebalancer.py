@@ -1,0 +1,146 @@
+"""The rebalancer in-process over fakes: which replica moves it plans, how it drives them step by step, how a
+new controller leader resumes a move it did not start, and how many it runs at once."""
+
+from __future__ import annotations
+
+import asyncio
+
+from multiraft import controller as ctl
+from multiraft.node.rebalancer import CAUGHT_UP_ENTRIES, RebalanceSettings, Rebalancer
+from tests.controller._helpers import cluster, create_topic, run
+from tests.node._fakes import FakeController, FakeLiveness, FakeStatus, directory, status
+
+SETTINGS = RebalanceSettings(rebalance_interval_ms=100, replica_replace_after_ms=1_000, max_concurrent_moves=4)
+
+
+def four_nodes_with(partitions: int, *, on: tuple[int, ...] = (1, 2, 3)) -> ctl.ClusterState:
+    state = cluster(4)
+    return create_topic(state, "t", partitions, 3, nodes=[state.nodes[n] for n in on])
+
+
+def rebalancer(state: ctl.ClusterState, liveness: FakeLiveness, settings: RebalanceSettings = SETTINGS):
+    found = directory(state, node_id=1, controller_leader=1)
+    stat = FakeStatus()
+    controller = FakeController(found)
+    return Rebalancer(settings, found, liveness, stat, controller), found, stat, controller
+
+
+def node_3_dead() -> FakeLiveness:
+    return FakeLiveness(states={3: "dead"}, gone={3: 5.0})
+
+
+def test_a_replica_on_a_dead_node_is_replaced_learner_first_then_promoted_then_removed() -> None:
+    async def scenario() -> None:
+        reb, found, stat, _ = rebalancer(four_nodes_with(1), node_3_dead())
+        await reb.round()
+        p = found.cluster.partition("t", 0)
+        assert (p.replicas, p.learners) == ((1, 2, 3), (4,)), "the new replica starts as a learner"
+        assert reb.snapshot()[0].move.to_node == 4
+
+        stat.statuses[p.group_id] = status(p.group_id, lag={4: CAUGHT_UP_ENTRIES + 1}, acked=(1, 2, 4), entries=500)
+        await reb.round()
+        assert found.cluster.partition("t", 0).learners == (4,), "not promoted while it lags"
+        assert reb.snapshot()[0].phase == "catching_up"
+
+        stat.statuses[p.group_id] = status(p.group_id, lag={4: 0}, acked=(1, 2, 4), entries=500)
+        await reb.round()
+        p = found.cluster.partition("t", 0)
+        assert 4 in p.replicas and not p.learners
+
+        await reb.round()
+        assert sorted(found.cluster.partition("t", 0).replicas) == [1, 2, 4]
+        await reb.round()
+        assert reb.snapshot() == [], "the move is done"
+
+    asyncio.run(scenario())
+
+
+def test_a_learner_still_copying_segments_is_not_promoted() -> None:
+    async def scenario() -> None:
+        reb, found, stat, _ = rebalancer(four_nodes_with(1), node_3_dead())
+        await reb.round()
+        p = found.cluster.partition("t", 0)
+        stat.statuses[p.group_id] = status(p.group_id, lag={4: 0}, acked=(1, 2, 4), copies={4: (10, 100)})
+        await reb.round()
+        (move,) = reb.snapshot()
+        assert (move.phase, move.bytes_copied, move.bytes_total) == ("copying", 10, 100)
+        assert found.cluster.partition("t", 0).learners == (4,)
+
+    asyncio.run(scenario())
+
+
+def test_a_new_controller_leader_resumes_a_move_its_predecessor_left_half_done() -> None:
+    async def scenario() -> None:
+        state = four_nodes_with(1)
+        p = state.partition("t", 0)
+        # The previous controller leader had added node 4 as a learner, then failed over.
+        state = run(state, ctl.SetPartitionReplicas("t", 0, p.replicas, (4,), p.preferred_leader, p.replicas, ()))
+        reb, found, stat, _ = rebalancer(state, node_3_dead())
+        stat.statuses[p.group_id] = status(p.group_id, lag={4: 0}, acked=(1, 2, 4), entries=10)
+        await reb.round()
+        (move,) = reb.snapshot()
+        assert (move.move.to_node, move.move.from_node) == (4, 3), "it replaces the dead replica"
+        assert 4 in found.cluster.partition("t", 0).replicas
+
+    asyncio.run(scenario())
+
+
+def test_no_more_than_max_concurrent_moves_run_at_once() -> None:
+    async def scenario() -> None:
+        settings = RebalanceSettings(100, 1_000, max_concurrent_moves=2)
+        reb, found, _, controller = rebalancer(four_nodes_with(5), node_3_dead(), settings)
+        await reb.round()
+        assert len(reb.snapshot()) == 2
+        assert sum(1 for p in found.cluster.topics["t"].partitions if p.learners) == 2
+        await reb.round()  # the learners have not caught up: nothing new starts
+        assert len(reb.snapshot()) == 2
+        assert all(isinstance(c, ctl.SetPartitionReplicas) for c in controller.calls)
+
+    asyncio.run(scenario())
+
+
+def test_a_node_dead_for_less_than_replace_after_keeps_its_replicas() -> None:
+    async def scenario() -> None:
+        reb, found, _, controller = rebalancer(four_nodes_with(1), FakeLiveness(states={3: "dead"}, gone={3: 0.5}))
+        await reb.round()
+        assert reb.snapshot() == [] and controller.calls == []
+
+    asyncio.run(scenario())
+
+
+def test_only_the_controller_leader_rebalances_and_a_deposed_one_forgets_its_moves() -> None:
+    async def scenario() -> None:
+        reb, found, _, controller = rebalancer(four_nodes_with(1), node_3_dead())
+        await reb.round()
+        assert reb.snapshot()
+        found.set_controller_leader(2)
+        calls = len(controller.calls)
+        await reb.round()
+        assert reb.snapshot() == [] and len(controller.calls) == calls
+
+    asyncio.run(scenario())
+
+
+def test_a_move_whose_target_died_is_aborted_and_its_learner_dropped() -> None:
+    async def scenario() -> None:
+        liveness = node_3_dead()
+        reb, found, _, _ = rebalancer(four_nodes_with(1), liveness)
+        await reb.round()
+        assert found.cluster.partition("t", 0).learners == (4,)
+        liveness.states[4], liveness.gone[4] = "dead", 5.0
+        await reb.round()
+        assert found.cluster.partition("t", 0).learners == ()
+        assert reb.snapshot() == []
+
+    asyncio.run(scenario())
+
+
+def test_a_draining_node_has_its_replicas_moved_to_the_others() -> None:
+    async def scenario() -> None:
+        state = run(four_nodes_with(1), ctl.SetNodeState(3, ctl.NodeState.DRAINING))
+        reb, found, _, _ = rebalancer(state, FakeLiveness())
+        await reb.round()
+        (move,) = reb.snapshot()
+        assert (move.move.from_node, move.move.to_node) == (3, 4)
+
+    asyncio.run(scenario())

@@ -1,0 +1,374 @@
+"""The node's services, in-process over fakes of their protocols: what a client gets for what it asks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from multiraft import controller as ctl
+from multiraft.errors import (
+    CorruptBatchError,
+    InvalidArgumentError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    RequestTimeoutError,
+    UnavailableError,
+    UnknownNodeError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from multiraft.node.offsets import OFFSETS_TOPIC, CommittedOffset
+from multiraft.node.partition import ProduceResult
+from multiraft.node.peer_messages import (
+    STATUS_ERROR,
+    STATUS_OK,
+    CreateTopicRequest,
+    LeaderAnnouncement,
+    OffsetRow,
+    OffsetsCommit,
+    OffsetsFetch,
+    RequestKind,
+    decode_offsets_request,
+    encode_error,
+    encode_offset_rows,
+)
+from multiraft.node.services import (
+    AdminService,
+    AdminSettings,
+    DataLimits,
+    DataService,
+    OffsetsService,
+    OffsetsSettings,
+)
+from storage.batch import encode_batch
+from tests.node._fakes import (
+    FakeController,
+    FakeLiveness,
+    FakeLog,
+    FakePeers,
+    FakeStatus,
+    FakeStore,
+    cluster_with_topic,
+    directory,
+    lead,
+    status,
+)
+
+LIMITS = DataLimits(
+    max_batch_bytes=1 << 20, produce_timeout_ms=200, fetch_max_bytes=1 << 20, fetch_max_wait_ms=0, producer_id_block=3
+)
+
+
+def data_service(**kwargs: Any) -> tuple[DataService, Any, FakeStore, FakeController]:
+    found = directory(kwargs.pop("state", None) or cluster_with_topic())
+    store, controller = FakeStore(), FakeController()
+    return DataService(kwargs.pop("limits", LIMITS), found, found, store, controller), found, store, controller
+
+
+def batch(*values: bytes) -> bytes:
+    return encode_batch(list(values) or [b"v"], timestamps_ms=1_700_000_000_000)
+
+
+# ------------------------------------------------------------------------------------------------ data service
+
+
+def test_a_batch_for_a_partition_led_here_is_handed_to_the_store_and_acked_with_its_offset() -> None:
+    async def scenario() -> None:
+        service, found, store, _ = data_service()
+        lead(found, "orders", 0)
+        store.produce_results = [ProduceResult(base_offset=42, log_append_time_ms=5, duplicate=True)]
+        ack = await service.produce("orders", 0, batch(b"a", b"b"), 0)
+        assert (ack.base_offset, ack.log_append_time_ms, ack.duplicate) == (42, 5, True)
+        assert [(view.partition, header.record_count) for view, _, header in store.produced] == [(0, 2)]
+
+    asyncio.run(scenario())
+
+
+def test_batches_begun_in_order_reach_the_store_in_order_before_any_commits() -> None:
+    async def scenario() -> None:
+        service, found, store, _ = data_service()
+        lead(found, "orders", 1)
+        store.produce_results = [None, None, None]
+        futures = [service.begin_produce("orders", 1, batch(bytes([i])), 0) for i in range(3)]
+        assert [bytes(b[-1:]) for _, b, _ in store.produced] == [b"\x00", b"\x01", b"\x02"]
+        for future in futures:
+            future.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_a_partition_led_elsewhere_answers_not_leader_with_the_leaders_id_and_address() -> None:
+    async def scenario() -> None:
+        service, found, store, _ = data_service()
+        group_id = found.cluster.partition("orders", 0).group_id
+        found.learn_leaders([LeaderAnnouncement(group_id, 2, 5)])
+        with pytest.raises(NotLeaderError) as caught:
+            await service.produce("orders", 0, batch(), 0)
+        assert caught.value.leader_id == 2
+        assert caught.value.leader_address == found.cluster.nodes[2].client_address
+        assert store.produced == []
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("topic", "partition", "error"),
+    [("nope", 0, UnknownTopicError), ("orders", 9, UnknownPartitionError), (OFFSETS_TOPIC, 0, UnknownTopicError)],
+)
+def test_unknown_or_internal_partitions_are_refused_before_the_store(topic: str, partition: int, error: type) -> None:
+    async def scenario() -> None:
+        state = ctl.ClusterState() if topic == OFFSETS_TOPIC else None
+        service, _, store, _ = data_service(state=state)
+        with pytest.raises(error):
+            await service.produce(topic, partition, batch(), 0)
+        assert store.produced == []
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_over_the_limit_is_record_too_large_and_a_broken_one_is_corrupt() -> None:
+    async def scenario() -> None:
+        small = DataLimits(64, 200, 1 << 20, 0, 3)
+        service, found, store, _ = data_service(limits=small)
+        lead(found, "orders", 0)
+        with pytest.raises(RecordTooLargeError):
+            await service.produce("orders", 0, batch(b"x" * 100), 0)
+        service, found, store, _ = data_service()
+        lead(found, "orders", 0)
+        broken = bytearray(batch(b"payload"))
+        broken[-1] ^= 0xFF
+        with pytest.raises(CorruptBatchError):
+            await service.produce("orders", 0, bytes(broken), 0)
+        with pytest.raises(CorruptBatchError):
+            await service.produce("orders", 0, batch() + batch(), 0)
+        with pytest.raises(InvalidArgumentError, match="timeout_ms"):
+            await service.produce("orders", 0, batch(), -1)
+        assert store.produced == []
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_that_does_not_commit_in_time_answers_a_timeout_that_says_it_may_still_be_written() -> None:
+    async def scenario() -> None:
+        service, found, store, _ = data_service()
+        lead(found, "orders", 0)
+        store.produce_results = [None]
+        with pytest.raises(RequestTimeoutError, match="may still be written"):
+            await service.produce("orders", 0, batch(), 50)
+
+    asyncio.run(scenario())
+
+
+def test_producer_ids_come_from_blocks_reserved_from_the_controller() -> None:
+    async def scenario() -> None:
+        service, _, _, controller = data_service()
+        ids = [await service.init_producer() for _ in range(4)]
+        assert ids == [(1000, 0), (1001, 0), (1002, 0), (1003, 0)]
+        assert [type(c) for c in controller.calls] == [ctl.AllocateProducerIds, ctl.AllocateProducerIds]
+
+    asyncio.run(scenario())
+
+
+def test_fetch_outside_the_log_is_out_of_range_with_the_readable_bounds() -> None:
+    async def scenario() -> None:
+        service, found, _, _ = data_service()
+        lead(found, "orders", 0, high_watermark=10)
+        with pytest.raises(OffsetOutOfRangeError) as caught:
+            await service.fetch("orders", 0, 11, 0, 0)
+        assert caught.value.metadata == {"log_start_offset": "0", "high_watermark": "10"}
+        result = await service.fetch("orders", 0, 3, 0, 0)
+        assert result.high_watermark == 10
+
+    asyncio.run(scenario())
+
+
+def test_a_new_leader_not_yet_current_asks_readers_beyond_its_high_watermark_to_retry() -> None:
+    async def scenario() -> None:
+        service, found, _, _ = data_service()
+        view = lead(found, "orders", 0, high_watermark=5, log=FakeLog(by_timestamp={7: 3}))
+        view.update(high_watermark=5, log_start_offset=0, leader_id=1, term=2, leader=True, current=False)
+        with pytest.raises(UnavailableError, match="catching up"):
+            await service.fetch("orders", 0, 6, 0, 0)
+        with pytest.raises(UnavailableError):
+            service.list_offset("orders", 0, "latest")
+        assert service.list_offset("orders", 0, "earliest") == 0
+        assert service.list_offset("orders", 0, "timestamp", 7) == 3
+        assert service.list_offset("orders", 0, "timestamp", 8) == -1
+
+    asyncio.run(scenario())
+
+
+# --------------------------------------------------------------------------------------------- offsets service
+
+
+def offsets_service(found: Any, store: FakeStore, peers: FakePeers) -> OffsetsService:
+    return OffsetsService(OffsetsSettings(3, 3), found, found, store, FakeController(found), peers)
+
+
+def test_the_first_commit_creates_the_offsets_topic_then_commits_on_the_local_leader() -> None:
+    async def scenario() -> None:
+        found = directory(cluster_with_topic())
+        store, peers = FakeStore(), FakePeers()
+        service = offsets_service(found, store, peers)
+        await service.commit_offsets("billing", [CommittedOffset("orders", 0, 12, "m")])
+        assert OFFSETS_TOPIC in found.cluster.topics and found.cluster.topics[OFFSETS_TOPIC].internal
+        ((group_id, operation),) = store.offsets_calls
+        assert isinstance(operation, OffsetsCommit)
+        assert operation.rows == (OffsetRow("orders", 0, 12, "m"),)
+        assert found.cluster.group(group_id) is not None
+        assert peers.calls == []
+
+    asyncio.run(scenario())
+
+
+def test_an_offsets_request_goes_to_the_remote_leader_and_follows_a_not_leader_hint() -> None:
+    async def scenario() -> None:
+        found = directory(cluster_with_topic())
+        store, peers = FakeStore(), FakePeers()
+        service = offsets_service(found, store, peers)
+        await service.commit_offsets("g", [CommittedOffset("orders", 0, 1)])  # creates the topic locally
+        store.offsets_calls.clear()
+        for p in found.cluster.topics[OFFSETS_TOPIC].partitions:
+            found.learn_leaders([LeaderAnnouncement(p.group_id, 2, 9)])
+        rows = encode_offset_rows([OffsetRow("orders", 0, 5, "x", found.cluster.topics["orders"].created_ms)])
+        peers.answers[RequestKind.OFFSETS] = [
+            (STATUS_ERROR, encode_error(NotLeaderError("moved", leader_id=3))),
+            (STATUS_OK, rows),
+        ]
+        found_offsets = await service.fetch_offsets("g", [("orders", 0)])
+        assert found_offsets == [CommittedOffset("orders", 0, 5, "x", found.cluster.topics["orders"].created_ms)]
+        assert [to for to, _, _ in peers.calls] == [2, 3]
+        request = decode_offsets_request(peers.calls[1][2])
+        assert request.operation == OffsetsFetch("g", (("orders", 0),))
+        assert store.offsets_calls == []
+
+    asyncio.run(scenario())
+
+
+def test_offsets_are_checked_before_anything_is_sent() -> None:
+    async def scenario() -> None:
+        found = directory(cluster_with_topic())
+        store, peers = FakeStore(), FakePeers()
+        service = offsets_service(found, store, peers)
+        with pytest.raises(InvalidArgumentError, match="group"):
+            await service.commit_offsets("", [CommittedOffset("orders", 0, 1)])
+        with pytest.raises(InvalidArgumentError, match="offset"):
+            await service.commit_offsets("g", [CommittedOffset("orders", 0, -1)])
+        with pytest.raises(InvalidArgumentError, match="metadata"):
+            await service.commit_offsets("g", [CommittedOffset("orders", 0, 1, "m" * 5000)])
+        with pytest.raises(UnknownTopicError):
+            await service.commit_offsets("g", [CommittedOffset("nope", 0, 1)])
+        assert await service.fetch_offsets("g", [("orders", 1)]) == [CommittedOffset("orders", 1, -1)]
+        assert await service.list_groups() == []
+        assert store.offsets_calls == [] and peers.calls == []
+
+    asyncio.run(scenario())
+
+
+# ----------------------------------------------------------------------------------------------- admin service
+
+
+def admin_service(found: Any, stat: FakeStatus | None = None, liveness: FakeLiveness | None = None) -> AdminService:
+    class NoMoves:
+        async def moves(self) -> list[Any]:
+            return []
+
+    settings = AdminSettings("c1", default_partitions=2, default_replication_factor=3, max_topic_partitions=100)
+    return AdminService(
+        settings, found, found, liveness or FakeLiveness(), FakeController(found), stat or FakeStatus(), NoMoves()
+    )
+
+
+def test_create_topic_applies_defaults_waits_for_its_leaders_and_describes_it() -> None:
+    async def scenario() -> None:
+        found = directory(cluster_with_topic())
+        service = admin_service(found)
+        task = asyncio.ensure_future(service.create_topic("events", 0, 0, {"retention.ms": "1000"}))
+        for _ in range(1000):  # bounded: until the controller (a fake) has applied the creation
+            if "events" in found.cluster.topics:
+                break
+            await asyncio.sleep(0.001)
+        topic = found.cluster.topics["events"]
+        found.learn_leaders([LeaderAnnouncement(p.group_id, p.preferred_leader, 1) for p in topic.partitions])
+        described = await task
+        assert (len(described.partitions), described.replication_factor) == (2, 3)
+        assert described.configs["retention.ms"] == "1000"
+        assert [p.leader for p in described.partitions] == [p.preferred_leader for p in topic.partitions]
+
+    asyncio.run(scenario())
+
+
+def test_create_topic_refuses_bad_counts_without_asking_the_controller() -> None:
+    async def scenario() -> None:
+        found = directory(cluster_with_topic())
+        service = admin_service(found)
+        with pytest.raises(InvalidArgumentError, match="partitions"):
+            await service.create_topic("t", 101, 3, {})
+        with pytest.raises(InvalidArgumentError, match="replication_factor"):
+            await service.create_topic("t", 1, -1, {})
+        assert "t" not in found.cluster.topics
+
+    asyncio.run(scenario())
+
+
+def test_describe_cluster_counts_leaders_and_flags_partitions_short_of_in_sync_replicas() -> None:
+    async def scenario() -> None:
+        found = directory(cluster_with_topic("orders", partitions=2))
+        p0, p1 = found.cluster.topics["orders"].partitions
+        stat = FakeStatus({p0.group_id: status(p0.group_id, leader=2), p1.group_id: status(p1.group_id, isr=(1, 2))})
+        described = await admin_service(found, stat, FakeLiveness({3: "dead"})).describe_cluster()
+        assert described.under_replicated == (("orders", 1),)
+        assert {node: leaders for node, _, leaders in described.loads} == {1: 1, 2: 1, 3: 0}
+        assert [n.state for n in described.nodes] == ["alive", "alive", "dead"]
+        assert (described.cluster_id, described.controller_id, described.partitions) == ("c1", 1, 2)
+
+    asyncio.run(scenario())
+
+
+def test_drain_marks_the_node_draining_once_and_reports_what_is_left_on_it() -> None:
+    async def scenario() -> None:
+        found = directory(cluster_with_topic("orders", partitions=2))
+        p0, p1 = found.cluster.topics["orders"].partitions
+        stat = FakeStatus({p0.group_id: status(p0.group_id, leader=3), p1.group_id: status(p1.group_id, leader=1)})
+        service = admin_service(found, stat)
+        drained = await service.drain_node(3)
+        assert found.cluster.nodes[3].state is ctl.NodeState.DRAINING
+        assert (drained.replicas_left, drained.leaders_left, drained.safe_to_stop) == (2, 1, False)
+        with pytest.raises(UnknownNodeError):
+            await service.drain_node(9)
+        with pytest.raises(UnknownNodeError):
+            await service.remove_node(9)
+
+    asyncio.run(scenario())
+
+
+def test_metadata_lists_user_topics_and_refuses_unknown_names() -> None:
+    found = directory(cluster_with_topic())
+    service = admin_service(found)
+    nodes, topics = service.metadata([])
+    assert [n.node_id for n in nodes] == [1, 2, 3]
+    assert [t.name for t in topics] == ["orders"]
+    with pytest.raises(UnknownTopicError):
+        service.metadata(["orders", "missing"])
+
+
+def test_the_admin_service_asks_the_controller_with_typed_commands() -> None:
+    async def scenario() -> None:
+        found = directory(cluster_with_topic())
+        controller = FakeController(found)
+        settings = AdminSettings("c1", 2, 3, 100)
+
+        class NoMoves:
+            async def moves(self) -> list[Any]:
+                return []
+
+        service = AdminService(settings, found, found, FakeLiveness(), controller, FakeStatus(), NoMoves())
+        await service.alter_topic_configs("orders", {"retention.ms": "5"}, [])
+        await service.delete_topic("orders")
+        assert [type(c) for c in controller.calls] == [ctl.AlterTopicConfigs, ctl.DeleteTopic]
+        assert not isinstance(controller.calls[0], CreateTopicRequest)
+
+    asyncio.run(scenario())
