@@ -41,19 +41,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from multiraft import raft
-from storage import (
-    CompactedError as StorageCompactedError,
-)
-from storage import (
-    HardState as StoredHardState,
-)
-from storage import (
-    SegmentedLog,
-    StorageError,
-)
-from storage import (
-    UnavailableError as StorageUnavailableError,
-)
+from storage import BeforeLogStartError, BeyondLogEndError, SegmentedLog, StorageError
+from storage import HardState as StoredHardState
 
 __all__ = ["RaftLogStorage", "SnapshotManifest", "SegmentRef", "encode_manifest", "decode_manifest"]
 
@@ -127,9 +116,9 @@ def decode_manifest(data: bytes) -> SnapshotManifest:
 
 
 def _to_raft_error(exc: StorageError) -> raft.RaftStorageError:
-    if isinstance(exc, StorageCompactedError):
+    if isinstance(exc, BeforeLogStartError):
         return raft.IndexCompactedError(str(exc))
-    if isinstance(exc, StorageUnavailableError):
+    if isinstance(exc, BeyondLogEndError):
         return raft.IndexUnavailableError(str(exc))
     return raft.RaftStorageError(str(exc))
 

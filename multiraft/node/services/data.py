@@ -27,8 +27,7 @@ from multiraft.node.partition import PartitionView, ProduceResult
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, StoreHandle
 from multiraft.node.services.results import FetchResult, ProduceAck
 from storage.batch import BatchHeader, validate_batch
-from storage.errors import BatchFormatError, CompactedError, StorageError
-from storage.errors import UnavailableError as StorageUnavailableError
+from storage.errors import BatchFormatError, BeforeLogStartError, StorageError
 
 __all__ = ["DataService", "DataLimits"]
 
@@ -154,13 +153,13 @@ class DataService:
             raise self._leaders.not_leader(topic, partition, view.group_id)
         try:
             result = view.log.read(offset, max_bytes, max_offset=view.high_watermark)
-        except CompactedError as exc:
+        except BeforeLogStartError as exc:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of {topic}/{partition} was removed by retention",
                 log_start_offset=view.log_start_offset,
                 high_watermark=view.high_watermark,
             ) from exc
-        except (StorageUnavailableError, StorageError) as exc:
+        except StorageError as exc:
             raise StorageFailureError(f"{topic}/{partition}: {exc}") from exc
         return FetchResult(result.data, view.high_watermark, result.log_start_offset, result.next_offset)
 
