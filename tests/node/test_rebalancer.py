@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from multiraft import controller as ctl
-from multiraft.node.rebalancer import CAUGHT_UP_ENTRIES, RebalanceSettings, Rebalancer
+from multiraft.node.rebalancer import CAUGHT_UP_ENTRIES, Rebalancer, RebalanceSettings
 from tests.controller._helpers import cluster, create_topic, run
 from tests.node._fakes import FakeController, FakeLiveness, FakeStatus, directory, status
 
@@ -101,7 +101,7 @@ def test_no_more_than_max_concurrent_moves_run_at_once() -> None:
 
 def test_a_node_dead_for_less_than_replace_after_keeps_its_replicas() -> None:
     async def scenario() -> None:
-        reb, found, _, controller = rebalancer(four_nodes_with(1), FakeLiveness(states={3: "dead"}, gone={3: 0.5}))
+        reb, _found, _, controller = rebalancer(four_nodes_with(1), FakeLiveness(states={3: "dead"}, gone={3: 0.5}))
         await reb.round()
         assert reb.snapshot() == [] and controller.calls == []
 
@@ -138,7 +138,7 @@ def test_a_move_whose_target_died_is_aborted_and_its_learner_dropped() -> None:
 def test_a_draining_node_has_its_replicas_moved_to_the_others() -> None:
     async def scenario() -> None:
         state = run(four_nodes_with(1), ctl.SetNodeState(3, ctl.NodeState.DRAINING))
-        reb, found, _, _ = rebalancer(state, FakeLiveness())
+        reb, _found, _, _ = rebalancer(state, FakeLiveness())
         await reb.round()
         (move,) = reb.snapshot()
         assert (move.move.from_node, move.move.to_node) == (3, 4)
