@@ -58,6 +58,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # The controller's state machine is pure too: the node runtime does its I/O.
     "multiraft.controller": _PURE,
     "multiraft": ("spark_connector", "tests", "benchmarks"),
+    # The node runtime knows no front door: gRPC servicers and the server are built on its services, outside.
+    "multiraft.node": ("rpc", "spark_connector", "tests", "benchmarks"),
     "rpc": ("spark_connector", "tests", "benchmarks"),
     # The client library must stay importable without the node runtime, and light: no storage engine.
     "rpc.client": (
@@ -188,6 +190,44 @@ def test_the_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
         "_layering_probe.py:2: storage._layering_probe (storage) imports multiraft.node"
     ]
     assert _violations(probe, "multiraft.cli._layering_probe") == []  # the runtime may use the node
+
+
+def test_the_node_runtime_may_not_import_the_servicers_or_the_server(tmp_path: Path) -> None:
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text("from rpc.servicers import LogServicer\nimport rpc.server\nfrom storage import LogStore\n")
+    assert _violations(probe, "multiraft.node._layering_probe") == [
+        "_layering_probe.py:1: multiraft.node._layering_probe (multiraft.node) imports rpc.servicers",
+        "_layering_probe.py:2: multiraft.node._layering_probe (multiraft.node) imports rpc.server",
+    ]
+    assert _violations(probe, "multiraft.cli._layering_probe") == []  # the CLI wires node and front door
+
+
+def test_the_runtime_the_rebalancer_and_the_servicers_form_no_import_cycle() -> None:
+    edges: dict[str, set[str]] = {}
+    for path in _source_files():
+        module = _module_name(path)
+        if _matches(module, "multiraft.node") or _matches(module, "rpc"):
+            edges[module] = {name for _, name in _imports(path, module)}
+    known = set(edges)
+
+    def targets(module: str) -> set[str]:
+        found = set()
+        for imported in edges[module]:
+            name = imported
+            while name and name not in known:  # `from a.b import c` names a.b.c: the module is a.b
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                found.add(name)
+        return found
+
+    reach = {m: targets(m) for m in known}
+    for start in ("multiraft.node.node", "multiraft.node.rebalancer", "rpc.servicers", "rpc.server"):
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in reach.get(todo.pop(), set()) - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        assert start not in seen, f"{start} imports itself through {sorted(seen)}"
 
 
 def test_the_client_may_use_the_batch_format_but_not_the_storage_engine(tmp_path: Path) -> None:
