@@ -108,24 +108,15 @@ class SchedulerHandoff:
 
     def run(self, work: Callable[[], T]) -> asyncio.Future[T]:
         """Run ``work`` on the scheduler thread; the future (on the loop) gets its result or exception."""
-        future: asyncio.Future[T] = self._loop.create_future()
-        loop = self._loop
-
-        def settle(result: Any, error: BaseException | None) -> None:
-            if future.done():
-                return
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(result)
+        future, complete = self.completion()
 
         def run() -> None:
             try:
                 result = work()
             except BaseException as exc:  # handed back to the awaiting coroutine, which decides
-                loop.call_soon_threadsafe(settle, None, exc)
+                complete(None, exc)
                 return
-            loop.call_soon_threadsafe(settle, result, None)
+            complete(result, None)
 
         self._submitter.submit(run)
         return future
