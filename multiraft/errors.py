@@ -84,7 +84,9 @@ class MultiraftError(Exception):
     @classmethod
     def from_wire(cls, message: str, metadata: Mapping[str, str]) -> MultiraftError:
         error = cls.__new__(cls)
-        MultiraftError.__init__(error, message, **metadata)
+        Exception.__init__(error, message)
+        error.message = message  # metadata is set as is: its keys may be any strings ("message" too)
+        error.metadata = {str(k): str(v) for k, v in metadata.items()}
         return error
 
 

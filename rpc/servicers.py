@@ -144,9 +144,13 @@ class LogServicer(pb_grpc.LogServicer):
             try:
                 async for request in request_iterator:
                     await in_flight.acquire()
-                    future = self._data.begin_produce(
-                        request.topic, request.partition, request.batch, request.timeout_ms
-                    )
+                    try:
+                        future = self._data.begin_produce(
+                            request.topic, request.partition, request.batch, request.timeout_ms
+                        )
+                    except Exception as exc:  # answered in order like any failed batch
+                        future = asyncio.get_running_loop().create_future()
+                        future.set_exception(exc)
                     queue.put_nowait((request.sequence, future))
             finally:
                 queue.put_nowait(None)
@@ -184,6 +188,10 @@ class LogServicer(pb_grpc.LogServicer):
                 yield _fetch_response(request.topic, request.partition, result)
         except MultiraftError as exc:
             yield pb.FetchResponse(topic=request.topic, partition=request.partition, error=to_proto_error(exc))
+        except Exception as exc:
+            log.exception("subscribe failed unexpectedly", error=repr(exc))
+            error = MultiraftError(f"internal error in Subscribe: {exc!r}")
+            yield pb.FetchResponse(topic=request.topic, partition=request.partition, error=to_proto_error(error))
 
     @_mapped
     async def InitProducer(  # noqa: N802

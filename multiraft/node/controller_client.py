@@ -81,7 +81,7 @@ class RemoteController:
             except (NotLeaderError, UnavailableError) as exc:
                 last_error = exc
             await asyncio.sleep(_RETRY_S)
-        raise RequestTimeoutError(f"metadata request not served in {timeout_s:.0f}s: {last_error.message}")
+        raise RequestTimeoutError(f"metadata request not served in {timeout_s:g}s: {last_error.message}")
 
     async def serve(self, from_node: int, request: ControllerRequest) -> ControllerOutcome:
         """A request a peer sent here: run it, or pass it on once to the leader this node knows."""

@@ -91,6 +91,12 @@ class Reader:
     def u8(self, field: str) -> int:
         return int(_U8.unpack(self._take(1, field))[0])
 
+    def flag(self, field: str) -> bool:
+        value = self.u8(field)
+        if value > 1:
+            raise self.fail(field, f"is {value}, not 0 or 1")
+        return value == 1
+
     def u32(self, field: str) -> int:
         return int(_U32.unpack(self._take(4, field))[0])
 

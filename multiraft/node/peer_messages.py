@@ -144,7 +144,7 @@ def encode_controller_request(request: ControllerRequest) -> bytes:
 
 def decode_controller_request(data: bytes) -> ControllerRequest:
     def read(r: Reader) -> ControllerRequest:
-        forwarded = r.u8("forwarded") == 1
+        forwarded = r.flag("forwarded")
         tag = r.u8("type")
         if tag == _CREATE_TOPIC:
             body: ctl.Command | CreateTopicRequest = CreateTopicRequest(
@@ -152,7 +152,7 @@ def decode_controller_request(data: bytes) -> ControllerRequest:
                 r.i64("partitions"),
                 r.i64("replication_factor"),
                 r.mapping("configs"),
-                r.u8("internal") == 1,
+                r.flag("internal"),
             )
         elif tag == _COMMAND:
             raw = r.raw("command")
@@ -394,8 +394,10 @@ def decode_offsets_request(data: bytes) -> OffsetsRequest:
         if tag == _COMMIT:
             operation = OffsetsCommit(r.text("group"), _read_rows(r))
         elif tag == _FETCH:
-            group, some = r.text("group"), r.u8("some") == 1
+            group, some = r.text("group"), r.flag("some")
             rows = _read_rows(r)
+            if rows and not some:
+                raise r.fail("rows", "are given for a fetch of every partition")
             operation = OffsetsFetch(group, tuple((row.topic, row.partition) for row in rows) if some else None)
         elif tag == _LIST:
             operation = OffsetsList()
