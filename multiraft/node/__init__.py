@@ -1,28 +1,9 @@
 """The node runtime: a store of replicas on the scheduler thread, services on the event loop, and the peer side.
 
-Front doors (gRPC: :mod:`rpc.server`) are built on :attr:`Node.services` outside this package.
+Front doors (gRPC: :mod:`rpc.server`) are built on :attr:`Node.services` outside this package; what the
+services answer is in :mod:`multiraft.node.services`.
 """
 
 from multiraft.node.node import FrontDoor, Node, NodeServices
-from multiraft.node.services import (
-    ClusterDescription,
-    DrainStatus,
-    FetchResult,
-    NodeDescription,
-    PartitionDescription,
-    ProduceAck,
-    TopicDescription,
-)
 
-__all__ = [
-    "Node",
-    "NodeServices",
-    "FrontDoor",
-    "ProduceAck",
-    "FetchResult",
-    "PartitionDescription",
-    "TopicDescription",
-    "NodeDescription",
-    "ClusterDescription",
-    "DrainStatus",
-]
+__all__ = ["Node", "NodeServices", "FrontDoor"]
