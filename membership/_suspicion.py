@@ -51,7 +51,7 @@ class Suspicion:
         self._longest = longest
         self.started = started
         self.deadline = started + suspicion_timeout(0, expected, shortest, longest)
-        # Halfway through, the holder repeats the accusation once (see SwimCore._expire_suspicions).
+        # Halfway through, the holder repeats the accusation once (see Transitions.expire_suspicions).
         self.reannounce_at = started + (self.deadline - started) / 2
 
     @property
