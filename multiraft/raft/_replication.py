@@ -153,7 +153,7 @@ class Replication(ReadOnly):
         self.logger.info("raft.sending_snapshot", to=to, index=snapshot.meta.index)
         return True
 
-    def _bcast_heartbeat(self, context: bytes) -> None:
+    def _bcast_heartbeat(self, context: bytes, *, quiesce: bool = False) -> None:
         committed = self.log.committed
         for node_id, pr in self.tracker.progress.items():
             if node_id != self.id:
@@ -165,6 +165,7 @@ class Replication(ReadOnly):
                         term=self.term,
                         commit=min(pr.match, committed),
                         context=context,
+                        quiesce=quiesce,
                     )
                 )
 

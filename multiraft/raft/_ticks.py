@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._elections import Elections
-from ._state import HEARTBEAT, HEARTBEAT_RESP, Role
+from ._state import HEARTBEAT_RESP, Role
 from ._tracker import ProgressState
 from .messages import Message
 
@@ -67,19 +67,7 @@ class Ticks(Elections):
         return True
 
     def _quiesce(self) -> None:
-        committed = self.log.committed
-        for node_id, pr in self.tracker.progress.items():
-            if node_id != self.id:
-                self.msgs.append(
-                    Message(
-                        type=HEARTBEAT,
-                        to=node_id,
-                        sender=self.id,
-                        term=self.term,
-                        commit=min(pr.match, committed),
-                        quiesce=True,
-                    )
-                )
+        self._bcast_heartbeat(b"", quiesce=True)
         self.quiescent = True
 
     def wake(self, woken_by: int = 0) -> None:
