@@ -16,14 +16,13 @@ from typing import Protocol
 
 from multiraft import controller as ctl
 from multiraft.errors import MultiraftError, NotLeaderError, RequestTimeoutError, UnavailableError
+from multiraft.node.peer_call import ask_peer
 from multiraft.node.peer_messages import (
-    STATUS_OK,
     ControllerOutcome,
     ControllerRequest,
     CreateTopicRequest,
     RequestKind,
     decode_controller_outcome,
-    decode_error,
     encode_controller_request,
 )
 from multiraft.node.protocols import PeerCaller
@@ -97,12 +96,6 @@ class RemoteController:
         return self._rng.choice(peers) if peers else 0
 
     async def _remote(self, leader: int, request: ControllerRequest, timeout_s: float) -> ControllerOutcome:
-        try:
-            status, body = await self._peers.call(
-                leader, RequestKind.CONTROLLER, encode_controller_request(request), max(0.01, timeout_s)
-            )
-        except (ConnectionError, TimeoutError) as exc:
-            raise UnavailableError(f"controller leader {leader} unreachable: {exc}") from exc
-        if status == STATUS_OK:
-            return decode_controller_outcome(body)
-        raise decode_error(body, source="the controller leader")
+        body = encode_controller_request(request)
+        answer = await ask_peer(self._peers, leader, RequestKind.CONTROLLER, body, timeout_s, what="controller leader")
+        return decode_controller_outcome(answer)

@@ -24,8 +24,8 @@ from multiraft.errors import (
     UnavailableError,
 )
 from multiraft.node.offsets import OFFSETS_TOPIC, CommittedOffset, group_partition
+from multiraft.node.peer_call import ask_peer
 from multiraft.node.peer_messages import (
-    STATUS_OK,
     CreateTopicRequest,
     OffsetRow,
     OffsetsCommit,
@@ -33,7 +33,6 @@ from multiraft.node.peer_messages import (
     OffsetsList,
     OffsetsRequest,
     RequestKind,
-    decode_error,
     decode_offset_rows,
     decode_strings,
     encode_offsets_request,
@@ -180,14 +179,8 @@ class OffsetsService:
         )
 
     async def _remote(self, leader: int, request: OffsetsRequest, timeout_s: float) -> Any:
-        try:
-            status, answer = await self._peers.call(
-                leader, RequestKind.OFFSETS, encode_offsets_request(request), max(0.01, timeout_s)
-            )
-        except (ConnectionError, TimeoutError) as exc:
-            raise UnavailableError(f"offsets leader {leader} unreachable: {exc!r}") from exc
-        if status != STATUS_OK:
-            raise decode_error(answer, source=f"offsets leader {leader}")
+        body = encode_offsets_request(request)
+        answer = await ask_peer(self._peers, leader, RequestKind.OFFSETS, body, timeout_s, what="offsets leader")
         operation = request.operation
         if isinstance(operation, OffsetsFetch):
             rows = decode_offset_rows(answer)
