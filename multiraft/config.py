@@ -24,13 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from multiraft.errors import ConfigError
+from storage import ENTRY_OVERHEAD_BYTES, StorageConfig
 
-__all__ = ["NodeConfig", "load_config", "parse_address", "config_reference"]
+__all__ = ["NodeConfig", "load_config", "parse_address", "config_reference", "MAX_STORABLE_BATCH_BYTES"]
 
 ENV_PREFIX = "MULTIRAFT_"
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
+
+MAX_STORABLE_BATCH_BYTES = StorageConfig().max_entry_bytes - ENTRY_OVERHEAD_BYTES
+"""The largest record batch one log entry holds: the store's max_entry_bytes less the entry header."""
 
 # Headers of one append message on the peer transport: 68 bytes, 29 per entry (at most 1024), 8 for the group.
 _APPEND_OVERHEAD_BYTES = 64 * KiB
@@ -127,10 +131,11 @@ class NodeConfig:
     )
 
     max_batch_bytes: int = _setting(
-        16 * MiB,
+        MAX_STORABLE_BATCH_BYTES,
         "bytes",
         "Ceiling on a record batch for any topic (a topic's max.message.bytes may only be lower); also the gRPC "
-        "message limit.",
+        "message limit. At most 16 MiB - 37 bytes (the default): a batch is one log entry, and the log store "
+        "holds entries of at most 16 MiB including a 37-byte header.",
     )
     produce_timeout_ms: int = _setting(
         30_000, "ms", "How long Produce waits for a commit when the request sets no timeout."
@@ -247,6 +252,13 @@ class NodeConfig:
             raise ConfigError("capacity", f"must be > 0, got {self.capacity}")
         if self.controller_replicas not in (1, 3, 5, 7):
             raise ConfigError("controller_replicas", f"must be 1, 3, 5 or 7, got {self.controller_replicas}")
+        if self.max_batch_bytes > MAX_STORABLE_BATCH_BYTES:
+            raise ConfigError(
+                "max_batch_bytes",
+                f"must be at most {MAX_STORABLE_BATCH_BYTES} (the log store's max_entry_bytes "
+                f"{StorageConfig().max_entry_bytes} less its {ENTRY_OVERHEAD_BYTES}-byte entry header): a larger "
+                f"batch could not be stored; got {self.max_batch_bytes}",
+            )
         ranges: dict[str, tuple[float, float]] = {
             "tick_ms": (1, 10_000),
             "election_ticks": (3, 1_000),
@@ -254,7 +266,7 @@ class NodeConfig:
             "max_inflight_bytes": (64 * KiB, 4 * GiB),
             "max_append_bytes": (64 * KiB, 1 * GiB),
             "max_frame_bytes": (2 * MiB, 2 * GiB - 1),  # a catch-up segment chunk (1 MiB) fits
-            "max_batch_bytes": (1 * KiB, 256 * MiB),
+            "max_batch_bytes": (1 * KiB, MAX_STORABLE_BATCH_BYTES),
             "produce_timeout_ms": (1, 3_600_000),
             "fetch_max_bytes": (1, 1 * GiB),
             "fetch_max_wait_ms": (0, 3_600_000),

@@ -8,6 +8,7 @@ import pytest
 
 from multiraft.config import NodeConfig, config_reference, load_config
 from multiraft.errors import ConfigError
+from storage import ENTRY_OVERHEAD_BYTES, StorageConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = {"node_id": 1, "data_dir": "/var/lib/multiraft"}
@@ -62,6 +63,14 @@ def test_an_unknown_variable_is_named_and_diagnostic_switches_are_ignored() -> N
     with pytest.raises(ConfigError, match="MULTIRAFT_TICKS"):
         load_config(environ={"MULTIRAFT_TICKS": "5"}, overrides=REQUIRED)
     assert load_config(environ={"MULTIRAFT_DEBUG_GC_MS": "1"}, overrides=REQUIRED).tick_ms == NodeConfig.tick_ms
+
+
+def test_a_max_batch_bytes_the_log_store_cannot_hold_is_refused() -> None:
+    largest = StorageConfig().max_entry_bytes - ENTRY_OVERHEAD_BYTES
+    assert load_config(environ={}, overrides=REQUIRED).max_batch_bytes == largest
+    with pytest.raises(ConfigError, match="max_entry_bytes") as raised:
+        load_config(environ={}, overrides={**REQUIRED, "max_batch_bytes": 16 * 1024**2})
+    assert raised.value.field == "max_batch_bytes"
 
 
 def test_a_node_must_be_listed_at_its_own_peer_address() -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "MESSAGE_TIMESTAMP_TYPE",
     "CLEANUP_POLICY",
     "MAX_TOPIC_NAME_LENGTH",
+    "MAX_LOG_ENTRY_PAYLOAD_BYTES",
     "INTERNAL_TOPIC_PREFIX",
     "config_key",
     "validate_topic_configs",
@@ -47,6 +48,9 @@ GiB = 1024 * MiB
 DAY_MS = 24 * 3600 * 1000
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
+# A record batch is one log entry: storage's max_entry_bytes (16 MiB) minus its 37-byte entry header. The
+# controller is pure and cannot import storage; tests/controller/test_topic_config.py pins the two together.
+MAX_LOG_ENTRY_PAYLOAD_BYTES = 16 * MiB - 37
 
 RETENTION_MS = "retention.ms"
 RETENTION_BYTES = "retention.bytes"
@@ -90,6 +94,7 @@ class ConfigKey:
     special: tuple[int, ...] = ()  # values allowed outside [minimum, maximum], such as -1 for "no limit"
     choices: tuple[str, ...] = ()
     refused: Mapping[str, str] = field(default_factory=dict)  # values Kafka knows that we refuse, with why
+    maximum_why: str = ""  # why the maximum is what it is, for the error
 
     def normalize(self, value: str) -> str:
         """The canonical string for ``value``, or :class:`InvalidConfigError` naming this key."""
@@ -108,7 +113,8 @@ class ConfigKey:
         if number in self.special:
             return str(number)
         if (self.minimum is not None and number < self.minimum) or (self.maximum is not None and number > self.maximum):
-            raise InvalidConfigError(self.name, f"must be {self.allowed}; got {number}")
+            why = f" ({self.maximum_why})" if self.maximum_why and number > (self.maximum or 0) else ""
+            raise InvalidConfigError(self.name, f"must be {self.allowed}; got {number}{why}")
         return str(number)
 
     @property
@@ -173,10 +179,13 @@ _KEYS: dict[str, ConfigKey] = {
             "int",
             "bytes",
             str(8 * MiB),
-            "The largest record batch a produce request may carry.",
+            "The largest record batch a produce request may carry. At most 16 MiB - 37 bytes: a batch is one "
+            "log entry, and storage holds entries of at most 16 MiB including a 37-byte header.",
             alterable=True,
             minimum=1 * KiB,
-            maximum=64 * MiB,
+            maximum=MAX_LOG_ENTRY_PAYLOAD_BYTES,
+            maximum_why="a record batch must fit one log entry: storage's max_entry_bytes of 16 MiB less its "
+            "37-byte entry header",
         ),
         ConfigKey(
             MESSAGE_TIMESTAMP_TYPE,
@@ -283,7 +292,11 @@ def effective_topic_config(configs: Mapping[str, str]) -> TopicConfig:
     by_key = {f.metadata["key"]: f for f in fields(TopicConfig)}
     values: dict[str, Any] = {}
     for name in sorted(configs, key=str):
-        text = config_key(name).normalize(configs[name])
+        value = configs[name]
+        if name == MAX_MESSAGE_BYTES and isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
+            # A topic stored when the maximum was higher: it still cannot take batches storage would refuse.
+            value = str(min(int(value), MAX_LOG_ENTRY_PAYLOAD_BYTES))
+        text = config_key(name).normalize(value)
         values[by_key[name].name] = _TYPED.get(name, int)(text)
     return TopicConfig(**values)
 

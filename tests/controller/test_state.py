@@ -241,6 +241,15 @@ def test_altering_a_fixed_config_is_refused() -> None:
     assert_refused(state, AlterTopicConfigs("orders", {}, ("segment.ms",)), InvalidConfigError)
 
 
+def test_a_max_message_bytes_no_log_entry_can_hold_is_refused_at_create_and_at_alter() -> None:
+    too_big = {"max.message.bytes": str(64 * 1024**2)}
+    created = assert_refused(cluster(3), CreateTopic("t", too_big, (((1,), 1),)), InvalidConfigError)
+    assert isinstance(created, InvalidConfigError) and created.key == "max.message.bytes"
+    altered = assert_refused(orders(cluster(3)), AlterTopicConfigs("orders", too_big), InvalidConfigError)
+    assert isinstance(altered, InvalidConfigError) and altered.key == "max.message.bytes"
+    assert "max_entry_bytes" in str(altered)
+
+
 def test_restating_a_fixed_config_at_its_current_value_is_allowed() -> None:
     state = orders(cluster(3))
     after, result = step(state, AlterTopicConfigs("orders", {"segment.bytes": " 1073741824 ", "retention.ms": "5000"}))

@@ -19,6 +19,8 @@ from multiraft.controller import (
     validate_topic_configs,
     validate_topic_name,
 )
+from multiraft.controller.topic_config import MAX_LOG_ENTRY_PAYLOAD_BYTES
+from storage import ENTRY_OVERHEAD_BYTES, StorageConfig
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -85,7 +87,8 @@ def test_segment_settings_cannot_be_altered_after_creation(key: str) -> None:
         ("segment.bytes", str(2**31)),
         ("segment.ms", "0"),
         ("max.message.bytes", "1023"),
-        ("max.message.bytes", str(64 * 1024**2 + 1)),
+        ("max.message.bytes", str(64 * 1024**2)),
+        ("max.message.bytes", str(16 * 1024**2)),  # with its 37-byte entry header, above storage's max_entry_bytes
         ("message.timestamp.type", "createtime"),
         ("cleanup.policy", "remove"),
     ],
@@ -116,9 +119,21 @@ def test_the_limits_themselves_are_accepted() -> None:
         "retention.bytes": "0",
         "segment.bytes": "1024",
         "segment.ms": "1",
-        "max.message.bytes": str(64 * 1024**2),
+        "max.message.bytes": str(MAX_LOG_ENTRY_PAYLOAD_BYTES),
     }
     assert validate_topic_configs(configs, creating=True) == configs
+
+
+def test_the_largest_max_message_bytes_is_exactly_what_one_storage_entry_holds() -> None:
+    assert MAX_LOG_ENTRY_PAYLOAD_BYTES == StorageConfig().max_entry_bytes - ENTRY_OVERHEAD_BYTES
+    with pytest.raises(InvalidConfigError, match="max_entry_bytes") as caught:
+        validate_topic_configs({"max.message.bytes": str(MAX_LOG_ENTRY_PAYLOAD_BYTES + 1)}, creating=False)
+    assert caught.value.key == "max.message.bytes"
+
+
+def test_a_topic_stored_with_a_larger_max_message_bytes_reads_as_the_largest_storable() -> None:
+    config = effective_topic_config({"max.message.bytes": str(64 * 1024**2)})
+    assert config.max_message_bytes == MAX_LOG_ENTRY_PAYLOAD_BYTES
 
 
 def test_the_effective_config_is_typed_and_fills_in_defaults() -> None:

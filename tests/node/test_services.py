@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -43,6 +44,7 @@ from multiraft.node.services import (
     OffsetsService,
     OffsetsSettings,
 )
+from storage import ENTRY_OVERHEAD_BYTES, StorageConfig
 from storage.batch import encode_batch
 from tests.node._fakes import (
     FakeController,
@@ -83,6 +85,29 @@ def test_a_batch_for_a_partition_led_here_is_handed_to_the_store_and_acked_with_
         ack = await service.produce("orders", 0, batch(b"a", b"b"), 0)
         assert (ack.base_offset, ack.log_append_time_ms, ack.duplicate) == (42, 5, True)
         assert [(view.partition, header.record_count) for view, _, header in store.produced] == [(0, 2)]
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_no_log_entry_can_hold_is_refused_as_too_large_and_never_proposed() -> None:
+    async def scenario() -> None:
+        # A topic stored with max.message.bytes of 64 MiB, on a node whose own ceiling is as high: the batch
+        # of exactly 16 MiB would still be refused by storage (its entry header takes it past max_entry_bytes).
+        state = cluster_with_topic()
+        topic = state.topics["orders"]
+        state = replace(
+            state, topics={"orders": replace(topic, configs={**topic.configs, "max.message.bytes": "67108864"})}
+        )
+        limits = replace(LIMITS, max_batch_bytes=64 << 20)
+        service, found, store, _ = data_service(state=state, limits=limits)
+        lead(found, "orders", 0)
+        value = b"x" * (16 << 20)
+        value = value[: len(value) - (len(batch(value)) - (16 << 20))]
+        assert len(batch(value)) == 16 << 20
+        with pytest.raises(RecordTooLargeError, match="log entry") as caught:
+            await service.produce("orders", 0, batch(value), 0)
+        assert caught.value.metadata["max_bytes"] == str(StorageConfig().max_entry_bytes - ENTRY_OVERHEAD_BYTES)
+        assert store.produced == []
 
     asyncio.run(scenario())
 
