@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from multiraft import raft
-from multiraft.errors import MultiraftError, NotLeaderError, StorageFailureError, UnavailableError
+from multiraft.errors import NotLeaderError, StorageFailureError, UnavailableError
 from multiraft.logging import get_logger
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.threads import ThreadOwner
@@ -181,10 +181,12 @@ class Scheduler:
             work = inbox.popleft()
             try:
                 work()
-            except (MultiraftError, raft.RaftStorageError):
+            except (StorageError, raft.RaftStorageError, StorageFailureError):
                 raise  # a failed write leaves the store's transaction unusable: the node cannot go on
             except raft.RaftError as exc:
-                log.warning("raft refused work", error=repr(exc))
+                log.warning("raft refused work", work=repr(work), error=repr(exc))
+            except Exception as exc:  # one request's failure (input, or a bug it hit) is only its own
+                log.exception("work failed; the scheduler goes on", work=repr(work), error=repr(exc))
 
     def _run_periodic(self, now: float) -> None:
         for position, (interval, due, action) in enumerate(self._periodic):

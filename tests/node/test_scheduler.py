@@ -12,6 +12,7 @@ hand-made messages into node 1's groups.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -23,10 +24,10 @@ from typing import Any, cast
 import pytest
 
 from multiraft import raft
-from multiraft.errors import StorageFailureError
+from multiraft.errors import InvalidArgumentError, StorageFailureError, UnavailableError
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.scheduler import Group, Scheduler
-from storage import LogStore
+from storage import LogStore, StorageError
 
 NODE = 1
 PEER = 2
@@ -388,3 +389,82 @@ def test_a_write_the_raft_adapter_reports_failed_discards_the_round_answers_its_
         assert node.store.rollbacks == 1, "the failed round's transaction is rolled back"
         assert node.store.syncs == syncs_before, "nothing of the failed round is synced"
         node.wait_until(lambda: not node.scheduler.alive, "the scheduler to stop: the store cannot go on")
+
+
+def _leaders(node: Node1) -> None:
+    def campaign() -> None:
+        for group in node.groups:
+            group.raw.campaign()
+            node.scheduler.touch(group)
+
+    node.on_thread(campaign)
+    node.wait_until(lambda: all(g.is_leader and g.machine.applied for g in node.groups), "leaders")
+
+
+def _commits(node: Node1, group: Group) -> Any:
+    """Propose on ``group`` from the scheduler thread and wait for the answer; returns (result, error)."""
+    answers: list[tuple[Any, BaseException | None]] = []
+    node.scheduler.submit(
+        lambda: node.scheduler.propose(group, b"record batch", lambda result, error: answers.append((result, error)))
+    )
+    node.wait_until(lambda: bool(answers), f"group {group.group_id}'s proposal to be answered")
+    return answers[0]
+
+
+class _Poisoned:
+    """Work that fails the way handling one bad request can; its repr is what the log shows."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        self.ran = threading.Event()
+
+    def __call__(self) -> None:
+        self.ran.set()
+        raise self.error
+
+    def __repr__(self) -> str:
+        return f"<poisoned work raising {self.error!r}>"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        TypeError("'int' object is not iterable"),
+        ValueError("bad value"),
+        OverflowError("int too big to convert"),
+        KeyError("missing"),
+        InvalidArgumentError("a handler refused a request", field="offsets"),
+        UnavailableError("no leader yet"),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_work_that_raises_fails_alone_and_the_scheduler_keeps_committing_other_groups(
+    error: BaseException, caplog: pytest.LogCaptureFixture
+) -> None:
+    with node1(2, (1,)) as node:
+        _leaders(node)
+        first, second = node.groups
+        poisoned = _Poisoned(error)
+        with caplog.at_level(logging.WARNING, logger="multiraft.node.scheduler"):
+            node.scheduler.submit(poisoned)
+            assert poisoned.ran.wait(5.0), "the scheduler thread did not run the work"
+            node.wait_until(
+                lambda: any("poisoned work" in str(r.msg) for r in caplog.records), "the failed work to be logged"
+            )
+
+        assert _commits(node, second) == (f"result {second.machine.applied[-1]}", None)
+        assert _commits(node, first) == (f"result {first.machine.applied[-1]}", None)
+        assert node.scheduler.alive
+
+
+@pytest.mark.parametrize(
+    "error",
+    [StorageError("I/O error"), raft.RaftStorageError("map full"), StorageFailureError("storage failed: I/O error")],
+    ids=lambda error: type(error).__name__,
+)
+def test_work_that_fails_on_storage_still_stops_the_node(error: BaseException) -> None:
+    with node1(1, (1,)) as node:
+        group = node.groups[0]
+        node.scheduler.submit(_Poisoned(error))
+        node.wait_until(lambda: not node.scheduler.alive, "the scheduler to stop: its disk failed")
+        assert group.pending == {}
