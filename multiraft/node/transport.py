@@ -23,10 +23,12 @@ one interval, and CheckQuorum (``election_ticks``, at least 3x ``heartbeat_ticks
 within an election timeout. Heartbeats that carry a ReadIndex context, and their responses, go at once in
 RAFT frames: a linearizable read waits for them.
 
-A connection that sends a malformed frame, a frame above ``max_frame_bytes`` or a foreign cluster id is
-closed and logged; nothing else is affected. Dials back off exponentially while a peer is down, and
-messages for an unreachable peer are dropped (Raft retransmits) and reported so the groups can probe
-instead of stream.
+A connection that sends a malformed frame, a frame above ``max_frame_bytes``, a foreign cluster id or a term
+or index above ``MAX_TERM_OR_INDEX`` is closed and logged; nothing else is affected. A Raft message whose
+sender is not the node that said HELLO on its connection is dropped alone (counted in
+``TransportStats.forged_messages``), never stepped into a group. Dials back off exponentially while a peer
+is down, and messages for an unreachable peer are dropped (Raft retransmits) and reported so the groups can
+probe instead of stream.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ _BACKOFF_START_S = 0.05
 _BACKOFF_MAX_S = 2.0
 _DIAL_TIMEOUT_S = 2.0
 _HELLO_TIMEOUT_S = 5.0
+MAX_TERM_OR_INDEX = 2**63 - 2
+"""The largest term or index a peer may send: ``+ 1`` of it still fits the signed 64-bit fields of storage and
+the tracker's ``1 << 63`` sentinel, so a forged term cannot leave a group unable to hold an election."""
 
 _Frame = tuple[int, list[bytes | memoryview], int, int]  # (frame type, parts, body size, messages in it)
 
@@ -93,6 +98,7 @@ class TransportStats:
     heartbeat_frames_in: int = 0
     heartbeats_in: int = 0
     bad_frames: int = 0
+    forged_messages: int = 0  # Raft messages whose sender is not the connection's node, dropped
     connects: int = 0
 
 
@@ -405,7 +411,9 @@ class PeerTransport:
             while True:
                 frame_type, body = await self._read_frame(reader)
                 if frame_type == FrameType.RAFT:
-                    self._deliver(from_node, self._decode_raft(body))
+                    messages = self._decode_raft(from_node, body)
+                    if messages:
+                        self._deliver(from_node, messages)
                 elif frame_type == FrameType.HEARTBEATS:
                     heartbeats = self._decode_heartbeats(from_node, body)
                     if heartbeats:
@@ -447,20 +455,30 @@ class PeerTransport:
             raise _BadFrameError(f"bad peer node id {node_id}")
         return int(node_id)
 
-    def _decode_raft(self, body: bytes) -> list[tuple[int, Message]]:
+    def _decode_raft(self, from_node: int, body: bytes) -> list[tuple[int, Message]]:
         view = memoryview(body)
         messages: list[tuple[int, Message]] = []
-        position = 0
+        position = forged = 0
         try:
             while position < len(view):
                 group_id, length = _GROUP_MESSAGE.unpack_from(view, position)
                 position += _GROUP_MESSAGE.size
                 if position + length > len(view):
                     raise _BadFrameError("message runs past the end of its frame")
-                messages.append((group_id, decode_message(view[position : position + length])))
+                message = decode_message(view[position : position + length])
                 position += length
+                _check_ranges(message)
+                if message.sender != from_node:
+                    forged += 1
+                    log.debug(
+                        "dropped a message whose sender is not its connection's node",
+                        peer=from_node, sender=message.sender, group=group_id, type=message.type.name,
+                    )  # fmt: skip
+                    continue
+                messages.append((group_id, message))
         except (DecodeError, struct.error) as exc:
             raise _BadFrameError(f"undecodable message: {exc}") from exc
+        self.stats.forged_messages += forged
         self.stats.messages_in += len(messages)
         return messages
 
@@ -472,6 +490,8 @@ class PeerTransport:
         for group_id, flags, term, commit in _HEARTBEAT.iter_unpack(body):
             if flags & ~(_HEARTBEAT_RESPONSE | _HEARTBEAT_QUIESCE):
                 raise _BadFrameError(f"unknown heartbeat flags {flags:#x}")
+            if term > MAX_TERM_OR_INDEX or commit > MAX_TERM_OR_INDEX:
+                raise _BadFrameError(f"a heartbeat's term {term} or commit {commit} is above {MAX_TERM_OR_INDEX}")
             kind = MessageType.HEARTBEAT_RESP if flags & _HEARTBEAT_RESPONSE else MessageType.HEARTBEAT
             quiesce = bool(flags & _HEARTBEAT_QUIESCE)
             messages.append(
@@ -568,6 +588,19 @@ def _coalescible(message: Message) -> bool:
         and not message.reject_hint
         and not message.leader_transfer
     )
+
+
+def _check_ranges(message: Message) -> None:
+    """Refuse a message carrying a term or index that no group can ever reach (see ``MAX_TERM_OR_INDEX``)."""
+    fields = [message.term, message.log_term, message.index, message.commit, message.reject_hint]
+    for entry in message.entries:
+        fields += (entry.index, entry.term)
+    if message.snapshot is not None:
+        fields += (message.snapshot.meta.index, message.snapshot.meta.term)
+    if max(fields) > MAX_TERM_OR_INDEX:
+        raise _BadFrameError(
+            f"a {message.type.name} from {message.sender} carries a term or index above {MAX_TERM_OR_INDEX}"
+        )
 
 
 class _BadFrameError(Exception):

@@ -365,3 +365,130 @@ def test_the_heartbeat_clock_flushes_by_itself() -> None:
             await two.stop()
 
     asyncio.run(scenario())
+
+
+def _raft_frame(*messages: tuple[int, raft.Message]) -> bytes:
+    body = b"".join(struct.pack("<II", group, len(data)) + data for group, data in _encoded(messages))
+    return struct.pack("<IB", len(body) + 1, 2) + body
+
+
+def _encoded(messages: tuple[tuple[int, raft.Message], ...]) -> list[tuple[int, bytes]]:
+    return [(group, raft.encode_message(message)) for group, message in messages]
+
+
+def _heartbeats_frame(*beats: tuple[int, int, int, int]) -> bytes:
+    body = b"".join(struct.pack("<IBQQ", *beat) for beat in beats)
+    return struct.pack("<IB", len(body) + 1, 5) + body
+
+
+async def _raw_session(port: int, frames: list[bytes], *, settle_s: float = 0.3) -> bool:
+    """HELLO-led raw frames on a fresh connection; True if the peer closed it, False if it is still open."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"".join(frames))
+    await writer.drain()
+    try:
+        async with asyncio.timeout(settle_s):
+            closed = await reader.read(1) == b""
+    except TimeoutError:
+        closed = False
+    writer.close()
+    return closed
+
+
+def test_a_raft_message_whose_sender_is_not_the_connection_s_node_is_dropped_alone() -> None:
+    async def scenario() -> None:
+        async with _pair() as (one, two, inbox):
+            forged = _append(2, 1, b"forged: node 5's connection speaking for node 1")
+            own = _append(2, 5, b"node 5 for itself")
+            frame = _raft_frame((3, forged), (4, own))
+            assert not await _raw_session(two.port, [_hello(5, "test"), frame]), "the connection stays open"
+            await inbox.wait_for(1)
+            assert [(frm, group, m.sender, bytes(m.entries[0].payload)) for frm, group, m in inbox.messages] == [
+                (5, 4, 5, b"node 5 for itself")
+            ]
+            assert two.stats.forged_messages == 1 and two.stats.bad_frames == 0
+
+            # A frame of nothing but forged messages delivers nothing at all (not even an empty batch).
+            deliveries = len(inbox.deliveries)
+            assert not await _raw_session(two.port, [_hello(5, "test"), _raft_frame((3, forged))])
+            assert len(inbox.deliveries) == deliveries and two.stats.forged_messages == 2
+
+            await _send_until_delivered(one, 2, [(1, _append(2, 1, b"the real node 1"))], inbox)
+            assert inbox.messages[-1][0] == 1 and inbox.messages[-1][2].sender == 1
+
+    asyncio.run(scenario())
+
+
+TOP = 2**63 - 2  # the largest term or index a peer may send: term + 1 still fits a signed 64-bit field
+
+
+def _from_5(mtype: raft.MessageType, **fields: object) -> bytes:
+    """A RAFT frame of one message from node 5 (the raw connection's HELLO) to node 2."""
+    return _raft_frame((1, raft.Message(type=mtype, to=2, sender=5, **fields)))  # type: ignore[arg-type]
+
+
+def _entry(index: int, term: int) -> raft.Entry:
+    return raft.Entry(index, term, raft.EntryKind.DATA, 0, b"x")
+
+
+_SNAPSHOT_AT_TOP = raft.Snapshot(raft.SnapshotMeta(2**64 - 1, 2, raft.ConfState.of([1, 2, 5])), b"")
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        _heartbeats_frame((1, 0, 2**64 - 1, 0)),
+        _heartbeats_frame((1, 0, 3, 4), (2, 1, TOP + 1, 0)),
+        _heartbeats_frame((1, 2, 3, 2**64 - 1)),
+        _from_5(T.VOTE, term=TOP + 1, log_term=1, index=1),
+        _from_5(T.HEARTBEAT, term=2**64 - 1),
+        _from_5(T.APP, term=2, index=TOP + 1),
+        _from_5(T.APP, term=2, log_term=2**64 - 1),
+        _from_5(T.APP_RESP, term=2, reject=True, reject_hint=2**64 - 1),
+        _from_5(T.APP, term=2, entries=[_entry(2**64 - 1, 2)]),
+        _from_5(T.APP, term=2, entries=[_entry(5, 2), _entry(6, TOP + 1)]),
+        _from_5(T.SNAP, term=2, snapshot=_SNAPSHOT_AT_TOP),
+    ],
+    ids=[
+        "heartbeat term 2^64-1",
+        "heartbeat response term 2^63-1",
+        "heartbeat commit 2^64-1",
+        "vote term 2^63-1",
+        "raft heartbeat term 2^64-1",
+        "append index 2^63-1",
+        "append log term 2^64-1",
+        "reject hint 2^64-1",
+        "entry index 2^64-1",
+        "entry term 2^63-1",
+        "snapshot index 2^64-1",
+    ],
+)
+def test_a_term_or_index_beyond_what_raft_can_use_is_refused_at_decode_and_closes_only_that_connection(
+    frame: bytes,
+) -> None:
+    async def scenario() -> None:
+        async with _pair() as (one, two, inbox):
+            assert await _raw_session(two.port, [_hello(5, "test"), frame], settle_s=3.0)
+            assert inbox.messages == [], "nothing of the frame was delivered"
+            assert two.stats.bad_frames == 1
+            await _send_until_delivered(one, 2, [(1, _append(2, 1, b"after"))], inbox)
+            assert [bytes(m.entries[0].payload) for _, _, m in inbox.messages][-1] == b"after"
+
+    asyncio.run(scenario())
+
+
+def test_the_largest_usable_term_and_index_are_still_accepted() -> None:
+    async def scenario() -> None:
+        async with _pair() as (_one, two, inbox):
+            vote = raft.Message(type=T.VOTE, to=2, sender=5, term=TOP, log_term=TOP, index=TOP, commit=TOP)
+            frames = [_hello(5, "test"), _heartbeats_frame((1, 0, TOP, TOP)), _raft_frame((2, vote))]
+            assert not await _raw_session(two.port, frames)
+            await inbox.wait_for(2)
+            assert [(m.type, m.term, m.commit) for _, _, m in inbox.messages] == [
+                (T.HEARTBEAT, TOP, TOP),
+                (T.VOTE, TOP, TOP),
+            ]
+            assert two.stats.bad_frames == 0
+            assert raft.encode_message(raft.Message(type=T.VOTE, to=2, sender=5, term=TOP + 1)), "term + 1 encodes"
+
+    asyncio.run(scenario())
