@@ -150,6 +150,16 @@ class NodeConfig:
     offsets_partitions: int = _setting(
         8, "partitions", "Partitions of the internal __consumer_offsets topic (fixed once it is created)."
     )
+    max_offsets_per_commit: int = _setting(
+        10_000, "rows", "Most partitions one CommitOffsets request may carry; more are refused before any work."
+    )
+    max_offsets_commit_bytes: int = _setting(
+        4 * MiB,
+        "bytes",
+        "Largest offsets commit as it is written to the log (its JSON encoding, where a control character of "
+        "metadata takes 6 bytes); a larger CommitOffsets is refused before it is proposed. At most 16 MiB - 37 "
+        "bytes, what one log entry holds.",
+    )
     producer_id_block: int = _setting(
         1_000, "ids", "Producer ids a node reserves from the controller at a time for InitProducer."
     )
@@ -252,13 +262,14 @@ class NodeConfig:
             raise ConfigError("capacity", f"must be > 0, got {self.capacity}")
         if self.controller_replicas not in (1, 3, 5, 7):
             raise ConfigError("controller_replicas", f"must be 1, 3, 5 or 7, got {self.controller_replicas}")
-        if self.max_batch_bytes > MAX_STORABLE_BATCH_BYTES:
-            raise ConfigError(
-                "max_batch_bytes",
-                f"must be at most {MAX_STORABLE_BATCH_BYTES} (the log store's max_entry_bytes "
-                f"{StorageConfig().max_entry_bytes} less its {ENTRY_OVERHEAD_BYTES}-byte entry header): a larger "
-                f"batch could not be stored; got {self.max_batch_bytes}",
-            )
+        for key in ("max_batch_bytes", "max_offsets_commit_bytes"):
+            if getattr(self, key) > MAX_STORABLE_BATCH_BYTES:
+                raise ConfigError(
+                    key,
+                    f"must be at most {MAX_STORABLE_BATCH_BYTES} (the log store's max_entry_bytes "
+                    f"{StorageConfig().max_entry_bytes} less its {ENTRY_OVERHEAD_BYTES}-byte entry header): a larger "
+                    f"entry could not be stored; got {getattr(self, key)}",
+                )
         ranges: dict[str, tuple[float, float]] = {
             "tick_ms": (1, 10_000),
             "election_ticks": (3, 1_000),
@@ -274,6 +285,8 @@ class NodeConfig:
             "default_partitions": (1, 100_000),
             "max_topic_partitions": (1, 100_000),
             "offsets_partitions": (1, 1_000),
+            "max_offsets_per_commit": (1, 1_000_000),
+            "max_offsets_commit_bytes": (1 * KiB, MAX_STORABLE_BATCH_BYTES),
             "producer_id_block": (1, 1_000_000),
             "retention_check_ms": (10, 3_600_000),
             "leader_balance_ms": (100, 3_600_000),

@@ -65,12 +65,15 @@ def test_an_unknown_variable_is_named_and_diagnostic_switches_are_ignored() -> N
     assert load_config(environ={"MULTIRAFT_DEBUG_GC_MS": "1"}, overrides=REQUIRED).tick_ms == NodeConfig.tick_ms
 
 
-def test_a_max_batch_bytes_the_log_store_cannot_hold_is_refused() -> None:
+def test_a_batch_or_offsets_commit_limit_the_log_store_cannot_hold_is_refused() -> None:
     largest = StorageConfig().max_entry_bytes - ENTRY_OVERHEAD_BYTES
     assert load_config(environ={}, overrides=REQUIRED).max_batch_bytes == largest
     with pytest.raises(ConfigError, match="max_entry_bytes") as raised:
         load_config(environ={}, overrides={**REQUIRED, "max_batch_bytes": 16 * 1024**2})
     assert raised.value.field == "max_batch_bytes"
+    with pytest.raises(ConfigError, match="max_entry_bytes") as raised:
+        load_config(environ={}, overrides={**REQUIRED, "max_offsets_commit_bytes": 16 * 1024**2})
+    assert raised.value.field == "max_offsets_commit_bytes"
 
 
 def test_a_node_must_be_listed_at_its_own_peer_address() -> None:

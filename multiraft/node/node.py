@@ -233,7 +233,12 @@ class Node(LoopOwned):
         )
         moves = MoveReporter(self.node_id, lambda: directory.controller_leader, rebalancer.snapshot, transport)
         offsets = OffsetsService(
-            OffsetsSettings(config.offsets_partitions, config.default_replication_factor),
+            OffsetsSettings(
+                config.offsets_partitions,
+                config.default_replication_factor,
+                config.max_offsets_per_commit,
+                config.max_offsets_commit_bytes,
+            ),
             directory,
             directory,
             store_client,

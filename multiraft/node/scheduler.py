@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from multiraft import raft
-from multiraft.errors import NotLeaderError, StorageFailureError, UnavailableError
+from multiraft.errors import NotLeaderError, RecordTooLargeError, StorageFailureError, UnavailableError
 from multiraft.logging import get_logger
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.threads import ThreadOwner
-from storage import LogStore, StorageError
+from storage import ENTRY_OVERHEAD_BYTES, LogStore, StorageConfig, StorageError
 
 __all__ = ["Scheduler", "Group", "StateMachine", "Completion", "Outbox"]
 
@@ -92,8 +92,16 @@ class Group:
 class Scheduler:
     """Owns the store and the groups; call :meth:`submit` from any thread to hand it work."""
 
-    def __init__(self, *, store_opener: Callable[[], LogStore], tick_ms: int, outbox: Outbox) -> None:
+    def __init__(
+        self,
+        *,
+        store_opener: Callable[[], LogStore],
+        tick_ms: int,
+        outbox: Outbox,
+        max_entry_bytes: int = StorageConfig().max_entry_bytes,
+    ) -> None:
         self._store_opener = store_opener
+        self._max_payload_bytes = max_entry_bytes - ENTRY_OVERHEAD_BYTES  # what the store's append accepts
         self._tick_s = tick_ms / 1000
         self._outbox = outbox
         self._inbox: collections.deque[Callable[[], None]] = collections.deque()
@@ -236,6 +244,16 @@ class Scheduler:
         kind: raft.EntryKind = raft.EntryKind.DATA,
     ) -> int | None:
         """Propose on the group's leader; ``completion`` runs when the entry is applied (or fails)."""
+        if len(payload) > self._max_payload_bytes:
+            # The store would refuse the entry at write time, which stops the node: refuse the request instead.
+            completion(
+                None,
+                RecordTooLargeError(
+                    f"an entry of {len(payload)} bytes exceeds what one log entry holds ({self._max_payload_bytes})",
+                    max_bytes=self._max_payload_bytes,
+                ),
+            )
+            return None
         try:
             index = group.raw.propose(payload, kind=kind, timestamp_ms=int(time.time() * 1000))
         except raft.NotLeader as exc:

@@ -24,10 +24,10 @@ from typing import Any, cast
 import pytest
 
 from multiraft import raft
-from multiraft.errors import InvalidArgumentError, StorageFailureError, UnavailableError
+from multiraft.errors import InvalidArgumentError, RecordTooLargeError, StorageFailureError, UnavailableError
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.scheduler import Group, Scheduler
-from storage import LogStore, StorageError
+from storage import ENTRY_OVERHEAD_BYTES, LogStore, StorageConfig, StorageError
 
 NODE = 1
 PEER = 2
@@ -468,3 +468,22 @@ def test_work_that_fails_on_storage_still_stops_the_node(error: BaseException) -
         node.scheduler.submit(_Poisoned(error))
         node.wait_until(lambda: not node.scheduler.alive, "the scheduler to stop: its disk failed")
         assert group.pending == {}
+
+
+def test_a_proposal_no_log_entry_can_hold_is_refused_and_never_written() -> None:
+    with node1(1, (1,)) as node:
+        _leaders(node)
+        group = node.groups[0]
+        storage = cast(RecordingStorage, group.storage)
+        largest = StorageConfig().max_entry_bytes - ENTRY_OVERHEAD_BYTES
+        answers: list[tuple[Any, BaseException | None]] = []
+        node.on_thread(
+            lambda: node.scheduler.propose(
+                group, b"\x00" * (largest + 1), lambda r, e: answers.append((r, e)), kind=raft.EntryKind.CONTROL
+            )
+        )
+        ((result, error),) = answers
+        assert result is None and isinstance(error, RecordTooLargeError)
+        assert error.metadata["max_bytes"] == str(largest)
+        assert group.pending == {} and storage.last_index() == group.machine.applied[-1]
+        assert _commits(node, group)[1] is None and node.scheduler.alive

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from multiraft import controller as ctl
+from multiraft.config import NodeConfig
 from multiraft.errors import (
     CorruptBatchError,
     InvalidArgumentError,
@@ -291,6 +292,43 @@ def test_offsets_are_checked_before_anything_is_sent() -> None:
         assert store.offsets_calls == [] and peers.calls == []
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("rows", "metadata", "limit"),
+    [
+        (700, "\x01" * 4096, "max_offsets_commit_bytes"),  # a 2.9 MB request, a 17.2 MB entry once JSON-escaped
+        (4_100, "m" * 4096, "max_offsets_commit_bytes"),  # 16.8 MB: above what one log entry holds
+        (10_001, "", "max_offsets_per_commit"),
+    ],
+    ids=["escaped-metadata", "many-rows-of-plain-metadata", "too-many-rows"],
+)
+def test_a_commit_whose_log_entry_would_be_too_large_is_refused_before_the_store_is_called(
+    rows: int, metadata: str, limit: str
+) -> None:
+    async def scenario() -> None:
+        found = directory(cluster_with_topic())
+        store, peers = FakeStore(), FakePeers()
+        service = offsets_service(found, store, peers)
+        offsets = [CommittedOffset("orders", i % 2, i, metadata) for i in range(rows)]
+        with pytest.raises(InvalidArgumentError, match=limit) as caught:
+            await service.commit_offsets("g", offsets)
+        assert caught.value.field == "offsets"
+        assert store.offsets_calls == [] and peers.calls == []
+
+        await service.commit_offsets("g", [CommittedOffset("orders", i % 2, i, "m" * 100) for i in range(4_096)])
+        ((_, operation),) = store.offsets_calls
+        assert isinstance(operation, OffsetsCommit) and len(operation.rows) == 4_096
+
+    asyncio.run(scenario())
+
+
+def test_the_offsets_commit_limits_are_node_config_keys_within_what_a_log_entry_holds() -> None:
+    defaults = NodeConfig()
+    assert OffsetsSettings(3, 3) == OffsetsSettings(
+        3, 3, defaults.max_offsets_per_commit, defaults.max_offsets_commit_bytes
+    )
+    assert defaults.max_offsets_commit_bytes <= StorageConfig().max_entry_bytes - ENTRY_OVERHEAD_BYTES
 
 
 # ----------------------------------------------------------------------------------------------- admin service

@@ -23,7 +23,7 @@ from multiraft.errors import (
     TopicExistsError,
     UnavailableError,
 )
-from multiraft.node.offsets import OFFSETS_TOPIC, CommittedOffset, group_partition
+from multiraft.node.offsets import OFFSETS_TOPIC, CommittedOffset, encode_commit, group_partition
 from multiraft.node.peer_call import ask_peer
 from multiraft.node.peer_messages import (
     CreateTopicRequest,
@@ -58,6 +58,8 @@ class OffsetsSettings:
 
     offsets_partitions: int
     default_replication_factor: int
+    max_offsets_per_commit: int = 10_000  # NodeConfig.max_offsets_per_commit
+    max_offsets_commit_bytes: int = 4 * 1024 * 1024  # NodeConfig.max_offsets_commit_bytes
 
 
 class OffsetsService:
@@ -82,6 +84,11 @@ class OffsetsService:
 
     async def commit_offsets(self, group: str, offsets: Sequence[CommittedOffset]) -> None:
         _check_group_name(group)
+        most = self._settings.max_offsets_per_commit
+        if len(offsets) > most:
+            raise InvalidArgumentError(
+                f"a commit of {len(offsets)} offsets exceeds max_offsets_per_commit ({most})", field="offsets"
+            )
         for index, committed in enumerate(offsets):
             self._cluster.partition_state(committed.topic, committed.partition)
             if committed.offset < 0:
@@ -92,6 +99,14 @@ class OffsetsService:
                 )
         if not offsets:
             return
+        # The commit's log entry, measured as written: JSON escaping can make it six times the request.
+        encoded = len(encode_commit(group, offsets))
+        if encoded > self._settings.max_offsets_commit_bytes:
+            raise InvalidArgumentError(
+                f"the commit encodes to {encoded} bytes, above max_offsets_commit_bytes "
+                f"({self._settings.max_offsets_commit_bytes})",
+                field="offsets",
+            )
         rows = tuple(OffsetRow(o.topic, o.partition, o.offset, o.metadata) for o in offsets)
         await self._request(group, OffsetsCommit(group, rows))
 
