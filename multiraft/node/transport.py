@@ -26,9 +26,10 @@ RAFT frames: a linearizable read waits for them.
 A connection that sends a malformed frame, a frame above ``max_frame_bytes``, a foreign cluster id or a term
 or index above ``MAX_TERM_OR_INDEX`` is closed and logged; nothing else is affected. A Raft message whose
 sender is not the node that said HELLO on its connection is dropped alone (counted in
-``TransportStats.forged_messages``), never stepped into a group. Dials back off exponentially while a peer
-is down, and messages for an unreachable peer are dropped (Raft retransmits) and reported so the groups can
-probe instead of stream.
+``TransportStats.forged_messages``), never stepped into a group, and so are Raft messages from a node that is
+not a known peer (``stranger_messages``; its REQUESTs are served: a joining node needs them). Dials back off
+exponentially while a peer is down, and messages for an unreachable peer are dropped (Raft retransmits) and
+reported so the groups can probe instead of stream.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ class TransportStats:
     heartbeats_in: int = 0
     bad_frames: int = 0
     forged_messages: int = 0  # Raft messages whose sender is not the connection's node, dropped
+    stranger_messages: int = 0  # Raft messages (heartbeats included) from a node not known as a peer, dropped
     connects: int = 0
 
 
@@ -412,11 +414,11 @@ class PeerTransport:
                 frame_type, body = await self._read_frame(reader)
                 if frame_type == FrameType.RAFT:
                     messages = self._decode_raft(from_node, body)
-                    if messages:
+                    if messages and self._known(from_node, messages):
                         self._deliver(from_node, messages)
                 elif frame_type == FrameType.HEARTBEATS:
                     heartbeats = self._decode_heartbeats(from_node, body)
-                    if heartbeats:
+                    if heartbeats and self._known(from_node, heartbeats):
                         self._deliver(from_node, heartbeats)
                 elif frame_type == FrameType.REQUEST:
                     self._spawn(self._serve_request(from_node, body, writer))
@@ -454,6 +456,15 @@ class PeerTransport:
         if node_id < 1 or node_id == self.node_id:
             raise _BadFrameError(f"bad peer node id {node_id}")
         return int(node_id)
+
+    def _known(self, from_node: int, messages: list[tuple[int, Message]]) -> bool:
+        """Whether Raft messages from ``from_node`` may reach the groups: only from a node we know as a peer
+        (initial cluster, cluster state or gossip), so a stranger cannot raise a group's term or lead it."""
+        if from_node in self._peers:
+            return True
+        self.stats.stranger_messages += len(messages)
+        log.debug("dropped Raft messages from a node that is not a known peer", peer=from_node, count=len(messages))
+        return False
 
     def _decode_raft(self, from_node: int, body: bytes) -> list[tuple[int, Message]]:
         view = memoryview(body)

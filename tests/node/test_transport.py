@@ -75,6 +75,7 @@ def test_every_group_s_messages_to_a_peer_travel_in_one_frame() -> None:
         await one.start()
         await two.start()
         one.set_peer(2, f"127.0.0.1:{two.port}")
+        two.set_peer(1, f"127.0.0.1:{one.port}")  # Raft messages come from known peers only
         try:
             batch = [(group, _append(2, 1, b"payload-%d" % group)) for group in (7, 8, 9)]
             await _send_until_delivered(one, 2, batch, inbox2)
@@ -143,6 +144,7 @@ def test_a_bad_frame_closes_only_its_own_connection(frames: list[bytes]) -> None
         await one.start()
         await two.start()
         one.set_peer(2, f"127.0.0.1:{two.port}")
+        two.set_peer(1, f"127.0.0.1:{one.port}")  # Raft messages come from known peers only
         try:
             await _send_until_delivered(one, 2, [(1, _append(2, 1, b"before"))], inbox2)
             assert await _raw_frames(two.port, frames)
@@ -164,6 +166,7 @@ def test_a_restarted_peer_is_dialled_again_and_reported_unreachable_meanwhile() 
         await two.start()
         port = two.port
         one.set_peer(2, f"127.0.0.1:{port}")
+        two.set_peer(1, f"127.0.0.1:{one.port}")
         try:
             await _send_until_delivered(one, 2, [(1, _append(2, 1, b"one"))], inbox2)
             await two.stop()
@@ -177,6 +180,7 @@ def test_a_restarted_peer_is_dialled_again_and_reported_unreachable_meanwhile() 
                 on_unreachable=inbox3.unreachable.append,
             )  # fmt: skip
             await three.start()
+            three.set_peer(1, f"127.0.0.1:{one.port}")
             try:
                 await _send_until_delivered(one, 2, [(1, _append(2, 1, b"again"))], inbox3)
             finally:
@@ -202,6 +206,7 @@ def test_a_request_gets_its_response_on_the_same_connections() -> None:
         await one.start()
         await two.start()
         one.set_peer(2, f"127.0.0.1:{two.port}")
+        two.set_peer(1, f"127.0.0.1:{one.port}")  # Raft messages come from known peers only
         try:
             assert await one.call(2, 7, b"ping", timeout_s=5) == (0, b"1:7:ping")
         finally:
@@ -219,6 +224,7 @@ async def _pair(*, max_frame: int = 1 << 20) -> AsyncIterator[tuple[PeerTranspor
     await one.start()
     await two.start()
     one.set_peer(2, f"127.0.0.1:{two.port}")
+    two.set_peer(1, f"127.0.0.1:{one.port}")  # Raft messages come from known peers only
     try:
         await _send_until_delivered(one, 2, [(1, _append(2, 1, b"hello"))], inbox2)
         await asyncio.sleep(0.1)  # let any batch sent while dialling arrive
@@ -354,6 +360,7 @@ def test_the_heartbeat_clock_flushes_by_itself() -> None:
         await one.start()
         await two.start()
         one.set_peer(2, f"127.0.0.1:{two.port}")
+        two.set_peer(1, f"127.0.0.1:{one.port}")  # Raft messages come from known peers only
         try:
             async with asyncio.timeout(5):
                 while not inbox2.messages:
@@ -398,6 +405,7 @@ async def _raw_session(port: int, frames: list[bytes], *, settle_s: float = 0.3)
 def test_a_raft_message_whose_sender_is_not_the_connection_s_node_is_dropped_alone() -> None:
     async def scenario() -> None:
         async with _pair() as (one, two, inbox):
+            two.set_peer(5, "127.0.0.1:9")  # node 5 is a known peer, speaking through a raw socket
             forged = _append(2, 1, b"forged: node 5's connection speaking for node 1")
             own = _append(2, 5, b"node 5 for itself")
             frame = _raft_frame((3, forged), (4, own))
@@ -468,6 +476,7 @@ def test_a_term_or_index_beyond_what_raft_can_use_is_refused_at_decode_and_close
 ) -> None:
     async def scenario() -> None:
         async with _pair() as (one, two, inbox):
+            two.set_peer(5, "127.0.0.1:9")
             assert await _raw_session(two.port, [_hello(5, "test"), frame], settle_s=3.0)
             assert inbox.messages == [], "nothing of the frame was delivered"
             assert two.stats.bad_frames == 1
@@ -480,6 +489,7 @@ def test_a_term_or_index_beyond_what_raft_can_use_is_refused_at_decode_and_close
 def test_the_largest_usable_term_and_index_are_still_accepted() -> None:
     async def scenario() -> None:
         async with _pair() as (_one, two, inbox):
+            two.set_peer(5, "127.0.0.1:9")
             vote = raft.Message(type=T.VOTE, to=2, sender=5, term=TOP, log_term=TOP, index=TOP, commit=TOP)
             frames = [_hello(5, "test"), _heartbeats_frame((1, 0, TOP, TOP)), _raft_frame((2, vote))]
             assert not await _raw_session(two.port, frames)
@@ -490,5 +500,40 @@ def test_the_largest_usable_term_and_index_are_still_accepted() -> None:
             ]
             assert two.stats.bad_frames == 0
             assert raft.encode_message(raft.Message(type=T.VOTE, to=2, sender=5, term=TOP + 1)), "term + 1 encodes"
+
+    asyncio.run(scenario())
+
+
+def test_raft_messages_from_a_node_that_is_not_a_known_peer_are_dropped_but_its_requests_are_served() -> None:
+    async def scenario() -> None:
+        async def answer(from_node: int, kind: int, body: bytes) -> tuple[int, bytes]:
+            return 0, b"%d:%d:" % (from_node, kind) + body
+
+        inbox = Inbox()
+        two = PeerTransport(
+            node_id=2, cluster_id="test", listen="127.0.0.1:0", deliver=inbox.deliver,
+            on_unreachable=inbox.unreachable.append, handle_request=answer, heartbeat_interval_s=None,
+        )  # fmt: skip
+        await two.start()
+        two.set_peer(1, "127.0.0.1:9")
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", two.port)
+            vote = raft.Message(type=T.VOTE, to=2, sender=99, term=50, log_term=1, index=1)
+            request = struct.pack("<QB", 7, 3) + b"ping"
+            writer.write(
+                _hello(99, "test")
+                + _raft_frame((1, vote))
+                + _heartbeats_frame((1, 0, 50, 0))
+                + struct.pack("<IB", len(request) + 1, 3)
+                + request
+            )
+            async with asyncio.timeout(5):
+                length, frame_type = struct.unpack("<IB", await reader.readexactly(5))
+                answer_body = await reader.readexactly(length - 1)
+            assert frame_type == 4 and answer_body == struct.pack("<QB", 7, 0) + b"99:3:ping"
+            assert inbox.messages == [] and two.stats.stranger_messages == 2 and two.stats.bad_frames == 0
+            writer.close()
+        finally:
+            await two.stop()
 
     asyncio.run(scenario())
