@@ -37,71 +37,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from multiraft.config import parse_address
 from multiraft.logging import get_logger
+from multiraft.node.peer_frames import (
+    CALL_HEAD,
+    FRAME_HEAD,
+    GROUP_MESSAGE,
+    HEARTBEAT,
+    HEARTBEAT_QUIESCE,
+    HEARTBEAT_RESPONSE,
+    HELLO,
+    LENGTH,
+    MAX_TERM_OR_INDEX,
+    PROTOCOL_VERSION,
+    BadFrameError,
+    Frame,
+    FrameType,
+    RaftDelivery,
+    RequestHandler,
+    TransportStats,
+    check_ranges,
+    coalescible,
+)
 from multiraft.raft import DecodeError, Message, MessageType, decode_message, encode_message_buffers
 
-__all__ = ["PeerTransport", "FrameType", "TransportStats", "RaftDelivery"]
+__all__ = ["PeerTransport", "FrameType", "TransportStats", "RaftDelivery", "PROTOCOL_VERSION", "MAX_TERM_OR_INDEX"]
 
 log = get_logger(__name__)
 
-PROTOCOL_VERSION = 2  # 2: HEARTBEATS frames
-_LENGTH = struct.Struct("<I")
-_FRAME_HEAD = struct.Struct("<IB")
-_HELLO = struct.Struct("<HQH")
-_GROUP_MESSAGE = struct.Struct("<II")
-_CALL_HEAD = struct.Struct("<QB")
-_HEARTBEAT = struct.Struct("<IBQQ")  # group id, flags, term, commit
-_HEARTBEAT_RESPONSE = 1
-_HEARTBEAT_QUIESCE = 2
 _BACKOFF_START_S = 0.05
 _BACKOFF_MAX_S = 2.0
 _DIAL_TIMEOUT_S = 2.0
 _HELLO_TIMEOUT_S = 5.0
-MAX_TERM_OR_INDEX = 2**63 - 2
-"""The largest term or index a peer may send: ``+ 1`` of it still fits the signed 64-bit fields of storage and
-the tracker's ``1 << 63`` sentinel, so a forged term cannot leave a group unable to hold an election."""
-
-_Frame = tuple[int, list[bytes | memoryview], int, int]  # (frame type, parts, body size, messages in it)
-
-
-class FrameType:
-    HELLO = 1
-    RAFT = 2
-    REQUEST = 3
-    RESPONSE = 4
-    HEARTBEATS = 5
-
-
-RaftDelivery = Callable[[int, list[tuple[int, Message]]], None]
-"""(from node, [(group id, message)]) for each RAFT frame received."""
-
-RequestHandler = Callable[[int, int, bytes], Awaitable[tuple[int, bytes]]]
-"""(from node, kind, body) -> (status, body) for each REQUEST frame."""
-
-
-@dataclass
-class TransportStats:
-    frames_out: int = 0
-    frames_in: int = 0
-    bytes_out: int = 0
-    bytes_in: int = 0
-    messages_out: int = 0
-    messages_in: int = 0
-    dropped_messages: int = 0
-    oversized_messages: int = 0  # dropped because they cannot fit in a frame (also in dropped_messages)
-    heartbeat_frames_out: int = 0  # HEARTBEATS frames (also in frames_out)
-    heartbeats_out: int = 0  # heartbeats and responses sent in them (also in messages_out)
-    heartbeat_frames_in: int = 0
-    heartbeats_in: int = 0
-    bad_frames: int = 0
-    forged_messages: int = 0  # Raft messages whose sender is not the connection's node, dropped
-    stranger_messages: int = 0  # Raft messages (heartbeats included) from a node not known as a peer, dropped
-    connects: int = 0
 
 
 class _Peer:
@@ -228,13 +198,13 @@ class PeerTransport:
         and the heartbeat responses among them in a HEARTBEATS frame. Plain heartbeats are held for
         :meth:`flush_heartbeats`."""
         limit = self._max_frame - 1  # the frame type byte counts against the limit
-        frames: list[_Frame] = []
+        frames: list[Frame] = []
         parts: list[bytes | memoryview] = []
         size = count = 0
         held: dict[int, Message] | None = None
         responses: list[tuple[int, Message]] = []
         for group_id, message in messages:
-            if _coalescible(message):
+            if coalescible(message):
                 if message.type is MessageType.HEARTBEAT_RESP:
                     responses.append((group_id, message))
                     continue
@@ -244,14 +214,14 @@ class PeerTransport:
                 continue
             buffers = encode_message_buffers(message)
             length = sum([len(b) for b in buffers])
-            item = _GROUP_MESSAGE.size + length
+            item = GROUP_MESSAGE.size + length
             if item > limit:
                 self._drop_oversized(to_node, group_id, message, item)
                 continue
             if size + item > limit:
                 frames.append((FrameType.RAFT, parts, size, count))
                 parts, size, count = [], 0, 0
-            parts.append(_GROUP_MESSAGE.pack(group_id, length))
+            parts.append(GROUP_MESSAGE.pack(group_id, length))
             parts.extend(buffers)
             size += item
             count += 1
@@ -268,22 +238,22 @@ class PeerTransport:
         for to_node, messages in held.items():
             self._write_frames(to_node, self._heartbeat_frames(list(messages.items())))
 
-    def _heartbeat_frames(self, messages: list[tuple[int, Message]]) -> list[_Frame]:
-        body = bytearray(len(messages) * _HEARTBEAT.size)
-        pack = _HEARTBEAT.pack_into
+    def _heartbeat_frames(self, messages: list[tuple[int, Message]]) -> list[Frame]:
+        body = bytearray(len(messages) * HEARTBEAT.size)
+        pack = HEARTBEAT.pack_into
         offset = 0
         for group_id, message in messages:
-            flags = (_HEARTBEAT_RESPONSE if message.type is MessageType.HEARTBEAT_RESP else 0) | (
-                _HEARTBEAT_QUIESCE if message.quiesce else 0
+            flags = (HEARTBEAT_RESPONSE if message.type is MessageType.HEARTBEAT_RESP else 0) | (
+                HEARTBEAT_QUIESCE if message.quiesce else 0
             )
             pack(body, offset, group_id, flags, message.term, message.commit)
-            offset += _HEARTBEAT.size
+            offset += HEARTBEAT.size
         view = memoryview(body)
-        step = (self._max_frame - 1) // _HEARTBEAT.size * _HEARTBEAT.size
-        frames: list[_Frame] = []
+        step = (self._max_frame - 1) // HEARTBEAT.size * HEARTBEAT.size
+        frames: list[Frame] = []
         for at in range(0, len(view), step):
             chunk = view[at : at + step]
-            frames.append((FrameType.HEARTBEATS, [chunk], len(chunk), len(chunk) // _HEARTBEAT.size))
+            frames.append((FrameType.HEARTBEATS, [chunk], len(chunk), len(chunk) // HEARTBEAT.size))
         return frames
 
     async def _heartbeat_clock(self, interval_s: float) -> None:
@@ -309,7 +279,7 @@ class PeerTransport:
             max_frame_bytes=self._max_frame,
         )
 
-    def _write_frames(self, to_node: int, frames: list[_Frame]) -> bool:
+    def _write_frames(self, to_node: int, frames: list[Frame]) -> bool:
         """Write whole frames in one go, or drop them all."""
         writer = self._writer_for(to_node)
         if writer is None:
@@ -318,9 +288,9 @@ class PeerTransport:
         out: list[bytes | memoryview] = []
         stats = self.stats
         for frame_type, parts, size, count in frames:
-            out.append(_FRAME_HEAD.pack(size + 1, frame_type))
+            out.append(FRAME_HEAD.pack(size + 1, frame_type))
             out.extend(parts)
-            stats.bytes_out += size + _FRAME_HEAD.size
+            stats.bytes_out += size + FRAME_HEAD.size
             stats.messages_out += count
             if frame_type == FrameType.HEARTBEATS:
                 stats.heartbeat_frames_out += 1
@@ -362,8 +332,8 @@ class PeerTransport:
             self._on_unreachable(peer.node_id)
             return
         cluster = self.cluster_id.encode()
-        writer.write(_FRAME_HEAD.pack(1 + _HELLO.size + len(cluster), FrameType.HELLO))
-        writer.write(_HELLO.pack(PROTOCOL_VERSION, self.node_id, len(cluster)) + cluster)
+        writer.write(FRAME_HEAD.pack(1 + HELLO.size + len(cluster), FrameType.HELLO))
+        writer.write(HELLO.pack(PROTOCOL_VERSION, self.node_id, len(cluster)) + cluster)
         peer.writer = writer
         peer.backoff = _BACKOFF_START_S
         self.stats.connects += 1
@@ -378,10 +348,10 @@ class PeerTransport:
                 if frame_type == FrameType.RESPONSE:
                     self._complete_call(body)
                 else:
-                    raise _BadFrameError(f"unexpected frame type {frame_type} on an outbound connection")
+                    raise BadFrameError(f"unexpected frame type {frame_type} on an outbound connection")
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
-        except _BadFrameError as exc:
+        except BadFrameError as exc:
             self.stats.bad_frames += 1
             log.warning("closing connection to peer", peer=peer.node_id, reason=str(exc))
         finally:
@@ -423,10 +393,10 @@ class PeerTransport:
                 elif frame_type == FrameType.REQUEST:
                     self._spawn(self._serve_request(from_node, body, writer))
                 else:
-                    raise _BadFrameError(f"unexpected frame type {frame_type}")
+                    raise BadFrameError(f"unexpected frame type {frame_type}")
         except (asyncio.IncompleteReadError, ConnectionError, OSError, TimeoutError):
             pass
-        except _BadFrameError as exc:
+        except BadFrameError as exc:
             self.stats.bad_frames += 1
             log.warning("closing peer connection", remote=str(remote), peer=from_node, reason=str(exc))
         finally:
@@ -436,25 +406,25 @@ class PeerTransport:
             writer.close()
 
     async def _read_frame(self, reader: asyncio.StreamReader) -> tuple[int, bytes]:
-        (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+        (length,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
         if length < 1 or length > self._max_frame:
-            raise _BadFrameError(f"frame of {length} bytes (limit {self._max_frame})")
+            raise BadFrameError(f"frame of {length} bytes (limit {self._max_frame})")
         frame = await reader.readexactly(length)
         self.stats.frames_in += 1
-        self.stats.bytes_in += length + _LENGTH.size
+        self.stats.bytes_in += length + LENGTH.size
         return frame[0], frame[1:]
 
     def _check_hello(self, frame_type: int, body: bytes) -> int:
-        if frame_type != FrameType.HELLO or len(body) < _HELLO.size:
-            raise _BadFrameError("the first frame is not a hello")
-        version, node_id, cluster_length = _HELLO.unpack_from(body)
-        cluster = body[_HELLO.size : _HELLO.size + cluster_length].decode(errors="replace")
+        if frame_type != FrameType.HELLO or len(body) < HELLO.size:
+            raise BadFrameError("the first frame is not a hello")
+        version, node_id, cluster_length = HELLO.unpack_from(body)
+        cluster = body[HELLO.size : HELLO.size + cluster_length].decode(errors="replace")
         if version != PROTOCOL_VERSION:
-            raise _BadFrameError(f"protocol version {version}, we speak {PROTOCOL_VERSION}")
+            raise BadFrameError(f"protocol version {version}, we speak {PROTOCOL_VERSION}")
         if cluster != self.cluster_id:
-            raise _BadFrameError(f"peer of cluster {cluster!r}, we are {self.cluster_id!r}")
+            raise BadFrameError(f"peer of cluster {cluster!r}, we are {self.cluster_id!r}")
         if node_id < 1 or node_id == self.node_id:
-            raise _BadFrameError(f"bad peer node id {node_id}")
+            raise BadFrameError(f"bad peer node id {node_id}")
         return int(node_id)
 
     def _known(self, from_node: int, messages: list[tuple[int, Message]]) -> bool:
@@ -472,13 +442,13 @@ class PeerTransport:
         position = forged = 0
         try:
             while position < len(view):
-                group_id, length = _GROUP_MESSAGE.unpack_from(view, position)
-                position += _GROUP_MESSAGE.size
+                group_id, length = GROUP_MESSAGE.unpack_from(view, position)
+                position += GROUP_MESSAGE.size
                 if position + length > len(view):
-                    raise _BadFrameError("message runs past the end of its frame")
+                    raise BadFrameError("message runs past the end of its frame")
                 message = decode_message(view[position : position + length])
                 position += length
-                _check_ranges(message)
+                check_ranges(message)
                 if message.sender != from_node:
                     forged += 1
                     log.debug(
@@ -488,23 +458,23 @@ class PeerTransport:
                     continue
                 messages.append((group_id, message))
         except (DecodeError, struct.error) as exc:
-            raise _BadFrameError(f"undecodable message: {exc}") from exc
+            raise BadFrameError(f"undecodable message: {exc}") from exc
         self.stats.forged_messages += forged
         self.stats.messages_in += len(messages)
         return messages
 
     def _decode_heartbeats(self, from_node: int, body: bytes) -> list[tuple[int, Message]]:
-        if len(body) % _HEARTBEAT.size:
-            raise _BadFrameError(f"a heartbeat frame of {len(body)} bytes is not whole records")
+        if len(body) % HEARTBEAT.size:
+            raise BadFrameError(f"a heartbeat frame of {len(body)} bytes is not whole records")
         to = self.node_id
         messages: list[tuple[int, Message]] = []
-        for group_id, flags, term, commit in _HEARTBEAT.iter_unpack(body):
-            if flags & ~(_HEARTBEAT_RESPONSE | _HEARTBEAT_QUIESCE):
-                raise _BadFrameError(f"unknown heartbeat flags {flags:#x}")
+        for group_id, flags, term, commit in HEARTBEAT.iter_unpack(body):
+            if flags & ~(HEARTBEAT_RESPONSE | HEARTBEAT_QUIESCE):
+                raise BadFrameError(f"unknown heartbeat flags {flags:#x}")
             if term > MAX_TERM_OR_INDEX or commit > MAX_TERM_OR_INDEX:
-                raise _BadFrameError(f"a heartbeat's term {term} or commit {commit} is above {MAX_TERM_OR_INDEX}")
-            kind = MessageType.HEARTBEAT_RESP if flags & _HEARTBEAT_RESPONSE else MessageType.HEARTBEAT
-            quiesce = bool(flags & _HEARTBEAT_QUIESCE)
+                raise BadFrameError(f"a heartbeat's term {term} or commit {commit} is above {MAX_TERM_OR_INDEX}")
+            kind = MessageType.HEARTBEAT_RESP if flags & HEARTBEAT_RESPONSE else MessageType.HEARTBEAT
+            quiesce = bool(flags & HEARTBEAT_QUIESCE)
             messages.append(
                 (group_id, Message(type=kind, to=to, sender=from_node, term=term, commit=commit, quiesce=quiesce))
             )
@@ -519,7 +489,7 @@ class PeerTransport:
         """Send a REQUEST to ``to_node`` and wait for its RESPONSE: (status, body).
 
         Raises ValueError if the request cannot fit in one frame."""
-        if 1 + _CALL_HEAD.size + len(body) > self._max_frame:
+        if 1 + CALL_HEAD.size + len(body) > self._max_frame:
             raise ValueError(
                 f"a request of {len(body)} bytes does not fit in a peer frame (max_frame_bytes={self._max_frame})"
             )
@@ -539,10 +509,10 @@ class PeerTransport:
         self._calls[call_id] = future
         self._call_peers[call_id] = to_node
         try:
-            request: _Frame = (
+            request: Frame = (
                 FrameType.REQUEST,
-                [_CALL_HEAD.pack(call_id, kind), body],
-                _CALL_HEAD.size + len(body),
+                [CALL_HEAD.pack(call_id, kind), body],
+                CALL_HEAD.size + len(body),
                 0,
             )
             if not self._write_frames(to_node, [request]):
@@ -553,66 +523,32 @@ class PeerTransport:
             self._call_peers.pop(call_id, None)
 
     async def _serve_request(self, from_node: int, body: bytes, writer: asyncio.StreamWriter) -> None:
-        if len(body) < _CALL_HEAD.size or self._handle_request is None:
+        if len(body) < CALL_HEAD.size or self._handle_request is None:
             return
-        call_id, kind = _CALL_HEAD.unpack_from(body)
+        call_id, kind = CALL_HEAD.unpack_from(body)
         try:
-            status, answer = await self._handle_request(from_node, kind, body[_CALL_HEAD.size :])
+            status, answer = await self._handle_request(from_node, kind, body[CALL_HEAD.size :])
         except Exception as exc:  # a failed handler answers with an error; the connection lives on
             log.warning("peer request failed", peer=from_node, kind=kind, error=repr(exc))
             status, answer = 255, repr(exc).encode()
         if writer.is_closing():
             return
-        if 1 + _CALL_HEAD.size + len(answer) > self._max_frame:
+        if 1 + CALL_HEAD.size + len(answer) > self._max_frame:
             log.error("peer request answer too large for a frame", peer=from_node, kind=kind, bytes=len(answer))
             status = 255
             answer = f"the answer of {len(answer)} bytes exceeds max_frame_bytes ({self._max_frame})".encode()
-        head = _CALL_HEAD.pack(call_id, status)
-        writer.writelines([_FRAME_HEAD.pack(1 + len(head) + len(answer), FrameType.RESPONSE), head, answer])
+        head = CALL_HEAD.pack(call_id, status)
+        writer.writelines([FRAME_HEAD.pack(1 + len(head) + len(answer), FrameType.RESPONSE), head, answer])
 
     def _complete_call(self, body: bytes) -> None:
-        if len(body) < _CALL_HEAD.size:
-            raise _BadFrameError("short response")
-        call_id, status = _CALL_HEAD.unpack_from(body)
+        if len(body) < CALL_HEAD.size:
+            raise BadFrameError("short response")
+        call_id, status = CALL_HEAD.unpack_from(body)
         future = self._calls.get(call_id)
         if future is not None and not future.done():
-            future.set_result((status, bytes(body[_CALL_HEAD.size :])))
+            future.set_result((status, bytes(body[CALL_HEAD.size :])))
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-def _coalescible(message: Message) -> bool:
-    """A plain heartbeat or response: it carries no more than term, commit and the quiesce flag (a ReadIndex
-    context must not wait, and nothing else would survive the compact encoding)."""
-    kind = message.type
-    return (
-        (kind is MessageType.HEARTBEAT or kind is MessageType.HEARTBEAT_RESP)
-        and not message.context
-        and not message.index
-        and not message.log_term
-        and not message.entries
-        and message.snapshot is None
-        and not message.reject
-        and not message.reject_hint
-        and not message.leader_transfer
-    )
-
-
-def _check_ranges(message: Message) -> None:
-    """Refuse a message carrying a term or index that no group can ever reach (see ``MAX_TERM_OR_INDEX``)."""
-    fields = [message.term, message.log_term, message.index, message.commit, message.reject_hint]
-    for entry in message.entries:
-        fields += (entry.index, entry.term)
-    if message.snapshot is not None:
-        fields += (message.snapshot.meta.index, message.snapshot.meta.term)
-    if max(fields) > MAX_TERM_OR_INDEX:
-        raise _BadFrameError(
-            f"a {message.type.name} from {message.sender} carries a term or index above {MAX_TERM_OR_INDEX}"
-        )
-
-
-class _BadFrameError(Exception):
-    pass

@@ -1,0 +1,115 @@
+"""The peer transport's frames: their layouts, types and counters, and the checks a received frame must pass
+(see :mod:`multiraft.node.transport` for the protocol)."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from multiraft.raft import Message, MessageType
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "MAX_TERM_OR_INDEX",
+    "FrameType",
+    "TransportStats",
+    "RaftDelivery",
+    "RequestHandler",
+    "BadFrameError",
+    "coalescible",
+    "check_ranges",
+    "Frame",
+    "LENGTH",
+    "FRAME_HEAD",
+    "HELLO",
+    "GROUP_MESSAGE",
+    "CALL_HEAD",
+    "HEARTBEAT",
+    "HEARTBEAT_RESPONSE",
+    "HEARTBEAT_QUIESCE",
+]
+
+PROTOCOL_VERSION = 2  # 2: HEARTBEATS frames
+LENGTH = struct.Struct("<I")
+FRAME_HEAD = struct.Struct("<IB")
+HELLO = struct.Struct("<HQH")
+GROUP_MESSAGE = struct.Struct("<II")
+CALL_HEAD = struct.Struct("<QB")
+HEARTBEAT = struct.Struct("<IBQQ")  # group id, flags, term, commit
+HEARTBEAT_RESPONSE = 1
+HEARTBEAT_QUIESCE = 2
+MAX_TERM_OR_INDEX = 2**63 - 2
+"""The largest term or index a peer may send: ``+ 1`` of it still fits the signed 64-bit fields of storage and
+the tracker's ``1 << 63`` sentinel, so a forged term cannot leave a group unable to hold an election."""
+
+Frame = tuple[int, list[bytes | memoryview], int, int]  # (frame type, parts, body size, messages in it)
+
+
+class FrameType:
+    HELLO = 1
+    RAFT = 2
+    REQUEST = 3
+    RESPONSE = 4
+    HEARTBEATS = 5
+
+
+RaftDelivery = Callable[[int, list[tuple[int, Message]]], None]
+"""(from node, [(group id, message)]) for each RAFT frame received."""
+
+RequestHandler = Callable[[int, int, bytes], Awaitable[tuple[int, bytes]]]
+"""(from node, kind, body) -> (status, body) for each REQUEST frame."""
+
+
+@dataclass
+class TransportStats:
+    frames_out: int = 0
+    frames_in: int = 0
+    bytes_out: int = 0
+    bytes_in: int = 0
+    messages_out: int = 0
+    messages_in: int = 0
+    dropped_messages: int = 0
+    oversized_messages: int = 0  # dropped because they cannot fit in a frame (also in dropped_messages)
+    heartbeat_frames_out: int = 0  # HEARTBEATS frames (also in frames_out)
+    heartbeats_out: int = 0  # heartbeats and responses sent in them (also in messages_out)
+    heartbeat_frames_in: int = 0
+    heartbeats_in: int = 0
+    bad_frames: int = 0
+    forged_messages: int = 0  # Raft messages whose sender is not the connection's node, dropped
+    stranger_messages: int = 0  # Raft messages (heartbeats included) from a node not known as a peer, dropped
+    connects: int = 0
+
+
+def coalescible(message: Message) -> bool:
+    """A plain heartbeat or response: it carries no more than term, commit and the quiesce flag (a ReadIndex
+    context must not wait, and nothing else would survive the compact encoding)."""
+    kind = message.type
+    return (
+        (kind is MessageType.HEARTBEAT or kind is MessageType.HEARTBEAT_RESP)
+        and not message.context
+        and not message.index
+        and not message.log_term
+        and not message.entries
+        and message.snapshot is None
+        and not message.reject
+        and not message.reject_hint
+        and not message.leader_transfer
+    )
+
+
+def check_ranges(message: Message) -> None:
+    """Refuse a message carrying a term or index that no group can ever reach (see ``MAX_TERM_OR_INDEX``)."""
+    fields = [message.term, message.log_term, message.index, message.commit, message.reject_hint]
+    for entry in message.entries:
+        fields += (entry.index, entry.term)
+    if message.snapshot is not None:
+        fields += (message.snapshot.meta.index, message.snapshot.meta.term)
+    if max(fields) > MAX_TERM_OR_INDEX:
+        raise BadFrameError(
+            f"a {message.type.name} from {message.sender} carries a term or index above {MAX_TERM_OR_INDEX}"
+        )
+
+
+class BadFrameError(Exception):
+    """A received frame is malformed: its connection is closed."""
