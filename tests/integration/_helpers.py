@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from multiraft.errors import MultiraftError
-from multiraft.launcher import ClusterInfo, cluster_down, cluster_up, kill_node, start_node, wait_serving
+from multiraft.launcher import ClusterInfo, cluster_down, cluster_up, kill_node, load_cluster, start_node, wait_serving
 from rpc.client import ClusterClient
 from rpc.proto import multiraft_pb2 as pb
-from storage import decode_batches, encode_batch
+from storage import LogStore, decode_batches, encode_batch
 
 FAST = {
     "tick_ms": 25,
@@ -244,3 +244,52 @@ class BackgroundProducer:
         with self._lock:
             times = list(self.ack_times.get(partition, ()))
         return next((acked for sent, acked in times if sent > moment), None)
+
+
+def wait_settled(cluster: Cluster, topic: str, timeout_s: float, *, preferred_leaders: bool = True) -> None:
+    """Until every partition has a leader (its preferred one, with ``preferred_leaders``, so no hand-back is
+    due) and no follower lacks an entry of the leader's log, twice in a row with the same leaders and terms."""
+    deadline = time.monotonic() + timeout_s
+    previous = None
+    partitions = cluster.describe(topic).partitions
+    for _ in range(10_000):
+        if time.monotonic() > deadline:
+            break
+        partitions = cluster.describe(topic).partitions
+        settled = all(
+            (p.leader == p.preferred_leader if preferred_leaders else p.leader != 0)
+            and len(p.replica_lag) == len(p.replicas) - 1
+            and not any(p.replica_lag.values())
+            for p in partitions
+        )
+        leaders = [(p.leader, p.leader_epoch) for p in partitions]
+        if settled and leaders == previous:
+            return
+        previous = leaders if settled else None
+        time.sleep(0.2)
+    raise AssertionError(f"{topic} did not settle in {timeout_s}s: {partitions}")
+
+
+def assert_replicas_identical(directory: str, topic: str, partitions: int) -> None:
+    """Every replica of every partition stores the same entries, byte for byte (the nodes are stopped)."""
+    info = load_cluster(directory)
+    logs: dict[int, list[list[tuple[int, int, int, bytes]]]] = {}
+    for node_id, node in info.nodes.items():
+        with LogStore.open(Path(node.directory) / "data") as store:
+            logs[node_id] = []
+            for partition in range(partitions):
+                log = store.log(topic, partition, create=False)
+                entries = log.entries(log.first_index(), log.last_index() + 1)
+                logs[node_id].append([(e.index, e.term, int(e.kind), bytes(e.payload)) for e in entries])
+    (first_node, first), *others = logs.items()
+    for partition in range(partitions):
+        for node_id, other in others:
+            mine, theirs = first[partition], other[partition]
+            if mine != theirs:
+                common = min(len(mine), len(theirs))
+                at = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b), common)
+                raise AssertionError(
+                    f"{topic}/{partition} differs between nodes {first_node} ({len(mine)} entries) and {node_id} "
+                    f"({len(theirs)} entries) from position {at}: "
+                    f"{[e[:3] for e in mine[at : at + 3]]} vs {[e[:3] for e in theirs[at : at + 3]]}"
+                )

@@ -20,7 +20,15 @@ from multiraft.node.controller_group import CONTROLLER_TOPIC, SNAPSHOT_EVERY
 from multiraft.node.raftlog import RaftLogStorage
 from rpc.proto import multiraft_pb2 as pb
 from storage import LogStore
-from tests.integration._helpers import BackgroundProducer, Cluster, fetch_all, produce, record_values
+from tests.integration._helpers import (
+    BackgroundProducer,
+    Cluster,
+    assert_replicas_identical,
+    fetch_all,
+    produce,
+    record_values,
+    wait_settled,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -98,33 +106,9 @@ def test_killing_each_partition_leader_in_turn_loses_no_acknowledged_write(clust
 
     # Once every follower has every entry and no leadership hand-back is due, the nodes are crashed together
     # (no node outlives the others long enough to elect a leader and append): every replica holds the same bytes.
-    _wait_settled(cluster, "payments", timeout_s=45)
+    wait_settled(cluster, "payments", timeout_s=45)
     _crash_all(cluster)
-    _assert_replicas_identical(cluster.info.directory, "payments", 6)
-
-
-def _wait_settled(cluster: Cluster, topic: str, timeout_s: float) -> None:
-    """Until every partition is led by its preferred leader (so no hand-back is due) and no follower lacks an
-    entry of the leader's log, twice in a row with the same leaders and terms."""
-    deadline = time.monotonic() + timeout_s
-    previous = None
-    partitions = cluster.describe(topic).partitions
-    for _ in range(10_000):
-        if time.monotonic() > deadline:
-            break
-        partitions = cluster.describe(topic).partitions
-        settled = all(
-            p.leader == p.preferred_leader
-            and len(p.replica_lag) == len(p.replicas) - 1
-            and not any(p.replica_lag.values())
-            for p in partitions
-        )
-        leaders = [(p.leader, p.leader_epoch) for p in partitions]
-        if settled and leaders == previous:
-            return
-        previous = leaders if settled else None
-        time.sleep(0.2)
-    raise AssertionError(f"{topic} did not settle in {timeout_s}s: {partitions}")
+    assert_replicas_identical(cluster.info.directory, "payments", 6)
 
 
 def _crash_all(cluster: Cluster) -> None:
@@ -137,31 +121,6 @@ def _crash_all(cluster: Cluster) -> None:
         kill_node(info, node_id)  # nothing left to kill: waits until the process is gone
         with contextlib.suppress(ChildProcessError):
             os.waitpid(node.pid, 0)
-
-
-def _assert_replicas_identical(directory: str, topic: str, partitions: int) -> None:
-    """Every replica of every partition stores the same entries, byte for byte."""
-    info = load_cluster(directory)
-    logs: dict[int, list[list[tuple[int, int, int, bytes]]]] = {}
-    for node_id, node in info.nodes.items():
-        with LogStore.open(Path(node.directory) / "data") as store:
-            logs[node_id] = []
-            for partition in range(partitions):
-                log = store.log(topic, partition, create=False)
-                entries = log.entries(log.first_index(), log.last_index() + 1)
-                logs[node_id].append([(e.index, e.term, int(e.kind), bytes(e.payload)) for e in entries])
-    (first_node, first), *others = logs.items()
-    for partition in range(partitions):
-        for node_id, other in others:
-            mine, theirs = first[partition], other[partition]
-            if mine != theirs:
-                common = min(len(mine), len(theirs))
-                at = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b), common)
-                raise AssertionError(
-                    f"{topic}/{partition} differs between nodes {first_node} ({len(mine)} entries) and {node_id} "
-                    f"({len(theirs)} entries) from position {at}: "
-                    f"{[e[:3] for e in mine[at : at + 3]]} vs {[e[:3] for e in theirs[at : at + 3]]}"
-                )
 
 
 def test_stopping_and_restarting_the_whole_cluster_keeps_data_and_topics(cluster: Cluster) -> None:
@@ -263,7 +222,7 @@ def test_an_isolated_follower_that_keeps_ticking_rejoins_without_deposing_any_le
     monkeypatch.setenv("MULTIRAFT_DEBUG_ISOLATION", "1")  # SIGUSR1 cuts a node's Raft traffic, and restores it
     cluster = cluster_factory()
     cluster.create_topic("audit", partitions=2, replication_factor=3)
-    _wait_settled(cluster, "audit", timeout_s=30)
+    wait_settled(cluster, "audit", timeout_s=30)
     before = {p.partition: (p.leader, p.leader_epoch) for p in cluster.describe("audit").partitions}
     follower = next(n for n in cluster.info.nodes if n not in {leader for leader, _ in before.values()})
     node = cluster.info.nodes[follower]
@@ -297,9 +256,9 @@ def test_an_isolated_follower_that_keeps_ticking_rejoins_without_deposing_any_le
     after = {p.partition: (p.leader, p.leader_epoch) for p in cluster.describe("audit").partitions}
     assert after == before, "the returning follower caused an election"
 
-    _wait_settled(cluster, "audit", timeout_s=30)
+    wait_settled(cluster, "audit", timeout_s=30)
     _crash_all(cluster)
-    _assert_replicas_identical(cluster.info.directory, "audit", 2)
+    assert_replicas_identical(cluster.info.directory, "audit", 2)
 
 
 def _wait_for_line(path: Path, start: int, pattern: str, timeout_s: float) -> re.Match[str]:

@@ -25,11 +25,10 @@ from pathlib import Path
 import pytest
 
 from multiraft import raft
-from multiraft.launcher import ClusterInfo, cluster_down, load_cluster
+from multiraft.launcher import ClusterInfo, cluster_down
 from multiraft.node import peer_messages as pm
 from multiraft.node.transport import PROTOCOL_VERSION, FrameType
-from storage import LogStore
-from tests.integration._helpers import Cluster, fetch_all, produce
+from tests.integration._helpers import Cluster, assert_replicas_identical, fetch_all, produce, wait_settled
 
 pytestmark = pytest.mark.integration
 
@@ -309,44 +308,6 @@ def _assert_serves(cluster: Cluster, before: dict[int, list[tuple[int, bytes]]],
         assert (offset, value) in records, f"partition {partition}: the record produced after batch {batch} is lost"
 
 
-def _wait_settled(cluster: Cluster, timeout_s: float) -> None:
-    """Every partition has a leader and no follower lacks an entry, twice in a row with the same leaders."""
-    deadline = time.monotonic() + timeout_s
-    previous = None
-    partitions = cluster.describe(TOPIC).partitions
-    while time.monotonic() < deadline:
-        partitions = cluster.describe(TOPIC).partitions
-        settled = all(
-            p.leader and len(p.replica_lag) == len(p.replicas) - 1 and not any(p.replica_lag.values())
-            for p in partitions
-        )
-        leaders = [(p.leader, p.leader_epoch) for p in partitions]
-        if settled and leaders == previous:
-            return
-        previous = leaders if settled else None
-        time.sleep(0.2)
-    raise AssertionError(f"{TOPIC} did not settle in {timeout_s}s: {partitions}")
-
-
-def _assert_replicas_identical(directory: str) -> None:
-    info = load_cluster(directory)
-    logs: dict[int, list[list[tuple[int, int, int, bytes]]]] = {}
-    for node_id, node in info.nodes.items():
-        with LogStore.open(Path(node.directory) / "data") as store:
-            logs[node_id] = []
-            for partition in range(PARTITIONS):
-                log = store.log(TOPIC, partition, create=False)
-                entries = log.entries(log.first_index(), log.last_index() + 1)
-                logs[node_id].append([(e.index, e.term, int(e.kind), bytes(e.payload)) for e in entries])
-    (first_node, first), *others = logs.items()
-    for node_id, other in others:
-        for partition in range(PARTITIONS):
-            assert first[partition] == other[partition], (
-                f"{TOPIC}/{partition}: node {first_node} holds {len(first[partition])} entries, "
-                f"node {node_id} {len(other[partition])}, and they differ"
-            )
-
-
 def test_a_stranger_speaking_garbage_on_the_peer_port_stops_no_node_and_loses_nothing(cluster: Cluster) -> None:
     cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
     for partition in range(PARTITIONS):
@@ -390,9 +351,9 @@ def test_a_stranger_speaking_garbage_on_the_peer_port_stops_no_node_and_loses_no
     assert sum(s.connects for s in strangers.values()) > len(strangers), "no frame made a node close the connection"
     assert sum(sum(s.responses.values()) for s in strangers.values()), "no request was answered"
 
-    _wait_settled(cluster, timeout_s=30)
+    wait_settled(cluster, TOPIC, timeout_s=30, preferred_leaders=False)
     assert all(p.leader for p in cluster.describe(TOPIC).partitions)
     _assert_alive(info)
     cluster.client.close()
     cluster_down(info.directory)
-    _assert_replicas_identical(info.directory)
+    assert_replicas_identical(info.directory, TOPIC, PARTITIONS)
