@@ -97,12 +97,6 @@ class Directory(LoopOwned):
 
     # ----------------------------------------------------------------------------------------- lookups
 
-    def view(self, topic: str, partition: int) -> PartitionView | None:
-        return self.views.get((topic, partition))
-
-    def view_of_group(self, group_id: int) -> PartitionView | None:
-        return self.views_by_group.get(group_id)
-
     def partition_state(self, topic: str, partition: int) -> ctl.PartitionState:
         """The partition of a user topic; UNKNOWN_TOPIC / UNKNOWN_PARTITION otherwise."""
         found = self.cluster.topics.get(topic)

@@ -128,7 +128,6 @@ class Node(LoopOwned):
         self._on_registered: list[Callable[[], None]] = []
         self._front_doors: list[FrontDoor] = []
         self._tasks: list[asyncio.Task[None]] = []
-        self._stopped = asyncio.Event()
         self._isolation: Isolation | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._transport: PeerTransport | None = None
@@ -316,15 +315,7 @@ class Node(LoopOwned):
             await self._transport.stop()
         if self._scheduler is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._scheduler.stop)
-        self._stopped.set()
         log.info("node stopped", node_id=self.node_id)
-
-    async def wait_stopped(self) -> None:
-        await self._stopped.wait()
-
-    async def wait_ready(self, timeout_s: float) -> None:
-        """Until this node is registered with a controller that has a leader."""
-        await asyncio.wait_for(self.registered.wait(), timeout_s)
 
     def _open_store(self) -> LogStore:
         config = self.config

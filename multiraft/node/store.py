@@ -37,7 +37,7 @@ from multiraft.node.scheduler import Completion, Group, Scheduler
 from multiraft.node.threads import LoopHandoff, SchedulerHandoff, SchedulerOwned, on_owner_thread
 from storage.batch import BatchHeader
 
-__all__ = ["Store", "StoreClient", "Liveness", "CatchupHook"]
+__all__ = ["Store", "StoreClient", "LiveIds", "CatchupHook"]
 
 log = get_logger(__name__)
 
@@ -45,7 +45,7 @@ _GROUP_ATTRIBUTE = "node.group"
 _ISR_MAX_LAG = 1_000  # entries: a voter further behind is not in sync
 _REQUEST_TIMEOUT_S = 15.0
 
-Liveness = Callable[[], tuple[frozenset[int], frozenset[int]]]
+LiveIds = Callable[[], tuple[frozenset[int], frozenset[int]]]
 """(ids the member-list holds live, every id it remembers); safe from any thread (the sets are replaced)."""
 CatchupHook = Callable[[int, Collection[int]], dict[int, tuple[int, int]]]
 """(group id, replicas catching up by snapshot) -> {node id: (bytes copied, bytes total)} of segment copies."""
@@ -60,7 +60,7 @@ class Store(SchedulerOwned):
         scheduler: Scheduler,
         directory: Directory,
         to_loop: LoopHandoff,
-        liveness: Liveness,
+        liveness: LiveIds,
     ) -> None:
         self.owner = scheduler.owner
         self.config = config
