@@ -33,7 +33,7 @@ KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
 
-MAX_STORABLE_BATCH_BYTES = StorageConfig().max_entry_bytes - ENTRY_OVERHEAD_BYTES
+MAX_STORABLE_BATCH_BYTES = StorageConfig().max_payload_bytes
 """The largest record batch one log entry holds: the store's max_entry_bytes less the entry header."""
 
 # Headers of one append message on the peer transport: 68 bytes, 29 per entry (at most 1024), 8 for the group.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from storage._format import ENTRY_HEADER_SIZE
 from storage.errors import StorageConfigError
 
 __all__ = ["StorageConfig", "describe_fields"]
@@ -53,6 +54,12 @@ class StorageConfig:
         "Walk every LMDB page with the offline structural verifier before opening. Slow on large stores; "
         "`multiraft storage check` always does it. Default false.",
     )
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """The largest payload (a record batch, a command) one entry holds: max_entry_bytes less the entry
+        header. Anything larger must be refused before it is proposed: the store refuses it at write time."""
+        return self.max_entry_bytes - ENTRY_HEADER_SIZE
 
     def validate(self) -> StorageConfig:
         """Return self, or raise :class:`StorageConfigError` naming the first wrong field."""

@@ -33,7 +33,7 @@ from multiraft.errors import NotLeaderError, RecordTooLargeError, StorageFailure
 from multiraft.logging import get_logger
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.threads import ThreadOwner
-from storage import ENTRY_OVERHEAD_BYTES, LogStore, StorageConfig, StorageError
+from storage import LogStore, StorageConfig, StorageError
 
 __all__ = ["Scheduler", "Group", "StateMachine", "Completion", "Outbox"]
 
@@ -98,10 +98,10 @@ class Scheduler:
         store_opener: Callable[[], LogStore],
         tick_ms: int,
         outbox: Outbox,
-        max_entry_bytes: int = StorageConfig().max_entry_bytes,
+        max_payload_bytes: int = StorageConfig().max_payload_bytes,
     ) -> None:
         self._store_opener = store_opener
-        self._max_payload_bytes = max_entry_bytes - ENTRY_OVERHEAD_BYTES  # what the store's append accepts
+        self._max_payload_bytes = max_payload_bytes  # what the store's append accepts
         self._tick_s = tick_ms / 1000
         self._outbox = outbox
         self._inbox: collections.deque[Callable[[], None]] = collections.deque()

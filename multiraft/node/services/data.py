@@ -26,7 +26,7 @@ from multiraft.errors import (
 from multiraft.node.partition import PartitionView, ProduceResult
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, StoreHandle
 from multiraft.node.services.results import FetchResult, ProduceAck
-from storage import ENTRY_OVERHEAD_BYTES, StorageConfig
+from storage import StorageConfig
 from storage.batch import BatchHeader, validate_batch
 from storage.errors import BatchFormatError, BeforeLogStartError, StorageError
 
@@ -43,7 +43,7 @@ class DataLimits:
     fetch_max_wait_ms: int
     producer_id_block: int
     # The log store refuses larger entries as a failure of the node: a batch above this is never proposed.
-    max_entry_bytes: int = StorageConfig().max_entry_bytes
+    max_payload_bytes: int = StorageConfig().max_payload_bytes
 
 
 class DataService:
@@ -88,14 +88,17 @@ class DataService:
     def _check_produce(self, topic: str, partition: int, batch: bytes) -> tuple[PartitionView, BatchHeader]:
         view = self._leaders.leader_view(topic, partition)
         configs = ctl.effective_topic_config(self._cluster.cluster.topics[topic].configs)
-        limits = {  # on a tie, the deepest limit is named
-            "one log entry (max_entry_bytes less the entry header)": self._limits.max_entry_bytes
-            - ENTRY_OVERHEAD_BYTES,
-            "the node's max_batch_bytes": self._limits.max_batch_bytes,
-            f"{topic}'s max.message.bytes": configs.max_message_bytes,
-        }
-        name, limit = min(limits.items(), key=lambda item: item[1])
+        limits = self._limits
+        limit = min(limits.max_payload_bytes, limits.max_batch_bytes, configs.max_message_bytes)
         if len(batch) > limit:
+            # on a tie, the deepest limit is named
+            name = (
+                "one log entry (max_entry_bytes less the entry header)"
+                if limit == limits.max_payload_bytes
+                else "the node's max_batch_bytes"
+                if limit == limits.max_batch_bytes
+                else f"{topic}'s max.message.bytes"
+            )
             raise RecordTooLargeError(f"batch of {len(batch)} bytes exceeds {name}: {limit}", max_bytes=limit)
         try:
             header = validate_batch(batch)
