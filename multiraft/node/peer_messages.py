@@ -73,7 +73,6 @@ class RequestKind(IntEnum):
     OFFSETS = 4
     MOVES = 5
     SEGMENT_CHUNK = 20
-    CATCHUP_STATUS = 21
 
 
 STATUS_OK = 0

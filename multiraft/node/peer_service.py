@@ -73,7 +73,7 @@ class PeerService:
         }
 
     async def serve(self, from_node: int, kind: int, body: bytes) -> tuple[int, bytes]:
-        if kind in (RequestKind.SEGMENT_CHUNK, RequestKind.CATCHUP_STATUS):
+        if kind == RequestKind.SEGMENT_CHUNK:
             return await self._catchup.serve(from_node, kind, body)
         handler = self._handlers.get(kind)
         try:

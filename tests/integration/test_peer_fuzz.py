@@ -177,7 +177,6 @@ def _valid_bodies(rng: random.Random) -> dict[int, bytes]:
                 _group(rng), rng.randrange(2**62), rng.randrange(2**62), rng.randrange(2**32), 0, 1 << 20
             )
         ),
-        pm.RequestKind.CATCHUP_STATUS: pm.encode_group_ids([_group(rng)]),
     }
 
 

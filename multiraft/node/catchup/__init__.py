@@ -34,12 +34,10 @@ module's :class:`CatchupManager` is the one object the node holds.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import Callable, Collection, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from multiraft import raft
 from multiraft.node.partition import PartitionView
@@ -53,9 +51,7 @@ from ._leader import SNAPSHOT_IDLE_S, CatchupLeader, ExportedSegment
 from ._shared import (
     CATCHUP_REQUEST_KINDS,
     CHUNK_BYTES,
-    REQUEST_CATCHUP_STATUS,
     REQUEST_SEGMENT_CHUNK,
-    STATUS_OK,
     Call,
     CatchupProgress,
     CatchupRuntime,
@@ -69,7 +65,6 @@ __all__ = [
     "CatchupProgress",
     "CatchupStats",
     "REQUEST_SEGMENT_CHUNK",
-    "REQUEST_CATCHUP_STATUS",
     "CATCHUP_REQUEST_KINDS",
     "CHUNK_BYTES",
     "install_segments",
@@ -138,20 +133,12 @@ class CatchupManager:
         (scheduler thread); see :meth:`CatchupLeader.leader_progress`."""
         return self._leader.leader_progress(group_id, catching_up)
 
-    def status_json(self) -> dict[str, Any]:
-        return {
-            "copies": [p.as_json() for p in self.progress()],
-            "stats": self.stats.__dict__.copy(),
-        }
-
     def leader_check(self, group: Group) -> None:
         """Housekeeping of one partition group led here (scheduler thread)."""
         self._leader.leader_check(group)
 
     async def serve(self, from_node: int, kind: int, body: bytes) -> tuple[int, bytes]:
-        """A peer request of one of ``CATCHUP_REQUEST_KINDS`` (event loop)."""
-        if kind == REQUEST_CATCHUP_STATUS:
-            return STATUS_OK, json.dumps(self.status_json()).encode()
+        """A segment-chunk request from a peer catching up (event loop)."""
         return await self._leader.serve_chunk(from_node, body)
 
     def intercept(self, from_node: int, messages: list[tuple[int, raft.Message]]) -> list[tuple[int, raft.Message]]:

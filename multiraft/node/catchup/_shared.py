@@ -28,7 +28,6 @@ from storage import SegmentedLog, SegmentFileError
 
 __all__ = [
     "REQUEST_SEGMENT_CHUNK",
-    "REQUEST_CATCHUP_STATUS",
     "CATCHUP_REQUEST_KINDS",
     "CHUNK_BYTES",
     "STATUS_OK",
@@ -48,8 +47,7 @@ __all__ = [
 ]
 
 REQUEST_SEGMENT_CHUNK = RequestKind.SEGMENT_CHUNK  # peer request kinds (multiraft.node.transport REQUEST frames)
-REQUEST_CATCHUP_STATUS = RequestKind.CATCHUP_STATUS
-CATCHUP_REQUEST_KINDS = frozenset({REQUEST_SEGMENT_CHUNK, REQUEST_CATCHUP_STATUS})
+CATCHUP_REQUEST_KINDS = frozenset({REQUEST_SEGMENT_CHUNK})
 CHUNK_BYTES = 1 << 20
 _CHUNK_REPLY = struct.Struct("<IQ")  # crc32c of the chunk, size of the whole file
 
@@ -91,25 +89,6 @@ class CatchupProgress:
             return 0.0
         rate = self.rate_bytes_s
         return remaining / rate if rate > 0 else -1.0
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "group_id": self.group_id,
-            "snapshot_index": self.snapshot_index,
-            "source": self.source,
-            "state": self.state,
-            "bytes_copied": self.bytes_copied,
-            "bytes_total": self.bytes_total,
-            "segments_done": self.segments_done,
-            "segments_total": self.segments_total,
-            "rate_bytes_s": round(self.rate_bytes_s, 1),
-            "eta_s": round(self.eta_s, 2),
-            "chunk_retries": self.chunk_retries,
-            "reconnects": self.reconnects,
-            "resumed_bytes": self.resumed_bytes,
-        }
 
 
 @dataclass
