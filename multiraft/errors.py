@@ -28,6 +28,9 @@ whichever side of the wire an error started on::
     ├── UnavailableError            the node or cluster cannot serve now; retry later
     │   └── ConnectionFailedError   the client could not reach any node
     ├── UnsupportedError            the node's version does not serve this method (UNIMPLEMENTED)
+    ├── ResourceExhaustedError      a node resource cannot take the request now (RESOURCE_EXHAUSTED)
+    │   └── InsufficientStorageError disk, LMDB map or segment slots below their low-water mark; ``resource``,
+    │                               ``node_id`` and the free amount name what is short
     └── StorageFailureError         a node's storage failed (disk full, corruption)
 """
 
@@ -62,6 +65,8 @@ __all__ = [
     "ConnectionFailedError",
     "UnsupportedError",
     "StorageFailureError",
+    "ResourceExhaustedError",
+    "InsufficientStorageError",
     "error_for_reason",
     "REASONS",
 ]
@@ -230,6 +235,20 @@ class UnsupportedError(MultiraftError):
 class StorageFailureError(MultiraftError):
     reason = "STORAGE_ERROR"
     code = grpc.StatusCode.INTERNAL
+
+
+class ResourceExhaustedError(MultiraftError):
+    """Retriable: the resource may be freed (retention, deleted topics, an operator)."""
+
+    reason = "RESOURCE_EXHAUSTED"
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    retriable = True
+
+
+class InsufficientStorageError(ResourceExhaustedError):
+    """A node cannot store more: new writes (or new replicas) are refused before any work, reads go on."""
+
+    reason = "STORAGE_FULL"
 
 
 def _all_subclasses(base: type[MultiraftError]) -> list[type[MultiraftError]]:

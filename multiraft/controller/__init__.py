@@ -23,6 +23,7 @@ from .errors import (
     NodeNotDrainedError,
     NodeNotFoundError,
     NotEnoughNodesError,
+    NotEnoughStorageError,
     OutOfOrderApplyError,
     PartitionNotFoundError,
     StaleAssignmentError,
@@ -30,6 +31,7 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .placement import (
+    NodeRoom,
     PreferredLeaderChange,
     ReplicaMove,
     partitions_without_quorum,
@@ -121,6 +123,7 @@ __all__ = [
     "partitions_without_quorum",
     "replica_move_step",
     "ReplicaMove",
+    "NodeRoom",
     "PreferredLeaderChange",
     # errors
     "ControllerError",
@@ -136,6 +139,7 @@ __all__ = [
     "InvalidNodeError",
     "NodeNotFoundError",
     "NotEnoughNodesError",
+    "NotEnoughStorageError",
     "NodeNotDrainedError",
     "StaleAssignmentError",
     "OutOfOrderApplyError",

@@ -17,6 +17,7 @@ and :attr:`ControllerError.metadata` gives the ErrorInfo metadata::
     │   ├── InvalidNodeError                 a NodeInfo or node-state change that can never be valid
     │   └── NodeNotFoundError                a node id that is not registered (or is removed, when placing)
     ├── NotEnoughNodesError                  NOT_ENOUGH_REPLICAS (UNAVAILABLE): too few live nodes right now
+    ├── NotEnoughStorageError                STORAGE_FULL (RESOURCE_EXHAUSTED): the nodes cannot store the replicas
     ├── NodeNotDrainedError                  NODE_HAS_REPLICAS (FAILED_PRECONDITION): drain it first
     ├── StaleAssignmentError                 ASSIGNMENT_CHANGED (ABORTED): a conditional replica change lost a race
     ├── OutOfOrderApplyError (RuntimeError)  INTERNAL: apply() called with an index that does not move forward
@@ -50,6 +51,7 @@ __all__ = [
     "InvalidNodeError",
     "NodeNotFoundError",
     "NotEnoughNodesError",
+    "NotEnoughStorageError",
     "NodeNotDrainedError",
     "StaleAssignmentError",
     "OutOfOrderApplyError",
@@ -200,6 +202,23 @@ class NotEnoughNodesError(ControllerError):
     @property
     def metadata(self) -> dict[str, str]:
         return {"required": str(self.required), "available": str(self.available)}
+
+
+class NotEnoughStorageError(ControllerError):
+    """The live nodes cannot store the replicas asked for (segment slots, disk or map below their low-water
+    marks); ``short`` names, per node, what it lacks."""
+
+    reason = "STORAGE_FULL"
+    status = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, what: str, short: dict[int, str]) -> None:
+        detail = "; ".join(f"node {node}: {reason}" for node, reason in sorted(short.items()))
+        super().__init__(f"not enough storage for {what}: {detail}")
+        self.short = dict(short)
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {"resource": "storage", "nodes": ",".join(str(n) for n in sorted(self.short))}
 
 
 class NodeNotDrainedError(ControllerError):

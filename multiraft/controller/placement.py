@@ -20,9 +20,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ._model import ClusterState, NodeInfo, NodeState, PartitionState, SetPartitionReplicas
-from .errors import InvalidPartitionCountError, InvalidReplicationFactorError, NotEnoughNodesError
+from .errors import (
+    InvalidPartitionCountError,
+    InvalidReplicationFactorError,
+    NotEnoughNodesError,
+    NotEnoughStorageError,
+)
 
 __all__ = [
+    "NodeRoom",
     "ReplicaMove",
     "PreferredLeaderChange",
     "place_new_topic",
@@ -33,6 +39,15 @@ __all__ = [
     "partitions_without_quorum",
     "replica_move_step",
 ]
+
+
+@dataclass(frozen=True)
+class NodeRoom:
+    """How many more new replicas a node can store (its free segment slots above its reserve, or 0 when its
+    disk or map is below the low-water mark), and what limits it, for the refusal's message."""
+
+    replicas: int
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -127,7 +142,11 @@ def _candidates(state: ClusterState, nodes: Iterable[NodeInfo]) -> list[int]:
 
 
 def place_new_topic(
-    nodes: Sequence[NodeInfo], state: ClusterState, partitions: int, replication_factor: int
+    nodes: Sequence[NodeInfo],
+    state: ClusterState,
+    partitions: int,
+    replication_factor: int,
+    room: Mapping[int, NodeRoom] | None = None,
 ) -> list[tuple[tuple[int, ...], int]]:
     """Choose (replicas, preferred leader) for each partition of a new topic, for a CreateTopic command.
 
@@ -139,6 +158,10 @@ def place_new_topic(
     Raises :class:`InvalidPartitionCountError` for ``partitions < 1``, :class:`InvalidReplicationFactorError`
     when ``replication_factor`` is below 1 or above the number of registered nodes, and
     :class:`NotEnoughNodesError` when it is above the number of candidates.
+
+    ``room`` limits how many replicas each node may receive (nodes it does not list are not limited); when
+    the replicas cannot all be placed within it, :class:`NotEnoughStorageError` names what each short node
+    lacks, so that a topic is refused whole rather than created on nodes that cannot store it.
     """
     if partitions < 1:
         raise InvalidPartitionCountError(partitions)
@@ -149,8 +172,35 @@ def place_new_topic(
     if len(candidates) < replication_factor:
         raise NotEnoughNodesError(replication_factor, len(candidates))
 
-    pool = _Nodes(state, candidates, state.replica_counts())
     leaders = _Nodes(state, candidates, state.preferred_leader_counts())
+    replica_sets = _place_replicas(state, candidates, leaders, partitions, replication_factor, room or {}, False)
+    if replica_sets is None:  # the balanced order ran out of room: fill the roomiest nodes first
+        replica_sets = _place_replicas(state, candidates, leaders, partitions, replication_factor, room or {}, True)
+    if replica_sets is None:
+        assert room is not None
+        needed = partitions * replication_factor
+        short = {n: room[n].reason or f"room for {room[n].replicas} more replica(s)" for n in candidates if n in room}
+        raise NotEnoughStorageError(f"{partitions} partition(s) x {replication_factor} replica(s) ({needed})", short)
+
+    chosen_leaders = _balance_leaders(leaders, replica_sets, [None] * partitions)
+    return [
+        ((leader, *(r for r in replicas if r != leader)), leader)
+        for replicas, leader in zip(replica_sets, chosen_leaders, strict=True)
+    ]
+
+
+def _place_replicas(
+    state: ClusterState,
+    candidates: list[int],
+    leaders: _Nodes,
+    partitions: int,
+    replication_factor: int,
+    room: Mapping[int, NodeRoom],
+    roomiest_first: bool,
+) -> list[tuple[int, ...]] | None:
+    """Replica sets for a new topic within ``room``, or None when they do not fit this way."""
+    pool = _Nodes(state, candidates, state.replica_counts())
+    left = {n: room[n].replicas for n in candidates if n in room}
     # Where replica counts tie, the first replica (the likely leader) goes to a node with few preferred
     # leaders and the others to nodes with many, keeping the least-led nodes free to lead: that leaves the
     # leader balancing below little to do.
@@ -159,20 +209,24 @@ def place_new_topic(
     replica_sets: list[tuple[int, ...]] = []
     for _ in range(partitions):
         chosen: list[int] = []
+        full = [n for n, free in left.items() if free <= 0]
         for slot in range(replication_factor):
-            target = pool.best_target(chosen, tiebreak=followers if slot else tentative)
-            assert target is not None  # enough candidates were checked above
+            tiebreak = followers if slot else tentative
+            if roomiest_first and left:
+                options = [n for n in candidates if n not in chosen and n not in full]
+                target = min(options, key=lambda n: (-left.get(n, 1 << 62), n)) if options else None
+            else:
+                target = pool.best_target(chosen, exclude=full, tiebreak=tiebreak)
+            if target is None:
+                return None
             chosen.append(target)
             pool.count[target] += 1
+            if target in left:
+                left[target] -= 1
         tentative[chosen[0]] += 1
         followers[chosen[0]] -= 1
         replica_sets.append(tuple(chosen))
-
-    chosen_leaders = _balance_leaders(leaders, replica_sets, [None] * partitions)
-    return [
-        ((leader, *(r for r in replicas if r != leader)), leader)
-        for replicas, leader in zip(replica_sets, chosen_leaders, strict=True)
-    ]
+    return replica_sets
 
 
 def _balance_leaders(pool: _Nodes, options: list[tuple[int, ...]], current: list[int | None]) -> list[int]:

@@ -21,7 +21,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -32,6 +32,7 @@ from multiraft import raft
 from multiraft.config import NodeConfig
 from multiraft.errors import MultiraftError, UnavailableError
 from multiraft.logging import get_logger
+from multiraft.node.capacity import CapacityMonitor, NodeCapacity, RoomLedger
 from multiraft.node.catchup import CatchupManager
 from multiraft.node.controller_client import RemoteController
 from multiraft.node.debug import DEBUG_GC_MS, DEBUG_ISOLATION, Isolation, record_gc_pauses
@@ -138,6 +139,7 @@ class Node(LoopOwned):
         self.catchup: CatchupManager | None = None
         self.rebalancer: Rebalancer | None = None
         self.membership: NodeMembership | None = None
+        self.capacity: CapacityMonitor | None = None
 
     @property
     def services(self) -> NodeServices:
@@ -192,8 +194,16 @@ class Node(LoopOwned):
         directory.on_cluster(self._on_cluster)
 
         scheduler = self._scheduler = Scheduler(store_opener=self._open_store, tick_ms=config.tick_ms, outbox=self)
-        store = self._store = Store(config, scheduler, directory, LoopHandoff(loop), self.liveness.ids)
+        room = RoomLedger(self._capacity_reports)
+        store = self._store = Store(config, scheduler, directory, LoopHandoff(loop), self.liveness.ids, room)
         store_client = StoreClient(store, SchedulerHandoff(scheduler, loop))
+        capacity = self.capacity = CapacityMonitor(
+            self.node_id,
+            store_client.capacity,
+            transport,
+            self.liveness.peers,
+            lambda: directory.controller_leader == self.node_id,
+        )
         catchup = self.catchup = CatchupManager(
             node_id=self.node_id,
             data_dir=config.data_dir,
@@ -257,6 +267,7 @@ class Node(LoopOwned):
                 directory,
                 store_client,
                 controller,
+                storage_short=lambda: capacity.short,
             ),
             offsets=offsets,
             admin=AdminService(
@@ -293,6 +304,7 @@ class Node(LoopOwned):
             loop.create_task(self._register(controller)),
             loop.create_task(LeaderBroadcaster(directory, transport).run()),
             loop.create_task(rebalancer.run()),
+            loop.create_task(capacity.run()),
         ]
         log.info(
             "node started",
@@ -323,6 +335,11 @@ class Node(LoopOwned):
             Path(config.data_dir),
             StorageConfig(map_size_bytes=config.map_size_bytes, max_segments=config.max_segments),
         )
+
+    def _capacity_reports(self) -> Mapping[int, NodeCapacity]:
+        """The controller leader's latest capacity reports (any thread: the mapping is replaced whole)."""
+        capacity = self.capacity
+        return capacity.reports if capacity is not None else {}
 
     def advertised_client(self) -> str:
         configured = self.config.advertise_client_address
