@@ -246,9 +246,13 @@ class ResourceExhaustedError(MultiraftError):
 
 
 class InsufficientStorageError(ResourceExhaustedError):
-    """A node cannot store more: new writes (or new replicas) are refused before any work, reads go on."""
+    """A node cannot store more: new writes (or new replicas) are refused before any work, reads go on.
+
+    Not retriable: room comes back only when retention, a deletion or an operator frees it, so a client
+    that waited out its deadline would only hide the cause (it may retry later, and writes resume then)."""
 
     reason = "STORAGE_FULL"
+    retriable = False
 
 
 def _all_subclasses(base: type[MultiraftError]) -> list[type[MultiraftError]]:

@@ -8,6 +8,7 @@ names), :mod:`.placement` (replica placement, leader balance, rebalance and repa
 from __future__ import annotations
 
 from .errors import (
+    CapacityUnknownError,
     CommandCodecError,
     CommandDecodeError,
     CommandEncodeError,
@@ -140,6 +141,7 @@ __all__ = [
     "NodeNotFoundError",
     "NotEnoughNodesError",
     "NotEnoughStorageError",
+    "CapacityUnknownError",
     "NodeNotDrainedError",
     "StaleAssignmentError",
     "OutOfOrderApplyError",

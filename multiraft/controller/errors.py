@@ -18,6 +18,7 @@ and :attr:`ControllerError.metadata` gives the ErrorInfo metadata::
     │   └── NodeNotFoundError                a node id that is not registered (or is removed, when placing)
     ├── NotEnoughNodesError                  NOT_ENOUGH_REPLICAS (UNAVAILABLE): too few live nodes right now
     ├── NotEnoughStorageError                STORAGE_FULL (RESOURCE_EXHAUSTED): the nodes cannot store the replicas
+    ├── CapacityUnknownError                 UNAVAILABLE: a node has not reported its free storage yet; retry
     ├── NodeNotDrainedError                  NODE_HAS_REPLICAS (FAILED_PRECONDITION): drain it first
     ├── StaleAssignmentError                 ASSIGNMENT_CHANGED (ABORTED): a conditional replica change lost a race
     ├── OutOfOrderApplyError (RuntimeError)  INTERNAL: apply() called with an index that does not move forward
@@ -52,6 +53,7 @@ __all__ = [
     "NodeNotFoundError",
     "NotEnoughNodesError",
     "NotEnoughStorageError",
+    "CapacityUnknownError",
     "NodeNotDrainedError",
     "StaleAssignmentError",
     "OutOfOrderApplyError",
@@ -219,6 +221,18 @@ class NotEnoughStorageError(ControllerError):
     @property
     def metadata(self) -> dict[str, str]:
         return {"resource": "storage", "nodes": ",".join(str(n) for n in sorted(self.short))}
+
+
+class CapacityUnknownError(ControllerError):
+    """The controller leader has no capacity report yet from nodes a placement could use (it was just
+    elected, or they just joined): retrying in a moment succeeds."""
+
+    reason = "UNAVAILABLE"
+    status = "UNAVAILABLE"
+
+    def __init__(self, nodes: list[int]) -> None:
+        super().__init__(f"node(s) {nodes} have not reported their free storage to the controller leader yet")
+        self.nodes = list(nodes)
 
 
 class NodeNotDrainedError(ControllerError):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -145,16 +145,20 @@ class RoomLedger:
         self._reports = reports
         self._proposed: list[tuple[int, Counter[int]]] = []  # (controller log index, replicas per node)
 
-    def room(self, state: ctl.ClusterState) -> dict[int, ctl.NodeRoom]:
-        """Room of every node that reported (a node that did not is not limited)."""
+    def room(self, state: ctl.ClusterState, candidates: Iterable[int]) -> dict[int, ctl.NodeRoom]:
+        """Room of each of ``candidates``; :class:`~multiraft.controller.CapacityUnknownError` (retriable) if
+        one has not reported yet: placing a replica on a node that may be full is what this prevents."""
+        reports = self._reports()
+        missing = sorted(set(candidates) - set(reports))
+        if missing:
+            raise ctl.CapacityUnknownError(missing)
         self._proposed = [(index, nodes) for index, nodes in self._proposed if index > state.applied_index]
         proposed: Counter[int] = Counter()
         for _, nodes in self._proposed:
             proposed.update(nodes)
         assigned = state.replica_counts()
         return {
-            node_id: report.room(assigned.get(node_id, 0), proposed[node_id])
-            for node_id, report in self._reports().items()
+            node_id: report.room(assigned.get(node_id, 0), proposed[node_id]) for node_id, report in reports.items()
         }
 
     def reserve(self, index: int | None, command: ctl.Command) -> None:
@@ -200,7 +204,9 @@ class CapacityMonitor:
                 await self.refresh()
             except Exception as exc:  # a failed round leaves the data a second staler; the next one retries
                 log.debug("capacity check failed", error=repr(exc))
-            await asyncio.sleep(self._interval_s)
+            # A new controller leader refuses placements until every live node has reported: ask again soon.
+            incomplete = self._is_controller_leader() and not set(self._live_peers()) <= set(self.reports)
+            await asyncio.sleep(self._interval_s / 4 if incomplete else self._interval_s)
 
     async def refresh(self) -> None:
         own = await self._local()

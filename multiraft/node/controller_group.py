@@ -139,13 +139,9 @@ class ControllerMachine:
             if request.name in self.state.topics:
                 raise ctl.DuplicateTopicError(request.name)
             configs = ctl.validate_topic_configs(request.configs, creating=True)
-            assignments = ctl.place_new_topic(
-                self.live_nodes(group),
-                self.state,
-                request.partitions,
-                request.replication_factor,
-                self.room.room(self.state) if self.room is not None else None,
-            )
+            live = self.live_nodes(group)
+            room = self.room.room(self.state, (n.node_id for n in live)) if self.room is not None else None
+            assignments = ctl.place_new_topic(live, self.state, request.partitions, request.replication_factor, room)
             return ctl.CreateTopic(
                 request.name,
                 configs,

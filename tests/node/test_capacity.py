@@ -84,7 +84,7 @@ def test_a_short_node_refuses_produce_naming_what_is_short_keeps_serving_fetch_a
             await service.produce("orders", 0, batch(b"new"), 0)
         assert caught.value.reason == "STORAGE_FULL" and caught.value.code.name == "RESOURCE_EXHAUSTED"
         assert caught.value.metadata["resource"] == "disk"
-        assert caught.value.retriable
+        assert not caught.value.retriable, "waiting out a deadline would only hide the cause"
         assert store.produced == [], "a refused batch never reaches the store"
         fetched = await service.fetch("orders", 0, 0, 1 << 20, 0)
         assert fetched.batches == batch(b"old")
@@ -135,15 +135,24 @@ def test_a_topic_that_does_not_fit_is_refused_whole_naming_each_short_node() -> 
     reports = {1: report(1, free=5), 2: report(2, free=4), 3: report(3, free=50, short="disk: 7 bytes free in /d3")}
     ledger = RoomLedger(lambda: reports)
     with pytest.raises(ctl.NotEnoughStorageError) as caught:
-        ctl.place_new_topic(active(state), state, 1, 3, ledger.room(state))
+        ctl.place_new_topic(active(state), state, 1, 3, ledger.room(state, (1, 2, 3)))
     message = str(caught.value)
     assert caught.value.reason == "STORAGE_FULL" and caught.value.status == "RESOURCE_EXHAUSTED"
     assert "1 partition(s) x 3 replica(s)" in message
     assert "node 2: segments: room for 0 more replica(s)" in message
     assert "node 3: disk: 7 bytes free in /d3" in message
     # what fits is placed: a replication factor of 1 on the nodes with room
-    placed = ctl.place_new_topic(active(state), state, 1, 1, ledger.room(state))
+    placed = ctl.place_new_topic(active(state), state, 1, 1, ledger.room(state, (1, 2, 3)))
     assert placed == [((1,), 1)]
+
+
+def test_a_placement_waits_for_every_candidate_to_report_its_room() -> None:
+    state = cluster(3)
+    ledger = RoomLedger(lambda: {1: report(1, free=50), 2: report(2, free=50)})
+    with pytest.raises(ctl.CapacityUnknownError, match=r"\[3\]") as caught:
+        ledger.room(state, (1, 2, 3))
+    assert caught.value.reason == "UNAVAILABLE", "retriable: the report comes within a second"
+    assert set(ledger.room(state, (1, 2))) == {1, 2}
 
 
 def test_a_tight_fit_is_found_when_the_balanced_order_would_run_out_of_room() -> None:
@@ -159,9 +168,9 @@ def test_the_ledger_counts_a_proposed_topic_until_it_is_applied() -> None:
     ledger = RoomLedger(lambda: {n: report(n, free=6) for n in (1, 2, 3)})
     command = ctl.CreateTopic("t", {}, (((1, 2, 3), 1),))
     ledger.reserve(state.applied_index + 1, command)
-    assert {n: r.replicas for n, r in ledger.room(state).items()} == {1: 1, 2: 1, 3: 1}
+    assert {n: r.replicas for n, r in ledger.room(state, (1, 2, 3)).items()} == {1: 1, 2: 1, 3: 1}
     applied = create_topic(state, "t", 1, 3)  # applied: counted as assigned now, not as proposed
-    assert {n: r.replicas for n, r in ledger.room(applied).items()} == {1: 1, 2: 1, 3: 1}
+    assert {n: r.replicas for n, r in ledger.room(applied, (1, 2, 3)).items()} == {1: 1, 2: 1, 3: 1}
 
 
 # -------------------------------------------------------------------- applying what the node cannot store
