@@ -138,8 +138,9 @@ def decode_capacity(data: bytes) -> NodeCapacity:
 
 
 class RoomLedger:
-    """The controller leader's view of each node's room (scheduler thread; reports are replaced whole on the
-    loop, so reading them here needs no lock)."""
+    """The controller leader's view of each node's room: CreateTopic placement reads and reserves it on the
+    scheduler thread, the rebalancer reads it on the loop (reports and proposals are replaced whole, never
+    changed in place, so neither needs a lock)."""
 
     def __init__(self, reports: Callable[[], Mapping[int, NodeCapacity]]) -> None:
         self._reports = reports
@@ -152,21 +153,25 @@ class RoomLedger:
         missing = sorted(set(candidates) - set(reports))
         if missing:
             raise ctl.CapacityUnknownError(missing)
-        self._proposed = [(index, nodes) for index, nodes in self._proposed if index > state.applied_index]
         proposed: Counter[int] = Counter()
-        for _, nodes in self._proposed:
-            proposed.update(nodes)
+        for index, nodes in self._proposed:  # the list is replaced whole: the rebalancer reads it on the loop
+            if index > state.applied_index:
+                proposed.update(nodes)
         assigned = state.replica_counts()
         return {
             node_id: report.room(assigned.get(node_id, 0), proposed[node_id]) for node_id, report in reports.items()
         }
 
-    def reserve(self, index: int | None, command: ctl.Command) -> None:
+    def reserve(self, index: int | None, command: ctl.Command, applied_index: int) -> None:
         """Count a proposed command's new replicas until it is applied (the next reports include them)."""
         if index is None or not isinstance(command, ctl.CreateTopic):
             return
         nodes: Counter[int] = Counter(node for replicas, _ in command.assignments for node in replicas)
-        self._proposed.append((index, nodes))
+        self._proposed = [(i, n) for i, n in self._proposed if i > applied_index] + [(index, nodes)]
+
+    def stranded(self) -> dict[int, tuple[int, ...]]:
+        """Replicas each node was assigned but could not store (group ids), for the rebalancer to move."""
+        return {node_id: report.unstorable for node_id, report in self._reports().items() if report.unstorable}
 
 
 class CapacityMonitor:

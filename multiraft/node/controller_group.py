@@ -131,7 +131,7 @@ class ControllerMachine:
             return
         index = self.scheduler.propose(group, payload, completion, kind=raft.EntryKind.CONTROL)
         if self.room is not None:
-            self.room.reserve(index, command)
+            self.room.reserve(index, command, self.state.applied_index)
 
     def _command_for(self, group: Group, request: ctl.Command | CreateTopicRequest) -> ctl.Command:
         if isinstance(request, CreateTopicRequest):

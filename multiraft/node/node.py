@@ -239,6 +239,7 @@ class Node(LoopOwned):
             self.liveness,
             status,
             controller,
+            room,
         )
         moves = MoveReporter(self.node_id, lambda: directory.controller_leader, rebalancer.snapshot, transport)
         offsets = OffsetsService(

@@ -167,7 +167,7 @@ def test_the_ledger_counts_a_proposed_topic_until_it_is_applied() -> None:
     state = cluster(3)
     ledger = RoomLedger(lambda: {n: report(n, free=6) for n in (1, 2, 3)})
     command = ctl.CreateTopic("t", {}, (((1, 2, 3), 1),))
-    ledger.reserve(state.applied_index + 1, command)
+    ledger.reserve(state.applied_index + 1, command, state.applied_index)
     assert {n: r.replicas for n, r in ledger.room(state, (1, 2, 3)).items()} == {1: 1, 2: 1, 3: 1}
     applied = create_topic(state, "t", 1, 3)  # applied: counted as assigned now, not as proposed
     assert {n: r.replicas for n, r in ledger.room(applied, (1, 2, 3)).items()} == {1: 1, 2: 1, 3: 1}
