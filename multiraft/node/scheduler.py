@@ -162,6 +162,8 @@ class Scheduler:
         try:
             self.store = self._store_opener()
             self._on_started()
+            if self.store.writes_pending:  # what loading wrote stands alone too (see _discard_if_full)
+                self.store.sync()
         except BaseException as exc:
             self._failure = exc
             self._started.set()
@@ -201,8 +203,9 @@ class Scheduler:
             work = inbox.popleft()
             try:
                 work()
-            except (StorageError, raft.RaftStorageError, StorageFailureError):
-                raise  # a failed write leaves the store's transaction unusable: the node cannot go on
+            except (StorageError, raft.RaftStorageError, StorageFailureError) as exc:
+                if not self._discard_if_full(exc, work):
+                    raise  # a failed write leaves the store's transaction unusable: the node cannot go on
             except raft.RaftError as exc:
                 log.warning("raft refused work", work=repr(work), error=repr(exc))
             except Exception as exc:  # one request's failure (input, or a bug it hit) is only its own
@@ -212,7 +215,24 @@ class Scheduler:
         for position, (interval, due, action) in enumerate(self._periodic):
             if now >= due:
                 self._periodic[position] = (interval, now + interval, action)
-                action()
+                try:
+                    action()
+                except (StorageError, raft.RaftStorageError) as exc:
+                    if not self._discard_if_full(exc, action):
+                        raise
+
+    def _discard_if_full(self, exc: BaseException, work: object) -> bool:
+        """Work between rounds that did not fit in storage: roll back its writes (each round syncs its own,
+        so the transaction holds nothing else) and go on; it runs again when it next comes. False for any
+        other storage failure."""
+        if not _is_full(exc):
+            return False
+        assert self.store is not None
+        self.store.rollback()
+        for group in self.groups.values():
+            group.storage.reload()
+        log.warning("work did not fit in storage; its writes are discarded", work=repr(work), error=str(exc))
+        return True
 
     # ----------------------------------------------------------------------------------------------- groups
 
@@ -340,6 +360,11 @@ class Scheduler:
             self._apply(group, ready)
             group.raw.advance(ready)
             self.touch(group)
+        if self.store.writes_pending:
+            # What applying wrote (retention, snapshots, new replicas) is made durable now, on its own, so
+            # that work between rounds starts from an empty transaction and can be rolled back alone.
+            self.store.sync()
+            self.syncs += 1
 
     def _persist_what_fits(
         self, readies: list[tuple[Group, raft.Ready]], exc: BaseException, unsent: set[int]

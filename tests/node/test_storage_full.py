@@ -163,3 +163,41 @@ def test_a_follower_that_runs_out_of_storage_keeps_running_acks_nothing_undurabl
     with LogStore.open(tmp_path, config) as reopened:
         log = reopened.log("t", 0, create=False)
         assert log.last_index() == 5, "a restart finds every acknowledged entry"
+
+
+def test_work_between_rounds_that_does_not_fit_is_discarded_and_the_node_goes_on(tmp_path: Path) -> None:
+    config = StorageConfig(map_size_bytes=16 * MiB)
+    outbox = Outbox()
+    scheduler = Scheduler(store_opener=lambda: LogStore.open(tmp_path, config), tick_ms=3_600_000, outbox=outbox)
+    machine = Machine()
+
+    def load() -> None:
+        store = scheduler.store
+        assert store is not None
+        storage = RaftLogStorage(store.log("t", 0))
+        hard_state, snapshot = raft.bootstrap(raft.ConfState.of((1, 2, 3)))
+        storage.apply_snapshot(snapshot)
+        storage.set_hard_state(hard_state)
+        raft_config = raft.RaftConfig(id=NODE, election_tick=10, heartbeat_tick=1)
+        raw = raft.RawNode(raft_config, storage, random.Random(1), applied=storage.applied_index())
+        scheduler.add_group(Group(1, raw, storage, machine))
+
+    scheduler.start(load)
+    try:
+
+        def too_big() -> None:  # a checkpoint larger than the whole map, as housekeeping could write
+            store = scheduler.store
+            assert store is not None
+            store.log("t", 0).set_attribute("checkpoint", b"c" * (20 * MiB))
+
+        scheduler.submit(too_big)
+        scheduler.every(0.05, too_big)
+        message = append(2, b"after", commit=2)
+        on_thread(scheduler, lambda: scheduler.deliver([(1, message)]))
+        wait_until(lambda: outbox.acked() == 2, "the follower to go on writing")
+        wait_until(lambda: machine.applied == [2], "the entry to be applied")
+        assert scheduler.alive
+        stored = on_thread(scheduler, lambda: scheduler.store.log("t", 0).attribute("checkpoint"))  # type: ignore[union-attr]
+        assert stored is None, "the write that did not fit is discarded"
+    finally:
+        scheduler.stop()
