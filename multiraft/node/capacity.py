@@ -40,6 +40,7 @@ __all__ = [
     "decode_capacity",
     "RoomLedger",
     "CapacityMonitor",
+    "UNREPORTED",
 ]
 
 log = get_logger(__name__)
@@ -47,6 +48,7 @@ log = get_logger(__name__)
 _POLL_S = 1.0
 _ASK_TIMEOUT_S = 2.0
 _SEGMENTS_PER_NEW_REPLICA = 1  # a new log starts with one segment
+UNREPORTED = "its free storage has not been reported to the controller leader yet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,20 +149,33 @@ class RoomLedger:
         self._proposed: list[tuple[int, Counter[int]]] = []  # (controller log index, replicas per node)
 
     def room(self, state: ctl.ClusterState, candidates: Iterable[int]) -> dict[int, ctl.NodeRoom]:
-        """Room of each of ``candidates``; :class:`~multiraft.controller.CapacityUnknownError` (retriable) if
-        one has not reported yet: placing a replica on a node that may be full is what this prevents."""
+        """Room of each of ``candidates`` and every node that reported. A candidate that has not reported yet
+        (a new leader's first second, a node that just joined) gets none (:data:`UNREPORTED`): a replica is
+        never placed on a node that may be full."""
         reports = self._reports()
-        missing = sorted(set(candidates) - set(reports))
-        if missing:
-            raise ctl.CapacityUnknownError(missing)
+        unknown = {n: ctl.NodeRoom(0, UNREPORTED) for n in candidates if n not in reports}
         proposed: Counter[int] = Counter()
         for index, nodes in self._proposed:  # the list is replaced whole: the rebalancer reads it on the loop
             if index > state.applied_index:
                 proposed.update(nodes)
         assigned = state.replica_counts()
-        return {
+        return unknown | {
             node_id: report.room(assigned.get(node_id, 0), proposed[node_id]) for node_id, report in reports.items()
         }
+
+    def place_new_topic(
+        self, nodes: list[ctl.NodeInfo], state: ctl.ClusterState, partitions: int, replication_factor: int
+    ) -> list[tuple[tuple[int, ...], int]]:
+        """:func:`multiraft.controller.place_new_topic` within each node's room. A topic that fits only once
+        unreported nodes report is refused as retriable (:class:`~multiraft.controller.CapacityUnknownError`)."""
+        room = self.room(state, (n.node_id for n in nodes))
+        try:
+            return ctl.place_new_topic(nodes, state, partitions, replication_factor, room)
+        except ctl.NotEnoughStorageError:
+            unknown = sorted(n for n, r in room.items() if r.reason == UNREPORTED)
+            if unknown:
+                raise ctl.CapacityUnknownError(unknown) from None
+            raise
 
     def reserve(self, index: int | None, command: ctl.Command, applied_index: int) -> None:
         """Count a proposed command's new replicas until it is applied (the next reports include them)."""

@@ -139,9 +139,9 @@ class ControllerMachine:
             if request.name in self.state.topics:
                 raise ctl.DuplicateTopicError(request.name)
             configs = ctl.validate_topic_configs(request.configs, creating=True)
-            live = self.live_nodes(group)
-            room = self.room.room(self.state, (n.node_id for n in live)) if self.room is not None else None
-            assignments = ctl.place_new_topic(live, self.state, request.partitions, request.replication_factor, room)
+            live, state = self.live_nodes(group), self.state
+            place = ctl.place_new_topic if self.room is None else self.room.place_new_topic
+            assignments = place(live, state, request.partitions, request.replication_factor)
             return ctl.CreateTopic(
                 request.name,
                 configs,

@@ -144,11 +144,8 @@ class Rebalancer:
             return
         room: dict[int, ctl.NodeRoom] | None = None
         stranded: dict[int, tuple[int, ...]] | None = None
-        if self.room is not None:
-            try:
-                room = self.room.room(state, [n.node_id for n in live_active])
-            except ctl.CapacityUnknownError:
-                return  # no replica goes to a node whose room is unknown; its report comes within a second
+        if self.room is not None:  # no replica goes to a node whose room is unknown (or short)
+            room = self.room.room(state, [n.node_id for n in live_active])
             stranded = self.room.stranded()
         busy = set(self.moves) | {p.group_id for p in state.groups().values() if p.learners}
         planned: list[ctl.ReplicaMove] = []

@@ -20,7 +20,15 @@ from hypothesis import strategies as st
 from multiraft import controller as ctl
 from multiraft.config import NodeConfig
 from multiraft.errors import InsufficientStorageError
-from multiraft.node.capacity import LowWater, NodeCapacity, RoomLedger, decode_capacity, encode_capacity, shortage
+from multiraft.node.capacity import (
+    UNREPORTED,
+    LowWater,
+    NodeCapacity,
+    RoomLedger,
+    decode_capacity,
+    encode_capacity,
+    shortage,
+)
 from multiraft.node.controller_group import ControllerMachine
 from multiraft.node.directory import Directory
 from multiraft.node.scheduler import Scheduler
@@ -146,13 +154,15 @@ def test_a_topic_that_does_not_fit_is_refused_whole_naming_each_short_node() -> 
     assert placed == [((1,), 1)]
 
 
-def test_a_placement_waits_for_every_candidate_to_report_its_room() -> None:
+def test_no_replica_goes_to_a_node_that_has_not_reported_and_a_topic_that_needs_it_waits() -> None:
     state = cluster(3)
     ledger = RoomLedger(lambda: {1: report(1, free=50), 2: report(2, free=50)})
+    assert ledger.room(state, (1, 2, 3))[3] == ctl.NodeRoom(0, UNREPORTED)
+    placed = ledger.place_new_topic(list(active(state)), state, 4, 2)
+    assert {n for replicas, _ in placed for n in replicas} == {1, 2}
     with pytest.raises(ctl.CapacityUnknownError, match=r"\[3\]") as caught:
-        ledger.room(state, (1, 2, 3))
+        ledger.place_new_topic(list(active(state)), state, 1, 3)
     assert caught.value.reason == "UNAVAILABLE", "retriable: the report comes within a second"
-    assert set(ledger.room(state, (1, 2))) == {1, 2}
 
 
 def test_a_tight_fit_is_found_when_the_balanced_order_would_run_out_of_room() -> None:
