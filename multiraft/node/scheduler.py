@@ -336,9 +336,13 @@ class Scheduler:
             self._send(readies, persisted=False)
         assert self.store is not None
         if self.store.writes_pending:
-            # Writes of earlier work (applying entries, opening replicas) are synced on their own, so that a
-            # round that does not fit can be rolled back alone. They are rare; one that fails stops the node.
-            self.store.sync()
+            # What work between rounds wrote is synced on its own, so that a round that does not fit can be
+            # rolled back alone (and that work's writes, if they do not fit, are discarded alone).
+            try:
+                self.store.sync()
+            except StorageError as exc:
+                if not self._discard_if_full(exc, "writes of work between rounds"):
+                    raise
             self.syncs += 1
         written = retried + readies
         try:
