@@ -147,3 +147,39 @@ def test_a_node_low_on_disk_refuses_writes_serves_reads_and_resumes_once_space_i
         client.close()
         cluster_down(info.directory)
         ballast.unlink(missing_ok=True)
+
+
+def test_a_node_that_cannot_store_its_replicas_at_restart_starts_serves_and_they_move_elsewhere(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    # Node 4 loses its data and comes back with room for fewer segments than the replicas it is assigned
+    # (before, replaying the CreateTopic failed every start). It opens what fits above its reserve, keeps the
+    # rest offline and reported, and the controller moves those replicas to nodes with room.
+    cluster = cluster_factory(4, replica_replace_after_ms=600_000, rebalance_interval_ms=200)
+    cluster.create_topic("t", 20, 3)
+    on_4 = sum(4 in p.replicas for p in cluster.describe("t").partitions)
+    assert on_4 >= 14, on_4
+    cluster.kill(4)
+    node = cluster.info.nodes[4]
+    subprocess.run(["rm", "-rf", str(Path(node.directory) / "data")], check=True, timeout=30)
+    with node.config_path.open("a") as config:
+        config.write("max_segments = 16\nmin_free_segments = 2\n")  # the metadata log + 13 replicas fit
+    cluster.start(4)
+
+    def settled() -> bool:
+        partitions = cluster.describe("t").partitions
+        return sum(4 in p.replicas for p in partitions) <= 13 and all(
+            len(p.replicas) == 3 and not p.learners and len(p.in_sync_replicas) == 3 for p in partitions
+        )
+
+    deadline = time.monotonic() + 120
+    for _ in range(1_200):
+        if settled() or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert settled(), [(p.replicas, p.learners, p.in_sync_replicas) for p in cluster.describe("t").partitions]
+    assert "cannot store a replica assigned to this node" in node.log_path.read_text(errors="replace")
+    cluster.kill(4)
+    cluster.start(4)  # and it restarts cleanly
+    _alive(cluster)
+    assert _stopped_on_an_error(cluster) == []
