@@ -173,11 +173,13 @@ def test_a_node_that_cannot_store_its_replicas_at_restart_starts_serves_and_they
         )
 
     deadline = time.monotonic() + 120
+    in_a_row = 0  # a status answer may miss a leader that is slow to answer: trust three in a row
     for _ in range(1_200):
-        if settled() or time.monotonic() > deadline:
+        in_a_row = in_a_row + 1 if settled() else 0
+        if in_a_row == 3 or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    assert settled(), [(p.replicas, p.learners, p.in_sync_replicas) for p in cluster.describe("t").partitions]
+    assert in_a_row == 3, [(p.replicas, p.learners, p.in_sync_replicas) for p in cluster.describe("t").partitions]
     assert "cannot store a replica assigned to this node" in node.log_path.read_text(errors="replace")
     cluster.kill(4)
     cluster.start(4)  # and it restarts cleanly
