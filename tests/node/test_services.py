@@ -12,6 +12,7 @@ from multiraft import controller as ctl
 from multiraft.config import NodeConfig
 from multiraft.errors import (
     CorruptBatchError,
+    DrainRefusedError,
     InvalidArgumentError,
     NotLeaderError,
     OffsetOutOfRangeError,
@@ -397,13 +398,31 @@ def test_drain_marks_the_node_draining_once_and_reports_what_is_left_on_it() -> 
         p0, p1 = found.cluster.topics["orders"].partitions
         stat = FakeStatus({p0.group_id: status(p0.group_id, leader=3), p1.group_id: status(p1.group_id, leader=1)})
         service = admin_service(found, stat)
-        drained = await service.drain_node(3)
+        drained = await service.drain_node(3, force=True)
         assert found.cluster.nodes[3].state is ctl.NodeState.DRAINING
         assert (drained.replicas_left, drained.leaders_left, drained.safe_to_stop) == (2, 1, False)
         with pytest.raises(UnknownNodeError):
             await service.drain_node(9)
         with pytest.raises(UnknownNodeError):
             await service.remove_node(9)
+
+    asyncio.run(scenario())
+
+
+def test_a_drain_that_leaves_too_few_nodes_for_a_topic_is_refused_unless_forced_and_undrain_reverts_it() -> None:
+    async def scenario() -> None:
+        found = directory(cluster_with_topic("orders", partitions=2))  # replication factor 3 on 3 nodes
+        service = admin_service(found)
+        with pytest.raises(DrainRefusedError, match="orders"):
+            await service.drain_node(2)
+        assert found.cluster.nodes[2].state is ctl.NodeState.ACTIVE
+        await service.drain_node(2, force=True)
+        assert found.cluster.nodes[2].state is ctl.NodeState.DRAINING
+        await service.undrain_node(2)
+        await service.undrain_node(2)  # idempotent
+        assert found.cluster.nodes[2].state is ctl.NodeState.ACTIVE
+        with pytest.raises(UnknownNodeError):
+            await service.undrain_node(9)
 
     asyncio.run(scenario())
 
