@@ -196,9 +196,12 @@ class ProducerFencedError(ProducerError):
 
 
 class UnknownProducerIdError(ProducerError):
-    """Kafka's UNKNOWN_PRODUCER_ID: ids come from InitProducer (or are replay ids), never from the client."""
+    """Kafka's UNKNOWN_PRODUCER_ID: ids come from InitProducer (or are replay ids), never from the client.
+
+    Retriable: the partition leader's copy of the controller state may lag the node that handed the id out."""
 
     reason = "UNKNOWN_PRODUCER_ID"
+    retriable = True
 
 
 class InvalidProducerEpochError(ProducerError):

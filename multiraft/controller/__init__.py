@@ -45,6 +45,7 @@ from .placement import (
 from .state import (
     COMMAND_FORMAT_VERSION,
     CONTROLLER_GROUP_ID,
+    FIRST_PRODUCER_ID,
     MAX_PRODUCER_ID,
     SNAPSHOT_FORMAT_VERSION,
     AllocateProducerIds,
@@ -87,6 +88,7 @@ __all__ = [
     "PartitionState",
     "Topic",
     "CONTROLLER_GROUP_ID",
+    "FIRST_PRODUCER_ID",
     "MAX_PRODUCER_ID",
     # commands and applying them
     "Command",

@@ -14,6 +14,7 @@ from multiraft.errors import (
     CorruptBatchError,
     DrainRefusedError,
     InvalidArgumentError,
+    InvalidProducerEpochError,
     NotLeaderError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -21,6 +22,7 @@ from multiraft.errors import (
     UnavailableError,
     UnknownNodeError,
     UnknownPartitionError,
+    UnknownProducerIdError,
     UnknownTopicError,
 )
 from multiraft.node.offsets import OFFSETS_TOPIC, CommittedOffset
@@ -110,6 +112,31 @@ def test_a_batch_no_log_entry_can_hold_is_refused_as_too_large_and_never_propose
             await service.produce("orders", 0, batch(value), 0)
         assert caught.value.metadata["max_bytes"] == str(StorageConfig().max_entry_bytes - ENTRY_OVERHEAD_BYTES)
         assert store.produced == []
+
+    asyncio.run(scenario())
+
+
+def idempotent(producer_id: int, epoch: int, sequence: int = 0) -> bytes:
+    return encode_batch([b"v"], timestamps_ms=1, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
+
+
+def test_a_batch_under_a_producer_id_or_epoch_nobody_granted_is_refused_and_never_proposed() -> None:
+    async def scenario() -> None:
+        # The controller has handed out ids 1..99; InitProducer grants each at epoch 0.
+        service, found, store, _ = data_service(state=replace(cluster_with_topic(), next_producer_id=100))
+        lead(found, "orders", 0)
+        with pytest.raises(UnknownProducerIdError, match="100"):
+            await service.produce("orders", 0, idempotent(100, 0), 0)
+        with pytest.raises(UnknownProducerIdError):
+            await service.produce("orders", 0, idempotent(0, 0), 0)
+        with pytest.raises(InvalidProducerEpochError, match="epoch 1"):
+            await service.produce("orders", 0, idempotent(5, 1, sequence=3), 0)  # would fence producer 5
+        assert store.produced == []
+
+        store.produce_results = [ProduceResult(0, 1), ProduceResult(1, 1)]
+        await service.produce("orders", 0, idempotent(5, 0), 0)
+        await service.produce("orders", 0, idempotent(2**62 + 5, 7), 0)  # a replay producer's own epoch
+        assert [(h.producer_id, h.producer_epoch) for _, _, h in store.produced] == [(5, 0), (2**62 + 5, 7)]
 
     asyncio.run(scenario())
 
