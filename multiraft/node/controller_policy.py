@@ -15,8 +15,10 @@ Everything else (a placed ``CreateTopic``, ``SetPartitionReplicas``, a raw ``Set
 ``DeleteTopic`` with ``internal``) only the controller leader's own node proposes, and a peer asking for it
 gets :class:`~multiraft.errors.OperationNotAllowedError`.
 
-The requester of a forwarded request is its ``origin``, as the forwarder saw it; that claim is believed from a
-registered forwarder, or when it names a node not registered yet (which could have asked for itself).
+A forwarded request names its ``origin``, the peer the forwarder served. That claim is believed only for a node
+not registered yet (a joining node that does not know the leader, and could have asked for itself); otherwise
+the forwarder is the requester, so a registered node's entry changes only over its own connection (a
+restarted node at a new address that reaches a forwarder first retries until it knows the leader).
 """
 
 from __future__ import annotations
@@ -33,14 +35,9 @@ _MAX_OFFSETS_PARTITIONS = 1_000
 
 def requester(cluster: ctl.ClusterState, from_node: int, request: ControllerRequest) -> int:
     """The node on whose behalf ``request`` (received from ``from_node``'s connection) is made."""
-    if not request.forwarded:
-        return from_node
-    if _registered(cluster, from_node) or not _registered(cluster, request.origin):
-        return request.origin
-    raise OperationNotAllowedError(
-        f"node {from_node} is not registered and may not forward a request on behalf of node {request.origin}",
-        node_id=from_node,
-    )
+    if request.forwarded and not _registered(cluster, request.origin):
+        return request.origin  # a joining node, which could have asked for itself
+    return from_node
 
 
 def check_peer_request(cluster: ctl.ClusterState, origin: int, request: ControllerRequest, max_partitions: int) -> None:

@@ -148,27 +148,29 @@ def test_what_a_client_could_ask_for_or_what_concerns_the_peer_itself_is_served(
     assert leader.reached == [ControllerRequest(body)]
 
 
-def test_a_forwarder_names_the_peer_it_serves_and_the_leader_judges_that_peer() -> None:
+def test_a_forwarder_names_the_peer_it_serves_and_a_joining_node_may_register_through_it() -> None:
     forwarder = Node(View(node_id=VICTIM, controller_leader=SELF))
-    assert forwarder.send(PEER, ControllerRequest(_register(PEER))) == ControllerOutcome()
+    joining = ControllerRequest(_register(4))
+    assert forwarder.send(4, joining) == ControllerOutcome()
     [(to_node, passed_on)] = forwarder.peers.forwarded
-    assert (to_node, passed_on) == (SELF, ControllerRequest(_register(PEER), forwarded=True, origin=PEER))
+    assert (to_node, passed_on) == (SELF, ControllerRequest(_register(4), forwarded=True, origin=4))
 
     leader = Node()
-    assert leader.send(VICTIM, passed_on) == ControllerOutcome()
-    claim = ControllerRequest(_register(VICTIM), forwarded=True, origin=PEER)
-    assert type(leader.send(VICTIM, claim)) is OperationNotAllowedError  # the origin may only register itself
-    assert leader.reached == [passed_on]
+    assert leader.send(VICTIM, passed_on) == ControllerOutcome()  # node 4 could have asked for itself
+    assert leader.send(STRANGER, passed_on) == ControllerOutcome()
+    assert leader.reached == [passed_on, passed_on]
 
 
-def test_a_new_node_may_register_through_a_forwarder_but_a_stranger_may_not_speak_for_a_registered_node() -> None:
+def test_nobody_speaks_for_a_registered_node_but_its_own_connection() -> None:
+    forwarder = Node(View(node_id=VICTIM, controller_leader=SELF))
+    answer = forwarder.send(STRANGER, ControllerRequest(_register(PEER)))
+    assert type(answer) is OperationNotAllowedError
     leader = Node()
-    joining = ControllerRequest(_register(4), forwarded=True, origin=4)
-    assert leader.send(STRANGER, joining) == ControllerOutcome()  # node 4 could have asked for itself
-    spoofed = ControllerRequest(_register(VICTIM), forwarded=True, origin=VICTIM)
-    answer = leader.send(STRANGER, spoofed)
-    assert type(answer) is OperationNotAllowedError and "not registered" in answer.message
-    assert leader.reached == [joining]
+    for sender in (STRANGER, VICTIM, SELF):
+        claim = ControllerRequest(_register(PEER), forwarded=True, origin=PEER)
+        answer = leader.send(sender, claim)
+        assert type(answer) is OperationNotAllowedError and f"register node {PEER}" in answer.message
+    assert forwarder.reached == [] and leader.reached == []
 
 
 def test_a_refused_request_leaves_the_peer_service_serving() -> None:
