@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from multiraft import controller as ctl
 from multiraft.errors import InvalidArgumentError, MultiraftError, OperationNotAllowedError
@@ -35,6 +37,7 @@ from multiraft.node.peer_messages import (
 )
 from multiraft.node.peer_service import PeerService
 from tests.controller._helpers import cluster, create_topic, node, run
+from tests.controller.strategies import any_commands, small_commands
 
 SELF, PEER, VICTIM, STRANGER = 1, 2, 3, 99
 
@@ -185,3 +188,28 @@ def test_a_refused_request_leaves_the_peer_service_serving() -> None:
         return first, second
 
     assert asyncio.run(both()) == (STATUS_ERROR, STATUS_OK)
+
+
+@given(
+    st.one_of(small_commands(), any_commands()),
+    st.sampled_from([PEER, VICTIM, STRANGER]),
+    st.booleans(),
+    st.sampled_from([0, PEER, VICTIM, 4, STRANGER]),
+)
+def test_whatever_a_peer_sends_only_allowed_operations_on_its_own_behalf_reach_the_controller(
+    command: ctl.Command, sender: int, forwarded: bool, origin: int
+) -> None:
+    request = ControllerRequest(command, forwarded, origin)
+    leader = Node()
+    state = leader.view.cluster
+    requester = origin if forwarded and origin not in state.nodes else sender
+    answer = leader.send(sender, request)
+    if not leader.reached:
+        assert isinstance(answer, OperationNotAllowedError | InvalidArgumentError), answer
+        return
+    assert isinstance(command, ctl.RegisterNode | ctl.DeleteTopic | ctl.AlterTopicConfigs | ctl.AllocateProducerIds)
+    if isinstance(command, ctl.RegisterNode):
+        assert command.node.node_id == requester
+    if isinstance(command, ctl.DeleteTopic | ctl.AlterTopicConfigs):
+        assert not (isinstance(command, ctl.DeleteTopic) and command.internal)
+        assert not (command.name in state.topics and state.topics[command.name].internal)
