@@ -39,6 +39,7 @@ from __future__ import annotations
 import itertools
 import operator
 import struct
+from codecs import utf_8_decode
 from collections.abc import Iterator, Sequence
 from enum import IntEnum
 from functools import cache
@@ -50,7 +51,7 @@ import zstandard
 
 from storage.errors import BatchFormatError
 
-# numpy and pyarrow load on first encode/decode: a node, which only checks headers, never needs them.
+# numpy and pyarrow load on first use: a node needs numpy to check a batch's body, never pyarrow.
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -70,6 +71,8 @@ __all__ = [
     "encode_arrow_batch",
     "read_header",
     "validate_batch",
+    "check_batch",
+    "MAX_CHECKED_BODY_BYTES",
     "iter_batches",
     "decode_batches",
     "first_offset_at_or_after",
@@ -90,6 +93,19 @@ _HAS_TIMESTAMPS = 1 << 5
 _WIDE_TIMESTAMPS = 1 << 6
 _KNOWN_ATTRIBUTES = _CODEC_MASK | _HAS_KEYS | _HAS_HEADERS | _HAS_TIMESTAMPS | _WIDE_TIMESTAMPS
 _MAX_BODY = (1 << 32) - 1
+# A body decompressed in one call allocates its claimed length: only while that is within this many times the
+# stored bytes; beyond, it is decompressed in chunks, so memory follows the bytes that really come out.
+_ONE_SHOT_RATIO = 64
+_CHUNK = 1 << 20
+_LZ4_MAX_RATIO = 255  # an LZ4 block cannot expand more (one byte per 255 of a match)
+MAX_CHECKED_BODY_BYTES = 256 << 20
+"""The largest uncompressed body :func:`check_batch` accepts by default (the server decompresses it)."""
+
+
+def _bad(field: str, message: str) -> BatchFormatError:
+    error = BatchFormatError(f"{field}: {message}")
+    error.field = field
+    return error
 
 
 @cache
@@ -162,15 +178,15 @@ def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
         raise BatchFormatError(f"truncated batch header: {len(buf) - pos} bytes, need {HEADER_SIZE}")
     header = BatchHeader._make(_HEADER.unpack_from(buf, pos))
     if header.version != BATCH_VERSION:
-        raise BatchFormatError(f"unsupported batch version {header.version}")
+        raise _bad("version", f"unsupported batch version {header.version}")
     if header.length < HEADER_SIZE or header.length > len(buf) - pos:
-        raise BatchFormatError(f"batch length {header.length} does not fit the {len(buf) - pos} bytes available")
+        raise _bad("length", f"{header.length} does not fit the {len(buf) - pos} bytes available")
     if header.record_count < 1:
-        raise BatchFormatError(f"record_count must be >= 1, got {header.record_count}")
+        raise _bad("record_count", f"must be >= 1, got {header.record_count}")
     if header.attributes & ~_KNOWN_ATTRIBUTES or (header.attributes & _CODEC_MASK) > max(Compression):
-        raise BatchFormatError(f"unknown batch attributes {header.attributes:#x}")
+        raise _bad("attributes", f"unknown batch attributes {header.attributes:#x}")
     if header.max_timestamp < header.first_timestamp:
-        raise BatchFormatError("max_timestamp is before first_timestamp")
+        raise _bad("max_timestamp", "before first_timestamp")
     return header
 
 
@@ -179,7 +195,7 @@ def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHe
     header = read_header(buf, pos)
     view = memoryview(buf)[pos + _CRC_START : pos + header.length]
     if crc32c.crc32c(view) != header.crc:
-        raise BatchFormatError(f"batch CRC mismatch at byte {pos}")
+        raise _bad("crc", f"batch CRC mismatch at byte {pos}")
     return header
 
 
@@ -416,21 +432,66 @@ def _compress(codec: Compression, body: bytes) -> bytes:
 
 
 def _decompress(header: BatchHeader, stored: memoryview) -> memoryview:
+    """The body, never allocating more than the stored bytes can really expand to."""
     codec = header.attributes & _CODEC_MASK
+    claimed = header.body_length
     try:
         if codec == Compression.NONE:
-            if len(stored) != header.body_length:
-                raise BatchFormatError("body length does not match the header")
+            if len(stored) != claimed:
+                raise _bad("body_length", f"{claimed} bytes claimed, the batch holds {len(stored)}")
             return stored
         if codec == Compression.ZSTD:
-            body = _ZSTD_DECOMPRESSOR.decompress(stored, max_output_size=header.body_length)
+            declared = zstandard.frame_content_size(stored)
+            if declared not in (-1, claimed):
+                raise _bad("body_length", f"{claimed} bytes claimed, the zstd frame says {declared}")
+            if claimed <= _ONE_SHOT_RATIO * len(stored):
+                body = _ZSTD_DECOMPRESSOR.decompress(stored, max_output_size=claimed)
+            else:
+                body = _zstd_in_chunks(stored, claimed)
         else:
-            body = lz4.block.decompress(stored, uncompressed_size=header.body_length)
+            if claimed > _LZ4_MAX_RATIO * len(stored) + 16:
+                raise _bad("body_length", f"{claimed} bytes cannot come out of a {len(stored)}-byte LZ4 block")
+            body = lz4.block.decompress(stored, uncompressed_size=claimed)
     except (zstandard.ZstdError, lz4.block.LZ4BlockError) as exc:
-        raise BatchFormatError(f"cannot decompress batch body: {exc}") from exc
-    if len(body) != header.body_length:
-        raise BatchFormatError("decompressed body length does not match the header")
+        raise _bad("body", f"cannot decompress the batch body: {exc}") from exc
+    if len(body) != claimed:
+        raise _bad("body_length", f"{claimed} bytes claimed, the body decompresses to {len(body)}")
     return memoryview(body)
+
+
+def _zstd_in_chunks(stored: memoryview, claimed: int) -> bytes:
+    """At most ``claimed + 1`` bytes of the frame's output, read a chunk at a time."""
+    chunks: list[bytes] = []
+    total = 0
+    with _ZSTD_DECOMPRESSOR.stream_reader(stored) as reader:
+        for _ in range(claimed // _CHUNK + 2):  # each round reads a chunk or ends
+            chunk = reader.read(min(_CHUNK, claimed + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > claimed:
+                break
+    return b"".join(chunks)
+
+
+def check_batch(buf: bytes | bytearray | memoryview, *, max_body_bytes: int = MAX_CHECKED_BODY_BYTES) -> BatchHeader:
+    """Check that one batch (all of ``buf``) is consistent with itself, as the server does before it writes
+    one: header and CRC, the compression frame and every length column against the body it has, the
+    header's timestamps against the records'. Vectorised over columns; a failure names the field."""
+    header = validate_batch(buf)
+    if header.length != len(buf):
+        raise _bad("length", f"{header.length} bytes claimed, the request holds {len(buf)}")
+    if header.body_length > max_body_bytes:
+        raise _bad("body_length", f"{header.body_length} bytes uncompressed exceeds {max_body_bytes}")
+    view = memoryview(buf)
+    columns = _Columns(header, _decompress(header, view[HEADER_SIZE : header.length]))
+    timestamps = columns.timestamps
+    if int(timestamps[0]) != header.first_timestamp:
+        raise _bad("first_timestamp", "the first record's timestamp differs from the header's")
+    if int(timestamps.max()) != header.max_timestamp:
+        raise _bad("max_timestamp", f"{header.max_timestamp} is not the records' largest, {int(timestamps.max())}")
+    return header
 
 
 # --------------------------------------------------------------------------------------------------- decoding
@@ -457,13 +518,20 @@ class _Columns:
 
         n = header.record_count
         attributes = header.attributes
+        # The count is a claim: every record takes at least its length entries, so the body bounds it
+        # before anything is allocated from it.
+        per_record = 4 + 4 * bool(attributes & _HAS_KEYS) + 4 * bool(attributes & _HAS_HEADERS)
+        if attributes & _HAS_TIMESTAMPS:
+            per_record += 8 if attributes & _WIDE_TIMESTAMPS else 4
+        if n * per_record > len(body):
+            raise _bad("record_count", f"{n} records need at least {n * per_record} body bytes, it has {len(body)}")
         pos = 0
 
         def take(dtype: str, count: int) -> npt.NDArray[np.int64]:
             nonlocal pos
             width = np.dtype(dtype).itemsize * count
             if pos + width > len(body):
-                raise BatchFormatError("batch body is shorter than its length columns")
+                raise _bad("body", "shorter than its length columns")
             array = np.frombuffer(body, dtype=dtype, count=count, offset=pos)
             pos += width
             return array
@@ -478,32 +546,49 @@ class _Columns:
         if attributes & _HAS_HEADERS:
             self.hdr_counts: npt.NDArray[np.int64] | None = take("<i4", n)
             if (self.hdr_counts < 0).any():
-                raise BatchFormatError("negative header count")
+                raise _bad("hdr_count", "negative header count")
             m = int(self.hdr_counts.sum())
             self.hkey_lengths: npt.NDArray[np.int64] | None = take("<i4", m)
             self.hval_lengths: npt.NDArray[np.int64] | None = take("<i4", m)
         else:
             self.hdr_counts = self.hkey_lengths = self.hval_lengths = None
 
-        def data(lengths: npt.NDArray[np.int64] | None, nullable: bool) -> memoryview:
+        def data(lengths: npt.NDArray[np.int64] | None, nullable: bool, name: str) -> memoryview:
             nonlocal pos
             if lengths is None:
                 return memoryview(b"")
             if (lengths < (-1 if nullable else 0)).any():
-                raise BatchFormatError("invalid length in batch body")
+                raise _bad(name, "a length below " + ("-1" if nullable else "0"))
             size = int(np.maximum(lengths, 0).sum())
             if pos + size > len(body):
-                raise BatchFormatError("batch body is shorter than its lengths say")
+                raise _bad(name, f"the lengths add up to {size} bytes, the body has {len(body) - pos} left")
             view = body[pos : pos + size]
             pos += size
             return view
 
-        self.value_data = data(self.value_lengths, True)
-        self.key_data = data(self.key_lengths, True)
-        self.hkey_data = data(self.hkey_lengths, False)
-        self.hval_data = data(self.hval_lengths, True)
+        self.value_data = data(self.value_lengths, True, "value_len")
+        self.key_data = data(self.key_lengths, True, "key_len")
+        self.hkey_data = data(self.hkey_lengths, False, "hkey_len")
+        self.hval_data = data(self.hval_lengths, True, "hval_len")
         if pos != len(body):
-            raise BatchFormatError(f"batch body has {len(body) - pos} trailing bytes")
+            raise _bad("body_length", f"the body has {len(body) - pos} bytes beyond its columns")
+        if self.hkey_lengths is not None and len(self.hkey_data):
+            _check_utf8(self.hkey_data, self.hkey_lengths)
+
+
+def _check_utf8(data: memoryview, lengths: npt.NDArray[np.int64]) -> None:
+    """Header keys are strings: the whole column must be UTF-8, and no key may start inside a character
+    (then each key is UTF-8 on its own). Two C calls, none per key."""
+    import numpy as np
+
+    try:
+        utf_8_decode(data, None, True)
+    except UnicodeDecodeError as exc:
+        raise _bad("hkey", f"a header key is not UTF-8: {exc.reason}") from None
+    starts = np.cumsum(lengths[:-1], dtype=np.int64)
+    starts = starts[starts < len(data)]
+    if len(starts) and ((np.frombuffer(data, dtype=np.uint8)[starts] & 0xC0) == 0x80).any():
+        raise _bad("hkey", "a header key starts inside a UTF-8 character")
 
 
 def _binary_array(
