@@ -32,6 +32,7 @@ import grpc
 
 from multiraft.errors import (
     ConfigError,
+    CorruptRecordBatchError,
     InvalidArgumentError,
     MultiraftError,
     NotLeaderError,
@@ -41,12 +42,12 @@ from multiraft.errors import (
 )
 from multiraft.logging import get_logger
 from rpc.client._cluster import ClusterClient
+from rpc.client._decode import decode_fetched, records_before
 from rpc.client._fetcher import PartitionStream, StreamFetcher
 from rpc.client._records import Record, TopicPartition
 from rpc.proto import multiraft_pb2 as pb
 from rpc.status import from_proto_error, from_rpc_error
-from storage.batch import decode_batches, headers_type, record_schema
-from storage.errors import BatchFormatError
+from storage.batch import headers_type, record_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -99,9 +100,10 @@ class _Partition:
     log_start_offset: int | None = None
     backoff_s: float = 0.0
     backoff_until: float = 0.0
+    corrupt: CorruptRecordBatchError | None = None  # reading stopped at a batch that cannot be decoded
 
     def seek(self, position: int | None, reset: _Reset | None) -> None:
-        self.position, self.reset = position, reset
+        self.position, self.reset, self.corrupt = position, reset, None
         self.fetch_offset = position if position is not None else 0
         self.buffer = None
         self.close_stream()
@@ -542,6 +544,7 @@ class Consumer:
         while True:
             self._completed.clear()
             self._collect()
+            self._raise_at_corrupt_batch()
             taken = self._take(limit)
             self._send_fetches()
             if taken:
@@ -556,6 +559,24 @@ class Consumer:
             self._completed.wait(wake)
             self._refresh_subscription()
             self._resolve(list(self._partitions.values()))
+
+    def _raise_at_corrupt_batch(self) -> None:
+        """Once a partition's position reaches a batch that cannot be decoded, every poll raises (as Kafka's
+        does) until the application skips it: reading never stops silently."""
+        for state in self._partitions.values():
+            if state.corrupt is not None and state.buffer is None:
+                raise state.corrupt
+
+    def skip_batch(self, tp: TopicPartition | tuple[str, int]) -> int:
+        """Move ``tp``'s position past the batch that :class:`CorruptRecordBatchError` named (its records
+        are lost to this consumer); returns the new position."""
+        state = self._state(tp)
+        if state.corrupt is None:
+            raise InvalidArgumentError(f"{state.tp} has no batch that failed to decode", field="partition")
+        next_offset = state.corrupt.next_offset
+        log.warning("skipping a batch that cannot be decoded", partition=str(state.tp), offset=state.corrupt.offset)
+        state.seek(next_offset, None)
+        return next_offset
 
     def _take(self, limit: int) -> list[tuple[TopicPartition, pa.Table]]:
         """Up to ``limit`` buffered records, fairly across partitions; advances positions."""
@@ -588,7 +609,7 @@ class Consumer:
         ready = [
             s
             for s in self._partitions.values()
-            if s.position is not None and s.stream is None and s.backoff_until <= now
+            if s.position is not None and s.stream is None and s.backoff_until <= now and s.corrupt is None
         ]
         if not ready:
             return
@@ -614,7 +635,11 @@ class Consumer:
         fewer than ``max_poll_records`` records), or handle the error that ended a stream."""
         for state in list(self._partitions.values()):
             stream = state.stream
-            while stream is not None and (state.buffer is None or state.buffer.num_rows < self._max_poll_records):
+            while (
+                stream is not None
+                and state.corrupt is None
+                and (state.buffer is None or state.buffer.num_rows < self._max_poll_records)
+            ):
                 response = stream.pop()
                 if response is None:
                     break
@@ -633,15 +658,18 @@ class Consumer:
         state.log_start_offset = response.log_start_offset
         offset = state.fetch_offset
         if response.batches:
-            try:
-                table = decode_batches(response.batches, include_headers=True)
-            except BatchFormatError as exc:
-                raise MultiraftError(f"{state.tp}: the leader sent a corrupt batch: {exc}") from exc
-            skip = _records_before(table, offset)  # the first batch may start before the offset
-            if skip:
-                table = table.slice(skip)
-            if table.num_rows:
+            table, corrupt = decode_fetched(response.batches, state.tp, offset, response.next_offset)
+            skip = records_before(table, offset) if table is not None else 0  # a batch may start before it
+            if table is not None and table.num_rows > skip:
+                table = table.slice(skip) if skip else table
                 state.buffer = pa.concat_tables([state.buffer, table]) if state.buffer is not None else table
+            if corrupt is not None:  # stop here until the application skips it (see poll)
+                state.corrupt = corrupt
+                state.close_stream()
+                state.fetch_offset = max(offset, corrupt.offset)
+                if state.buffer is None:
+                    state.position = state.fetch_offset
+                return
         state.fetch_offset = max(offset, response.next_offset)
         if state.buffer is None:
             state.position = state.fetch_offset
@@ -715,18 +743,3 @@ def _by_topic(states: Iterable[_Partition]) -> dict[str, list[_Partition]]:
     for state in states:
         grouped.setdefault(state.tp.topic, []).append(state)
     return grouped
-
-
-def _records_before(table: pa.Table, offset: int) -> int:
-    """How many leading rows of a decoded fetch lie before ``offset`` (offsets ascend)."""
-    import numpy as np
-
-    column = table.column("offset")
-    if not table.num_rows or column[0].as_py() >= offset:
-        return 0
-    # From the buffers: Array.to_numpy() would import pandas (about a second) on first use.
-    arrays = [
-        np.frombuffer(chunk.buffers()[1], dtype=np.int64, count=len(chunk), offset=chunk.offset * 8)
-        for chunk in column.chunks
-    ]
-    return int(np.searchsorted(np.concatenate(arrays) if len(arrays) > 1 else arrays[0], offset))
