@@ -26,9 +26,7 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
-
-import grpc
+from typing import TYPE_CHECKING, Literal
 
 from multiraft.errors import (
     ConfigError,
@@ -44,9 +42,9 @@ from multiraft.logging import get_logger
 from rpc.client._cluster import ClusterClient
 from rpc.client._decode import decode_fetched, records_before
 from rpc.client._fetcher import PartitionStream, StreamFetcher
+from rpc.client._offsets import list_offsets
 from rpc.client._records import Record, TopicPartition
 from rpc.proto import multiraft_pb2 as pb
-from rpc.status import from_proto_error, from_rpc_error
 from storage.batch import headers_type, record_schema
 
 if TYPE_CHECKING:
@@ -62,7 +60,6 @@ Start = str | int | datetime | None
 _MIN_PARTITION_FETCH_BYTES = 64 * 1024
 _BACKOFF_START_S = 0.02
 _BACKOFF_MAX_S = 1.0
-_SPECS = {"earliest": pb.EARLIEST, "latest": pb.LATEST, "timestamp": pb.TIMESTAMP}
 
 
 def arrow_schema() -> pa.Schema:
@@ -391,56 +388,7 @@ class Consumer:
             return {}
 
     def _list_offsets(self, topic: str, partitions: list[int], kind: str, timestamp_ms: int = 0) -> dict[int, int]:
-        """ListOffsets on each partition's leader: one request per leader node, sent concurrently; partitions
-        that fail (a moved leader) are retried one by one through ``call_leader``."""
-        spec = _SPECS[kind]
-        by_leader: dict[str, list[int]] = {}
-        retry: list[int] = []
-        for partition in partitions:
-            address = self._client.leader_address(topic, partition)
-            if address is None:
-                retry.append(partition)
-            else:
-                by_leader.setdefault(address, []).append(partition)
-        futures = [
-            self._client.log_stub(address).ListOffsets.future(
-                pb.ListOffsetsRequest(topic=topic, partitions=ps, spec=spec, timestamp_ms=timestamp_ms),
-                timeout=self._request_timeout_s,
-            )
-            for address, ps in by_leader.items()
-        ]
-        found: dict[int, int] = {}
-        for future, ps in zip(futures, by_leader.values(), strict=True):
-            try:
-                response = future.result()
-            except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                if not error.retriable:
-                    raise error from None
-                retry.extend(ps)
-                continue
-            for item in response.offsets:
-                if item.HasField("error"):
-                    error = from_proto_error(item.error)
-                    if not error.retriable:
-                        raise error
-                    retry.append(item.partition)
-                else:
-                    found[item.partition] = item.offset
-        for partition in retry:
-
-            def one(stub: Any, timeout: float, partition: int = partition) -> int:
-                request = pb.ListOffsetsRequest(
-                    topic=topic, partitions=[partition], spec=spec, timestamp_ms=timestamp_ms
-                )
-                response = stub.ListOffsets(request, timeout=timeout)
-                item = response.offsets[0]
-                if item.HasField("error"):
-                    raise from_proto_error(item.error)
-                return int(item.offset)
-
-            found[partition] = self._client.call_leader(topic, partition, one)
-        return found
+        return list_offsets(self._client, topic, partitions, kind, timestamp_ms, self._request_timeout_s)
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Store offsets for the group: the NEXT offset to read per partition (default: every position)."""

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Callable
+from pathlib import Path
 
 import crc32c
 import grpc
 import pytest
 
 from multiraft import Consumer, CorruptRecordBatchError, InvalidArgumentError, TopicPartition
+from multiraft.launcher import stop_node
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from storage import encode_batch, read_header
+from storage import Entry, EntryKind, LogStore, StorageConfig, encode_batch, read_header
 from tests.integration._helpers import Cluster, fetch_all
 
 TP = TopicPartition("events", 0)
@@ -163,3 +166,45 @@ def test_a_raw_grpc_client_sending_the_lying_batch_is_refused_and_the_partition_
             if len(seen) >= 6:
                 break
         assert seen == [*before, b"after"]
+
+
+@pytest.mark.integration
+def test_a_lying_batch_already_in_a_log_raises_at_its_offset_and_can_be_skipped(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    # A log written before the produce check: the batch goes straight into the stopped node's store.
+    cluster = cluster_factory(nodes=1)
+    cluster.create_topic("old-log", partitions=1, replication_factor=1)
+    client = cluster.client
+    request = pb.ProduceRequest(topic="old-log", partition=0, batch=_batch([b"a", b"b", b"c"], 0))
+    client.call_leader("old-log", 0, lambda stub, timeout: stub.Produce(request, timeout=timeout))
+    assert stop_node(cluster.info, 1)
+    with LogStore.open(Path(cluster.info.nodes[1].directory) / "data", StorageConfig()) as store:
+        log = store.log("old-log", 0, create=False)
+        index = log.last_index()
+        log.append([Entry(index + 1, log.term(index), EntryKind.DATA, 1_700_000_000_000, _lying_batch(0))])
+        store.sync()
+    cluster.start(1)
+    client.metadata(refresh=True)
+    request = pb.ProduceRequest(topic="old-log", partition=0, batch=_batch([b"d"], 0))
+    after = client.call_leader("old-log", 0, lambda stub, timeout: stub.Produce(request, timeout=timeout))
+    assert after.base_offset == 3 + LIE  # the log took the lie: the next batch is 2^31-1 offsets on
+    with Consumer(cluster.bootstrap, request_timeout_s=10) as consumer:
+        tp = TopicPartition("old-log", 0)
+        consumer.assign([tp], start="earliest")
+        seen: list[bytes] = []
+        error: CorruptRecordBatchError | None = None
+        for _ in range(60):
+            try:
+                seen += [r.value for r in consumer.poll(0.5)]
+            except CorruptRecordBatchError as exc:
+                error = exc
+                break
+        assert seen == [b"a", b"b", b"c"]
+        assert error is not None and (error.topic, error.partition, error.offset) == ("old-log", 0, 3)
+        assert consumer.skip_batch(tp) == 3 + LIE
+        for _ in range(60):
+            seen += [r.value for r in consumer.poll(0.5)]
+            if len(seen) == 4:
+                break
+        assert seen == [b"a", b"b", b"c", b"d"]
