@@ -11,7 +11,8 @@ pushes batches as they commit), run on one background thread; at most two respon
 undecoded, and more are decoded only while the partition holds fewer than ``max_poll_records`` records.
 A stream that fails (leader moved, node lost, offset out of range) is re-opened at the next offset.
 Decoding is done in bulk (:func:`storage.decode_batches`); ``poll_arrow`` never touches single records in
-Python.
+Python. A batch that cannot be decoded stops its partition there: ``poll()`` raises
+:class:`CorruptRecordBatchError` until :meth:`Consumer.skip_batch` or a seek moves past it.
 
 With a ``group_id`` the consumer commits positions (the next offset to read, as Kafka) to the cluster and
 starts from them; there is no group membership: ``subscribe`` reads every partition of its topics.

@@ -138,3 +138,27 @@ def test_whatever_a_batch_claims_the_check_and_the_decoder_refuse_it_or_agree(ba
                 raise BatchFormatError("timestamps") from None
         return
     assert decode_batches(batch).num_rows == header.record_count
+
+
+@given(
+    st.lists(st.one_of(st.none(), st.binary(max_size=20)), min_size=1, max_size=20),
+    st.one_of(st.none(), st.lists(st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=6))))),
+    st.one_of(st.integers(0, 2**40), st.lists(st.integers(0, 2**45), min_size=20, max_size=20)),
+    st.sampled_from(Compression),
+)
+@settings(max_examples=200, deadline=None)
+def test_every_batch_the_encoder_writes_passes_the_servers_check(
+    values: list[bytes | None],
+    headers: list[tuple[str, bytes | None]] | None,
+    timestamps: int | list[int],
+    codec: Compression,
+) -> None:
+    n = len(values)
+    batch = encode_batch(
+        values,
+        keys=values[::-1],
+        headers=None if headers is None else [headers] * n,
+        timestamps_ms=timestamps if isinstance(timestamps, int) else timestamps[:n],
+        compression=codec,
+    )
+    assert check_batch(batch).record_count == n
