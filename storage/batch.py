@@ -482,6 +482,8 @@ def check_batch(buf: bytes | bytearray | memoryview, *, max_body_bytes: int = MA
     header = validate_batch(buf)
     if header.length != len(buf):
         raise _bad("length", f"{header.length} bytes claimed, the request holds {len(buf)}")
+    if header.first_timestamp < 0:
+        raise _bad("first_timestamp", f"{header.first_timestamp} is before the epoch")
     if header.body_length > max_body_bytes:
         raise _bad("body_length", f"{header.body_length} bytes uncompressed exceeds {max_body_bytes}")
     view = memoryview(buf)

@@ -90,6 +90,8 @@ def test_header_timestamps_must_match_the_records() -> None:
     moved_first = struct.pack("<i", 7) + batch[HEADER_SIZE + 4 :]  # the first record's delta is not 0
     with pytest.raises(BatchFormatError, match="first_timestamp"):
         check_batch(_forge(batch, body=moved_first))
+    with pytest.raises(BatchFormatError, match="first_timestamp"):
+        check_batch(_forge(batch, first_timestamp=-5000, max_timestamp=-3000))
     single = encode_batch([b"a", b"b"], timestamps_ms=1000)
     with pytest.raises(BatchFormatError, match="max_timestamp"):
         check_batch(_forge(single, max_timestamp=9000))
