@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from multiraft.client import ConfigError, ConnectionFailedError
+from multiraft.client import Admin, ConfigError, ConnectionFailedError
 from spark_connector._sink import check_sink_target, parse_sink_options
 from spark_connector._source import MultiraftBatchReader, MultiraftStreamReader, source_schema
 from spark_connector._source_options import parse_source_options
@@ -47,7 +47,14 @@ def test_the_options_spark_itself_passes_are_accepted() -> None:
     parse_source_options({"bootstrap": "h:1", "subscribe": "t", "path": "/x"}, streaming=False)
     source_schema({"bootstrap": "h:1", "subscribe": "t", "path": "/x"})
     parse_sink_options(
-        {"bootstrap": "h:1", "topic": "t", "path": "/x", "checkpointlocation": "/c", "queryname": "q", "batchBytes": "9"}
+        {
+            "bootstrap": "h:1",
+            "topic": "t",
+            "path": "/x",
+            "checkpointlocation": "/c",
+            "queryname": "q",
+            "batchBytes": "9",
+        }
     )
 
 
@@ -91,3 +98,14 @@ def test_a_closed_bootstrap_port_fails_planning_at_once_saying_so() -> None:
     # The sink checks on the driver too: a write does not wait in every task and every retry of it.
     with pytest.raises(ConnectionFailedError, match=message):
         check_sink_target(parse_sink_options({"bootstrap": CLOSED, "topic": "t", "connectTimeoutMs": "300"}))
+
+
+def test_the_admin_client_gives_up_on_a_dead_bootstrap_after_its_connect_timeout() -> None:
+    """The client keyword the driver relies on (multiraft.client.Admin(connect_timeout_s=...))."""
+    with (
+        pytest.raises(
+            ConnectionFailedError, match=r"^no node reachable at 127\.0\.0\.1:1, 127\.0\.0\.1:2 \(connection refused\)$"
+        ),
+        Admin(f"{CLOSED},127.0.0.1:2", connect_timeout_s=0.3) as admin,
+    ):
+        admin.list_topics()

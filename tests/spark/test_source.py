@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from structlog.testing import capture_logs
 
