@@ -32,6 +32,7 @@ whichever side of the wire an error started on::
     ├── UnavailableError            the node or cluster cannot serve now; retry later
     │   └── ConnectionFailedError   the client could not reach any node
     ├── UnsupportedError            the node's version does not serve this method (UNIMPLEMENTED)
+    ├── CorruptRecordBatchError     a consumer read a batch it cannot decode; names topic, partition, offset
     └── StorageFailureError         a node's storage failed (disk full, corruption)
 """
 
@@ -70,6 +71,7 @@ __all__ = [
     "ConnectionFailedError",
     "UnsupportedError",
     "StorageFailureError",
+    "CorruptRecordBatchError",
     "error_for_reason",
     "REASONS",
 ]
@@ -262,6 +264,30 @@ class UnsupportedError(MultiraftError):
 
     reason = "UNSUPPORTED"
     code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class CorruptRecordBatchError(MultiraftError):
+    """A consumer met a batch it cannot decode (corrupt, or written before batches were checked): ``topic``,
+    ``partition`` and ``offset`` name it; ``Consumer.skip_batch`` (or a seek to ``next_offset``) reads on."""
+
+    reason = "CORRUPT_RECORD_BATCH"
+    code = grpc.StatusCode.DATA_LOSS
+
+    @property
+    def topic(self) -> str:
+        return self.metadata.get("topic", "")
+
+    @property
+    def partition(self) -> int:
+        return int(self.metadata.get("partition", "-1"))
+
+    @property
+    def offset(self) -> int:
+        return int(self.metadata.get("offset", "-1"))
+
+    @property
+    def next_offset(self) -> int:
+        return int(self.metadata.get("next_offset", "-1"))
 
 
 class StorageFailureError(MultiraftError):

@@ -166,11 +166,20 @@ class Admin:
     >>> admin.create_topic("events", partitions=6, replication_factor=3)   # doctest: +SKIP
     """
 
-    def __init__(self, bootstrap: str | Sequence[str] | ClusterClient, *, request_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | ClusterClient,
+        *,
+        request_timeout_s: float = 30.0,
+        connect_timeout_s: float | None = None,
+    ) -> None:
+        """``connect_timeout_s``: give up after this long while no node has answered yet (a wrong bootstrap
+        fails with "no node reachable at ..."); None: the request timeout (see :class:`ClusterClient`)."""
         if isinstance(bootstrap, ClusterClient):
             self._client, self._owned = bootstrap, False
         else:
-            self._client, self._owned = ClusterClient(bootstrap, request_timeout_s=request_timeout_s), True
+            client = ClusterClient(bootstrap, request_timeout_s=request_timeout_s, connect_timeout_s=connect_timeout_s)
+            self._client, self._owned = client, True
 
     def close(self) -> None:
         if self._owned:

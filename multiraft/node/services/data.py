@@ -1,9 +1,9 @@
 """The data service: produce, fetch, subscribe, list offsets and producer ids (event loop).
 
-A produced batch is checked here (size, header, CRC, producer fields) and handed to the partition leader's
-replica on the scheduler thread at once, so that batches handed over in order (one ProduceStream) are
-proposed in order; the answer comes when the batch commits. Reads go to the local log up to the high
-watermark, so they only ever see committed records.
+A produced batch is checked here (size, header, CRC, its body's consistency, producer fields) and handed
+to the partition leader's replica on the scheduler thread at once, so that batches handed over in order
+(one ProduceStream) are proposed in order; the answer comes when the batch commits. Reads go to the local
+log up to the high watermark, so they only ever see committed records.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from multiraft.node.producers import check_granted
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, StoreHandle
 from multiraft.node.services.results import FetchResult, ProduceAck
 from storage import StorageConfig
-from storage.batch import BatchHeader, validate_batch
+from storage.batch import BatchHeader, check_batch
 from storage.errors import BatchFormatError, BeforeLogStartError, StorageError
 
 __all__ = ["DataService", "DataLimits"]
@@ -102,11 +102,11 @@ class DataService:
             )
             raise RecordTooLargeError(f"batch of {len(batch)} bytes exceeds {name}: {limit}", max_bytes=limit)
         try:
-            header = validate_batch(batch)
+            # Consistent with itself (counts, lengths, frame sizes, timestamps), so that a reader can trust it.
+            header = check_batch(batch)
         except BatchFormatError as exc:
-            raise CorruptBatchError(f"bad record batch: {exc}", field="batch") from exc
-        if header.length != len(batch):
-            raise CorruptBatchError("one request carries exactly one record batch", field="batch")
+            field = f"batch.{exc.field}" if exc.field else "batch"
+            raise CorruptBatchError(f"bad record batch: {exc}", field=field) from exc
         if header.base_offset != 0:
             raise InvalidArgumentError("a produced batch must have base offset 0", field="batch.base_offset")
         if header.producer_id >= 0 and (header.base_sequence < 0 or header.producer_epoch < 0):
