@@ -20,9 +20,13 @@ whichever side of the wire an error started on::
     ├── NotLeaderError              retry on ``leader_id`` / ``leader_address`` (may be unknown)
     ├── ProducerError
     │   ├── OutOfOrderSequenceError an idempotent producer skipped a sequence number
-    │   └── ProducerFencedError     a newer epoch of the producer id exists
+    │   ├── ProducerFencedError     a newer epoch of the producer id exists
+    │   ├── UnknownProducerIdError  a producer id the controller never handed out
+    │   └── InvalidProducerEpochError an epoch InitProducer never granted
     ├── NotEnoughReplicasError      not enough live nodes for the replication factor or a write quorum
     ├── NodeHasReplicasError        a node still holds replicas (drain it before removing it)
+    ├── DrainRefusedError           draining would leave fewer active nodes than a topic's replication factor
+    ├── OperationNotAllowedError    a peer asked for a controller operation peers may not forward
     ├── AssignmentChangedError      a planned replica change lost a race with another change; plan again
     ├── RequestTimeoutError         the request did not complete within its deadline (outcome unknown)
     ├── UnavailableError            the node or cluster cannot serve now; retry later
@@ -55,6 +59,10 @@ __all__ = [
     "ProducerError",
     "OutOfOrderSequenceError",
     "ProducerFencedError",
+    "UnknownProducerIdError",
+    "InvalidProducerEpochError",
+    "DrainRefusedError",
+    "OperationNotAllowedError",
     "NotEnoughReplicasError",
     "NodeHasReplicasError",
     "AssignmentChangedError",
@@ -189,6 +197,21 @@ class ProducerFencedError(ProducerError):
     reason = "PRODUCER_FENCED"
 
 
+class UnknownProducerIdError(ProducerError):
+    """Kafka's UNKNOWN_PRODUCER_ID: ids come from InitProducer (or are replay ids), never from the client.
+
+    Retriable: the partition leader's copy of the controller state may lag the node that handed the id out."""
+
+    reason = "UNKNOWN_PRODUCER_ID"
+    retriable = True
+
+
+class InvalidProducerEpochError(ProducerError):
+    """Kafka's INVALID_PRODUCER_EPOCH: an epoch above the one InitProducer granted."""
+
+    reason = "INVALID_PRODUCER_EPOCH"
+
+
 class NotEnoughReplicasError(MultiraftError):
     reason = "NOT_ENOUGH_REPLICAS"
     code = grpc.StatusCode.UNAVAILABLE
@@ -198,6 +221,20 @@ class NotEnoughReplicasError(MultiraftError):
 class NodeHasReplicasError(MultiraftError):
     reason = "NODE_HAS_REPLICAS"
     code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class DrainRefusedError(MultiraftError):
+    """Draining the node would leave too few active nodes for an existing topic; ``force`` overrides."""
+
+    reason = "DRAIN_REFUSED"
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class OperationNotAllowedError(MultiraftError):
+    """A controller operation a peer may not forward (only the client path, or the leader itself, may)."""
+
+    reason = "NOT_ALLOWED"
+    code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class AssignmentChangedError(MultiraftError):

@@ -13,6 +13,7 @@ from .errors import (
     CommandEncodeError,
     ControllerArgumentError,
     ControllerError,
+    DrainUnderReplicatesError,
     DuplicateTopicError,
     InvalidAssignmentError,
     InvalidConfigError,
@@ -32,6 +33,7 @@ from .errors import (
 from .placement import (
     PreferredLeaderChange,
     ReplicaMove,
+    node_state_change,
     partitions_without_quorum,
     place_new_topic,
     plan_preferred_leaders,
@@ -43,6 +45,8 @@ from .placement import (
 from .state import (
     COMMAND_FORMAT_VERSION,
     CONTROLLER_GROUP_ID,
+    FIRST_PRODUCER_ID,
+    MAX_PRODUCER_ID,
     SNAPSHOT_FORMAT_VERSION,
     AllocateProducerIds,
     AlterTopicConfigs,
@@ -84,6 +88,8 @@ __all__ = [
     "PartitionState",
     "Topic",
     "CONTROLLER_GROUP_ID",
+    "FIRST_PRODUCER_ID",
+    "MAX_PRODUCER_ID",
     # commands and applying them
     "Command",
     "RegisterNode",
@@ -120,6 +126,7 @@ __all__ = [
     "plan_repair",
     "partitions_without_quorum",
     "replica_move_step",
+    "node_state_change",
     "ReplicaMove",
     "PreferredLeaderChange",
     # errors
@@ -137,6 +144,7 @@ __all__ = [
     "NodeNotFoundError",
     "NotEnoughNodesError",
     "NodeNotDrainedError",
+    "DrainUnderReplicatesError",
     "StaleAssignmentError",
     "OutOfOrderApplyError",
     "CommandCodecError",

@@ -219,7 +219,13 @@ class Node(LoopOwned):
             ),
         )
 
-        controller = RemoteController(directory, store_client.controller, transport, self.liveness.peers)
+        controller = RemoteController(
+            directory,
+            store_client.controller,
+            transport,
+            self.liveness.peers,
+            max_topic_partitions=config.max_topic_partitions,
+        )
         status = StatusCollector(self.node_id, directory.leader_of, store_client, transport)
         rebalancer = self.rebalancer = Rebalancer(
             RebalanceSettings(

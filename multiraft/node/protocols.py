@@ -18,8 +18,8 @@ from multiraft import controller as ctl
 from multiraft.errors import NotLeaderError
 from multiraft.node.partition import PartitionView, ProduceResult
 from multiraft.node.peer_messages import (
+    ControllerBody,
     ControllerOutcome,
-    CreateTopicRequest,
     MoveReport,
     OffsetsCommit,
     OffsetsFetch,
@@ -92,7 +92,7 @@ class Liveness(Protocol):
 class ControllerClient(Protocol):
     """Runs metadata changes on the controller leader, wherever it is."""
 
-    async def call(self, body: ctl.Command | CreateTopicRequest, *, timeout_s: float = ...) -> ControllerOutcome: ...
+    async def call(self, body: ControllerBody, *, timeout_s: float = ...) -> ControllerOutcome: ...
 
 
 class StoreHandle(Protocol):

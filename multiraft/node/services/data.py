@@ -24,6 +24,7 @@ from multiraft.errors import (
     UnavailableError,
 )
 from multiraft.node.partition import PartitionView, ProduceResult
+from multiraft.node.producers import check_granted
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, StoreHandle
 from multiraft.node.services.results import FetchResult, ProduceAck
 from storage import StorageConfig
@@ -114,6 +115,8 @@ class DataService:
             )
         if header.producer_id < -1:
             raise InvalidArgumentError("producer_id must be -1 or a producer id", field="batch.producer_id")
+        if header.producer_id >= 0:
+            check_granted(header.producer_id, header.producer_epoch, self._cluster.cluster.next_producer_id)
         return view, header
 
     async def _produce_outcome(
