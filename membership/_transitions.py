@@ -8,11 +8,22 @@ confirm it, and a suspected member refutes it by raising its incarnation. Beyond
   newer alive message (``stale_corrections``);
 * a suspicion is repeated once halfway to its timeout (``suspicion_reannouncements``), so a member that
   missed a refutation hears it from those that did not.
+
+Whom to believe (issue 13). Packets are checked against the sender's known gossip address before they get
+here (``_state``); what remains is whether the news is *first-hand* (a member's own alive message, arriving
+from the address it names, or in the reply to a push-pull we opened to that address) or relayed by a third
+party. A third party may introduce a member we do not know, suspect or kill one, or spread its newer alive
+news at the addresses we hold; it may never re-point a known member (gossip, client or peer address), and
+it may not move an incarnation more than ``max_incarnation_jump`` ahead. A re-pointing claim is checked
+instead: we push-pull with the claimed gossip address, and only the member's own answer from there is
+believed. A live member never moves (memberlist's conflict rule); a dead one may come back elsewhere.
+Incarnations compare as serial numbers (``_incarnation``), so a refutation always exists.
 """
 
 from __future__ import annotations
 
 from membership._awareness import Awareness
+from membership._incarnation import ahead, is_at_least, is_newer, successor
 from membership._outbox import Outbox
 from membership._suspicion import Suspicion
 from membership._table import MemberTable, Node
@@ -25,14 +36,24 @@ __all__ = ["Transitions", "local_alive_frame"]
 
 _ALIVE, _SUSPECT, _DEAD, _LEFT = MemberState.ALIVE, MemberState.SUSPECT, MemberState.DEAD, MemberState.LEFT
 _INFINITY = float("inf")
-# Incarnations travel as u32 and saturate there: a forged accusation at the top must not crash a member.
-_MAX_INCARNATION = 2**32 - 1
+# A reported address change is checked with the member at most this often (in probe intervals) per member.
+_CHECK_BACKOFF_PROBES = 5
 
 
 class Transitions:
     """Applies membership news to the table, queues it for gossip, and defends this member's own record."""
 
-    __slots__ = ("_awareness", "_config", "_counters", "_outbox", "_table", "left", "suspicions")
+    __slots__ = (
+        "_awareness",
+        "_checked_at",
+        "_config",
+        "_counters",
+        "_outbox",
+        "_table",
+        "address_checks",
+        "left",
+        "suspicions",
+    )
 
     def __init__(
         self,
@@ -49,6 +70,9 @@ class Transitions:
         self._counters = counters
         self.suspicions: dict[int, Suspicion] = {}
         self.left = False
+        # Gossip addresses to push-pull with, to hear an address change from the member itself.
+        self.address_checks: list[str] = []
+        self._checked_at: dict[int, float] = {}  # node id -> when we last checked a change reported for it
 
     def deadline(self) -> float:
         deadline = _INFINITY
@@ -81,13 +105,18 @@ class Transitions:
         members that know better, and they correct it.
         """
         node = self._table.nodes.get(accusation.node)
-        if node is None or node.state != _ALIVE or accusation.incarnation >= node.incarnation:
+        if node is None or node.state != _ALIVE or is_at_least(accusation.incarnation, node.incarnation):
             return False
         self._counters.stale_corrections += 1
         self._outbox.send(src_addr, [encode_message(Alive(node.incarnation, node.meta, node.addr))])
         return True
 
-    def on_alive(self, now: float, alive: Alive) -> None:
+    def take_address_checks(self) -> list[str]:
+        checks, self.address_checks = self.address_checks, []
+        return checks
+
+    def on_alive(self, now: float, alive: Alive, *, first_hand: bool) -> None:
+        """Apply alive news; ``first_hand`` when it comes from the member itself, at the address it names."""
         table = self._table
         node_id = alive.node
         is_local = node_id == table.local_id
@@ -95,23 +124,37 @@ class Transitions:
             return  # an old alive must not bring us back after leave()
         node = table.nodes.get(node_id)
         if node is None:
+            # First news of a member, from anyone: how joins spread. A fake one is probed and dies.
             self._outbox.queue.put(node_id, encode_message(alive))
             table.add(Node(alive.meta, alive.gossip_addr, alive.incarnation, _ALIVE, now), now)
+            return
+        if is_local:
+            if not is_at_least(alive.incarnation, node.incarnation):
+                return
+            if alive.incarnation == node.incarnation and alive.meta == node.meta and alive.gossip_addr == node.addr:
+                return  # our own news, gossiped back to us
+            self._refute(alive.incarnation)
             return
         moved = alive.gossip_addr != node.addr
         if moved and node.state <= _SUSPECT:
             # A live member keeps its address; another process claiming its id is a misconfiguration.
             self._counters.conflicts += 1
             return
-        if is_local:
-            if alive.incarnation < node.incarnation:
+        repoints = moved or (alive.meta.client_addr, alive.meta.peer_addr) != (
+            node.meta.client_addr,
+            node.meta.peer_addr,
+        )
+        if not first_hand:
+            if not is_newer(alive.incarnation, node.incarnation):
                 return
-            if alive.incarnation == node.incarnation and alive.meta == node.meta:
-                return  # our own news, gossiped back to us
-            self._refute(alive.incarnation)
-            return
+            if ahead(alive.incarnation, node.incarnation) > self._config.max_incarnation_jump:
+                self._counters.implausible_dropped += 1
+                return
+            if repoints:
+                self._check_address(now, node_id, alive.gossip_addr)
+                return
         # A dead member may come back at a new address (restarted) even with a lower incarnation.
-        if alive.incarnation <= node.incarnation and not moved:
+        elif not is_newer(alive.incarnation, node.incarnation) and not (moved and node.state >= _DEAD):
             return
         self.suspicions.pop(node_id, None)
         self._outbox.queue.put(node_id, encode_message(alive))
@@ -130,10 +173,32 @@ class Transitions:
         if changed:
             table.emit(EventKind.UPDATE, node, now)
 
+    def _check_address(self, now: float, node_id: int, gossip_addr: str) -> None:
+        """Push-pull with ``gossip_addr``: only the member's own answer from there may re-point it."""
+        checked = self._checked_at
+        if now < checked.get(node_id, -_INFINITY) + _CHECK_BACKOFF_PROBES * self._config.probe_interval:
+            return
+        if len(checked) > len(self._table.nodes):
+            for stale in [i for i in checked if i not in self._table.nodes]:
+                del checked[stale]
+        checked[node_id] = now
+        self._counters.address_checks += 1
+        self.address_checks.append(gossip_addr)
+
+    def _implausible(self, incarnation: int, node: Node) -> bool:
+        """Third-party news that moves a member's incarnation too far ahead (a forgery or a confusion)."""
+        if ahead(incarnation, node.incarnation) > self._config.max_incarnation_jump:
+            self._counters.implausible_dropped += 1
+            return True
+        return False
+
     def on_suspect(self, now: float, suspect: Suspect) -> None:
         table = self._table
         node = table.nodes.get(suspect.node)
-        if node is None or suspect.incarnation < node.incarnation:
+        if node is None or not is_at_least(suspect.incarnation, node.incarnation):
+            return
+        # Any accusation of us is answered (a refutation always exists); of others, only plausible ones.
+        if suspect.node != table.local_id and self._implausible(suspect.incarnation, node):
             return
         suspicion = self.suspicions.get(suspect.node)
         if suspicion is not None:
@@ -165,7 +230,9 @@ class Transitions:
     def on_dead(self, now: float, dead: Dead) -> None:
         table = self._table
         node = table.nodes.get(dead.node)
-        if node is None or dead.incarnation < node.incarnation:
+        if node is None or not is_at_least(dead.incarnation, node.incarnation):
+            return
+        if dead.node != table.local_id and self._implausible(dead.incarnation, node):
             return
         self.suspicions.pop(dead.node, None)
         if node.state >= _DEAD:
@@ -195,7 +262,7 @@ class Transitions:
         if meta == node.meta:
             return
         node.meta = meta
-        node.incarnation = min(node.incarnation + 1, _MAX_INCARNATION)
+        node.incarnation = successor(node.incarnation)
         self._outbox.queue.put(local_id, encode_message(Alive(node.incarnation, meta, node.addr)))
         self._table.emit(EventKind.UPDATE, node, now)
 
@@ -208,7 +275,8 @@ class Transitions:
     def _refute(self, accused_incarnation: int, *, accuser: int | None = None) -> None:
         table = self._table
         node = table.local
-        node.incarnation = min(max(node.incarnation, accused_incarnation) + 1, _MAX_INCARNATION)
+        newest = accused_incarnation if is_newer(accused_incarnation, node.incarnation) else node.incarnation
+        node.incarnation = successor(newest)
         # Being accused is evidence that we are the slow one (Lifeguard).
         self._awareness.apply_delta(1)
         self._counters.refutations += 1

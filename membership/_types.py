@@ -176,6 +176,12 @@ class Counters:
     """Packets with another cluster's tag."""
     unknown_sender_dropped: int = 0
     """Packets from a node that is not a member and did not introduce itself."""
+    spoofed_dropped: int = 0
+    """Packets whose sender id is a member known at another address (and that do not announce a move)."""
+    implausible_dropped: int = 0
+    """Third-party news that moved a member's incarnation further ahead than max_incarnation_jump."""
+    address_checks: int = 0
+    """Push-pulls started to check, with the member itself, an address change a third party reported."""
     misdirected_dropped: int = 0
     """Pings meant for another node id (for example after an address was reused)."""
     probes: int = 0
