@@ -16,7 +16,16 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from membership import EventKind, JoinError, MemberEvent, MemberList, MemberMeta, MembershipConfig, MemberState
+from membership import (
+    EventKind,
+    JoinError,
+    Member,
+    MemberEvent,
+    MemberList,
+    MemberMeta,
+    MembershipConfig,
+    MemberState,
+)
 from membership import MembershipError as _MembershipError
 from multiraft.config import NodeConfig, parse_address
 from multiraft.logging import get_logger
@@ -109,6 +118,10 @@ class NodeMembership:
             MemberState.DEAD: "dead",
             MemberState.LEFT: "left",
         }[member.state]
+
+    def member(self, node_id: int) -> Member | None:
+        """The member-list's record of ``node_id`` (gossip address, incarnation, state), or None."""
+        return self._members.member(node_id)
 
     def gone_for(self, node_id: int) -> float | None:
         """Seconds since the member-list declared ``node_id`` dead or saw it leave; None while it is not."""
