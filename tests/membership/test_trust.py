@@ -235,3 +235,15 @@ def test_a_member_suspected_at_the_largest_incarnation_stays_alive_in_a_cluster(
     net.inject(3, "n4:7946", _packet(4, Dead(TOP, 2, 4)))
     net.run_for(60)
     assert net.all_agree(2, MemberState.ALIVE)
+
+
+def test_a_forged_leave_told_to_one_member_is_refuted_within_seconds() -> None:
+    # Members gossip to the recently left as to the recently dead, so the accused hears of its "leave".
+    net = SimulatedNetwork(seed=1)
+    net.start_converged(LAN, [1, 2, 3, 4, 5])
+    net.run_for(1)
+    fake = Alive(0, MemberMeta(66, "e:1", "e:2"), "evil:1")
+    net.inject(1, "evil:1", _packet(66, fake, Dead(0, 2, 2)))
+    assert net.core(1).state_of(2) is MemberState.LEFT
+    net.run_for(5)  # the periodic push-pull, which also repairs it, is 30 s away
+    assert net.all_agree(2, MemberState.ALIVE)
