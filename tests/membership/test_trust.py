@@ -31,7 +31,7 @@ from membership._wire import (
     encode_push_pull,
 )
 
-from .strategies import SMALL_NODE_ID, messages
+from .strategies import SMALL_NODE_ID, messages, push_pulls
 
 LAN = MembershipConfig.lan()
 TAG = cluster_tag(LAN.cluster_name)
@@ -183,6 +183,19 @@ def test_no_message_re_points_a_known_member_unless_it_comes_from_that_member(
         for member in core.all_members():
             if member.node_id in before and member.node_id != sender:
                 assert _addresses(member) == before[member.node_id], member
+
+
+@settings(max_examples=100, deadline=None)
+@given(state=push_pulls(), sender=st.integers(2, 5))
+def test_no_push_pull_request_re_points_a_known_member(state: PushPull, sender: int) -> None:
+    core = _knowing(2, 3, 4, 5)
+    before = {m.node_id: _addresses(m) for m in core.all_members()}
+    known = tuple(StateEntry(TOP, _meta(i, peer_addr="evil:1"), f"n{i}:7946", MemberState.ALIVE) for i in (2, 3))
+    forged = PushPull(TAG, sender, state.join, state.entries + known)
+    core.handle_push_pull_request(1.0, encode_push_pull(forged))
+    for member in core.all_members():
+        if member.node_id in before:
+            assert _addresses(member) == before[member.node_id], member
 
 
 # Incarnations
