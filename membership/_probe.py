@@ -158,6 +158,10 @@ class Prober:
         )
         self._outbox.send(request.target_addr, [encode_message(Ping(seq, request.target))])
 
+    def greet(self, addr: str, node_id: int) -> None:
+        """Ping a member we heard of second-hand, introducing ourselves: its answer confirms it."""
+        self._outbox.send(addr, [encode_message(Ping(self._next_seq(), node_id)), local_alive_frame(self._table.local)])
+
     def _start_probe(self, now: float) -> None:
         interval = self._awareness.scale(self._config.probe_interval)
         self.next_probe_at = now + interval

@@ -114,7 +114,8 @@ class SwimCore:
             first_push_pull_at=first_push_pull_at,
             first_reconnect_at=first_reconnect_at,
         )
-        self._table.add(Node(meta, gossip_addr, incarnation, _ALIVE, now), now)
+        self._transitions.greet = self._prober.greet
+        self._table.add(Node(meta, gossip_addr, incarnation, _ALIVE, now, confirmed=True), now)
         # Our first gossip announces us, and introduces us to members that do not know us yet.
         self._outbox.queue.put(self._local_id, encode_message(Alive(incarnation, meta, gossip_addr)))
 
@@ -234,6 +235,8 @@ class SwimCore:
             else:
                 counters.spoofed_dropped += 1
             return
+        if sender is not None and sender.addr == src_addr and not sender.confirmed:
+            self._table.confirm(sender, now)
         counters.messages_in += len(packet.messages)
         # Membership news first, so a reply (an ack) carries whatever it made us queue, such as a refutation.
         for message in packet.messages:
@@ -285,7 +288,7 @@ class SwimCore:
         for member in members:
             if member.node_id in table.nodes or not member.is_live:
                 continue
-            table.add(Node(member.meta, member.gossip_addr, member.incarnation, _ALIVE, now), now)
+            table.add(Node(member.meta, member.gossip_addr, member.incarnation, _ALIVE, now, confirmed=True), now)
 
     def _handle(self, now: float, src_addr: str, sender: int, message: Message) -> None:
         match message:
@@ -303,9 +306,9 @@ class SwimCore:
             case Suspect() | Dead():
                 if not self._transitions.correct_stale(src_addr, message):
                     if isinstance(message, Suspect):
-                        self._transitions.on_suspect(now, message)
+                        self._transitions.on_suspect(now, message, src_addr)
                     else:
-                        self._transitions.on_dead(now, message)
+                        self._transitions.on_dead(now, message, src_addr)
 
 
 def _introduces_sender(packet: Packet, src_addr: str) -> bool:

@@ -22,6 +22,8 @@ Incarnations compare as serial numbers (``_incarnation``), so a refutation alway
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from membership._awareness import Awareness
 from membership._incarnation import ahead, is_at_least, is_newer, successor
 from membership._outbox import Outbox
@@ -51,6 +53,7 @@ class Transitions:
         "_outbox",
         "_table",
         "address_checks",
+        "greet",
         "left",
         "suspicions",
     )
@@ -73,6 +76,8 @@ class Transitions:
         # Gossip addresses to push-pull with, to hear an address change from the member itself.
         self.address_checks: list[str] = []
         self._checked_at: dict[int, float] = {}  # node id -> when we last checked a change reported for it
+        # Pings a member we heard of second-hand, so that its answer confirms it (set by the core).
+        self.greet: Callable[[str, int], None] = lambda addr, node_id: None
 
     def deadline(self) -> float:
         deadline = _INFINITY
@@ -105,6 +110,8 @@ class Transitions:
         members that know better, and they correct it.
         """
         node = self._table.nodes.get(accusation.node)
+        if accusation.node == self._table.local_id:
+            return False  # on_suspect and on_dead defend us
         if node is None or node.state != _ALIVE or is_at_least(accusation.incarnation, node.incarnation):
             return False
         self._counters.stale_corrections += 1
@@ -124,15 +131,18 @@ class Transitions:
             return  # an old alive must not bring us back after leave()
         node = table.nodes.get(node_id)
         if node is None:
-            # First news of a member, from anyone: how joins spread. A fake one is probed and dies.
+            # First news of a member, from anyone: how joins spread. Hearsay stays unconfirmed until the
+            # member answers us from that address; a fake one never does, and dies.
             self._outbox.queue.put(node_id, encode_message(alive))
-            table.add(Node(alive.meta, alive.gossip_addr, alive.incarnation, _ALIVE, now), now)
+            table.add(Node(alive.meta, alive.gossip_addr, alive.incarnation, _ALIVE, now, confirmed=first_hand), now)
+            if not first_hand:
+                self.greet(alive.gossip_addr, node_id)
             return
         if is_local:
-            if not is_at_least(alive.incarnation, node.incarnation):
-                return
             if alive.incarnation == node.incarnation and alive.meta == node.meta and alive.gossip_addr == node.addr:
                 return  # our own news, gossiped back to us
+            if 0 < ahead(node.incarnation, alive.incarnation) <= self._config.max_incarnation_jump:
+                return  # our own older news
             self._refute(alive.incarnation)
             return
         moved = alive.gossip_addr != node.addr
@@ -144,17 +154,20 @@ class Transitions:
             node.meta.client_addr,
             node.meta.peer_addr,
         )
+        if first_hand and not moved and not node.confirmed:
+            table.confirm(node, now)
         if not first_hand:
             if not is_newer(alive.incarnation, node.incarnation):
                 return
-            if ahead(alive.incarnation, node.incarnation) > self._config.max_incarnation_jump:
-                self._counters.implausible_dropped += 1
+            if self._implausible(now, alive.incarnation, node):
                 return
             if repoints:
-                self._check_address(now, node_id, alive.gossip_addr)
+                self._ask_member(now, node_id, alive.gossip_addr)
                 return
         # A dead member may come back at a new address (restarted) even with a lower incarnation.
         elif not is_newer(alive.incarnation, node.incarnation) and not (moved and node.state >= _DEAD):
+            if not is_at_least(alive.incarnation, node.incarnation):
+                self._correct_member(node)
             return
         self.suspicions.pop(node_id, None)
         self._outbox.queue.put(node_id, encode_message(alive))
@@ -163,6 +176,7 @@ class Transitions:
         node.incarnation = alive.incarnation
         node.meta = alive.meta
         node.addr = alive.gossip_addr
+        node.confirmed = first_hand or node.confirmed
         if old_state >= _DEAD:
             table.set_state(node, _ALIVE, now)
             table.emit(EventKind.JOIN, node, now)
@@ -173,8 +187,25 @@ class Transitions:
         if changed:
             table.emit(EventKind.UPDATE, node, now)
 
-    def _check_address(self, now: float, node_id: int, gossip_addr: str) -> None:
-        """Push-pull with ``gossip_addr``: only the member's own answer from there may re-point it."""
+    def _correct_member(self, node: Node) -> None:
+        """Tell a member, whose own news is older than ours, what we hold of it, so that it refutes.
+
+        Otherwise a third party's alive message at a higher (plausible) incarnation would hide the member's
+        own later news until a push-pull happened to pair the two.
+        """
+        self._counters.stale_corrections += 1
+        if node.state <= _SUSPECT:
+            frame = encode_message(Alive(node.incarnation, node.meta, node.addr))
+        else:
+            frame = encode_message(Dead(node.incarnation, node.meta.node_id, self._table.local_id))
+        self._outbox.send(node.addr, [frame])
+
+    def _ask_member(self, now: float, node_id: int, gossip_addr: str) -> None:
+        """Push-pull with ``gossip_addr``: only the member's own answer from there is believed beyond the rules.
+
+        Asked when a third party reports an address change, or an incarnation too far ahead (the member may
+        really be there, after refuting forged news told only to it).
+        """
         checked = self._checked_at
         if now < checked.get(node_id, -_INFINITY) + _CHECK_BACKOFF_PROBES * self._config.probe_interval:
             return
@@ -185,20 +216,24 @@ class Transitions:
         self._counters.address_checks += 1
         self.address_checks.append(gossip_addr)
 
-    def _implausible(self, incarnation: int, node: Node) -> bool:
-        """Third-party news that moves a member's incarnation too far ahead (a forgery or a confusion)."""
+    def _implausible(self, now: float, incarnation: int, node: Node) -> bool:
+        """Third-party news that moves a member's incarnation too far ahead: dropped, and the member asked."""
         if ahead(incarnation, node.incarnation) > self._config.max_incarnation_jump:
             self._counters.implausible_dropped += 1
+            self._ask_member(now, node.meta.node_id, node.addr)
             return True
         return False
 
-    def on_suspect(self, now: float, suspect: Suspect) -> None:
+    def on_suspect(self, now: float, suspect: Suspect, src_addr: str | None = None) -> None:
         table = self._table
+        if suspect.node == table.local_id:
+            if not self.left:
+                self._defend(src_addr, suspect.incarnation, suspect.accuser)
+            return
         node = table.nodes.get(suspect.node)
         if node is None or not is_at_least(suspect.incarnation, node.incarnation):
             return
-        # Any accusation of us is answered (a refutation always exists); of others, only plausible ones.
-        if suspect.node != table.local_id and self._implausible(suspect.incarnation, node):
+        if self._implausible(now, suspect.incarnation, node):
             return
         suspicion = self.suspicions.get(suspect.node)
         if suspicion is not None:
@@ -208,9 +243,6 @@ class Transitions:
                 self._outbox.queue.put(suspect.node, encode_message(suspect))
             return
         if node.state != _ALIVE:
-            return
-        if suspect.node == table.local_id:
-            self._refute(suspect.incarnation, accuser=suspect.accuser)
             return
         self._outbox.queue.put(suspect.node, encode_message(suspect))
         node.incarnation = suspect.incarnation
@@ -227,18 +259,18 @@ class Transitions:
             suspect.accuser, suspect.incarnation, expected, shortest, longest, now
         )
 
-    def on_dead(self, now: float, dead: Dead) -> None:
+    def on_dead(self, now: float, dead: Dead, src_addr: str | None = None) -> None:
         table = self._table
+        if dead.node == table.local_id and not self.left:
+            self._defend(src_addr, dead.incarnation, dead.accuser)
+            return
         node = table.nodes.get(dead.node)
         if node is None or not is_at_least(dead.incarnation, node.incarnation):
             return
-        if dead.node != table.local_id and self._implausible(dead.incarnation, node):
+        if dead.node != table.local_id and self._implausible(now, dead.incarnation, node):
             return
         self.suspicions.pop(dead.node, None)
         if node.state >= _DEAD:
-            return
-        if dead.node == table.local_id and not self.left:
-            self._refute(dead.incarnation, accuser=dead.accuser)
             return
         self._outbox.queue.put(dead.node, encode_message(dead))
         node.incarnation = dead.incarnation
@@ -272,11 +304,26 @@ class Transitions:
         local_id = self._table.local_id
         self.on_dead(now, Dead(self._table.local.incarnation, local_id, local_id))
 
-    def _refute(self, accused_incarnation: int, *, accuser: int | None = None) -> None:
+    def _defend(self, src_addr: str | None, accused: int, accuser: int) -> None:
+        """Answer an accusation of this member, whatever incarnation it names.
+
+        Slightly older than ours: our alive message answers it. Otherwise (ours, newer, or so far from ours
+        that the accuser would not take our number as newer) we refute just past it, which every member that
+        believed it takes as newer: no incarnation, 2**32 - 1 included, leaves us without a refutation.
+        """
+        node = self._table.local
+        if 0 < ahead(node.incarnation, accused) <= self._config.max_incarnation_jump:
+            if src_addr is not None:
+                self._counters.stale_corrections += 1
+                self._outbox.send(src_addr, [local_alive_frame(node)])
+            return
+        self._refute(accused, accuser=accuser)
+
+    def _refute(self, claimed: int, *, accuser: int | None = None) -> None:
+        """Move past ``claimed`` (an accusation, or news of us we did not send)."""
         table = self._table
         node = table.local
-        newest = accused_incarnation if is_newer(accused_incarnation, node.incarnation) else node.incarnation
-        node.incarnation = successor(newest)
+        node.incarnation = successor(claimed)
         # Being accused is evidence that we are the slow one (Lifeguard).
         self._awareness.apply_delta(1)
         self._counters.refutations += 1

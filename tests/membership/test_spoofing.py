@@ -246,11 +246,22 @@ def test_spoofed_and_mutated_swim_packets_change_nobody_s_view(tmp_path: object)
                 ),
                 30,
             )
-            # Still serving: a new member joins and everyone sees it.
+            # Still serving: a new member joins and everyone sees it at its true address, even though the
+            # attacker gossiped it first, at its own address, as hearsay (which the hook never hands on).
             late = _Node(4, seeds, str(tmp_path))
+            hearsay = Alive(0, MemberMeta(4, "6.6.6.6:7", "6.6.6.6:8"), "127.0.0.1:9")
+            fake_alive = Alive(0, MemberMeta(FAKE, "6.6.6.6:3", "6.6.6.6:4"), attacker_addr)
+            forged = encode_packet(tag, FAKE, 4, [encode_message(fake_alive), encode_message(hearsay)])
+            for gossip_addr, _ in truth.values():
+                host, _, port = gossip_addr.rpartition(":")
+                await loop.sock_sendto(attacker, forged, (host, int(port)))
+            await _until(lambda: all(n.membership.state(4) != "unknown" for n in nodes), 10)
             nodes.append(late)
             await late.membership.start()
-            await _until(lambda: all(n.membership.state(4) == "alive" for n in nodes[:3]), 30)
+            await _until(lambda: all(n.membership.peers().get(4) == late.meta for n in nodes[:3]), 60)
+            late_addresses = (late.meta.peer_addr, late.meta.client_addr)
+            for node in nodes:
+                assert [(p, c) for i, p, c in node.handed if i == 4 and (p, c) != late_addresses] == []
         finally:
             attacker.close()
             for node in nodes:

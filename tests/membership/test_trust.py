@@ -160,6 +160,24 @@ def test_a_restarted_member_announces_its_new_address_itself() -> None:
     assert member is not None and member.state is MemberState.ALIVE and member.gossip_addr == "n2b:7946"
 
 
+def test_a_member_heard_of_second_hand_is_unconfirmed_until_it_answers_from_its_address() -> None:
+    core = _knowing(3)
+    core.receive(1.0, "n3:7946", _packet(3, _alive(4)))
+    member = core.member(4)
+    assert member is not None and member.state is MemberState.ALIVE and not member.confirmed
+    assert [(e.kind, e.member.confirmed) for e in core.take_events()] == [(EventKind.JOIN, False)]
+    # It is greeted at once, with our own alive message so that it can answer a stranger.
+    greetings = [decode_packet(d).messages for a, d in core.take_packets() if a == "n4:7946"]
+    assert any(isinstance(m, Ping) and m.target == 4 for msgs in greetings for m in msgs)
+    assert any(m == _alive(1) for msgs in greetings for m in msgs)
+    # Someone else speaking for it from elsewhere does not confirm it; its own answer does.
+    core.receive(1.1, "evil:1", _packet(4, _alive(4, 0, "evil:1"), Ack(1)))
+    assert not core.member(4).confirmed  # type: ignore[union-attr]
+    core.receive(1.2, "n4:7946", _packet(4, Ack(1)))
+    assert core.member(4).confirmed  # type: ignore[union-attr]
+    assert [(e.kind, e.member.confirmed) for e in core.take_events()] == [(EventKind.UPDATE, True)]
+
+
 def test_a_push_pull_request_cannot_repoint_members_either() -> None:
     core = _knowing(2, 3)
     entries = (
@@ -214,13 +232,18 @@ def test_a_third_party_cannot_jump_a_members_incarnation_far_ahead() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(held=st.integers(0, TOP), step=st.integers(0, LAN.max_incarnation_jump))
-@example(held=TOP, step=0)
-@example(held=TOP - 3, step=5)
-def test_every_accusation_a_member_hears_can_be_refuted(held: int, step: int) -> None:
+@given(held=st.integers(0, TOP), step=st.integers(0, LAN.max_incarnation_jump), own=st.integers(0, TOP))
+@example(held=TOP, step=0, own=TOP)
+@example(held=TOP - 3, step=5, own=TOP - 3)
+# The member's own number exactly half the space away from what others hold (forged news told only to it
+# can put it there): neither number is newer than the other, and it must still refute.
+@example(held=7, step=0, own=7 + 2**31)
+@example(held=7, step=0, own=6)
+def test_every_accusation_a_member_hears_can_be_refuted(held: int, step: int, own: int) -> None:
+    """Whatever the observer holds (``held``) and the member holds of itself (``own``)."""
     accused = (held + step) % 2**32
     observer = _knowing(2, 3, incarnation=held)
-    member = _core(2, incarnation=held)
+    member = _core(2, incarnation=own)
     member.receive(0.0, "n1:7946", _packet(1, _alive(1)))
     member.take_packets()
     accusation = _packet(3, Suspect(accused, 2, 3))
@@ -260,3 +283,33 @@ def test_a_forged_leave_told_to_one_member_is_refuted_within_seconds() -> None:
     assert net.core(1).state_of(2) is MemberState.LEFT
     net.run_for(5)  # the periodic push-pull, which also repairs it, is 30 s away
     assert net.all_agree(2, MemberState.ALIVE)
+
+
+def test_a_member_whose_own_news_is_older_than_a_third_party_s_is_told_so_and_its_update_spreads() -> None:
+    net = SimulatedNetwork(seed=3)
+    net.start_converged(LAN, [1, 2, 3])
+    net.run_for(1)
+    # A third party's alive at a higher incarnation than member 2's own, at its true addresses, told only to 1.
+    fake = Alive(0, MemberMeta(66, "e:1", "e:2"), "evil:1")
+    net.inject(1, "evil:1", _packet(66, fake, _alive(2, 1000)))
+    net.core(2).update_meta(net.now, _meta(2, rack="r9"))
+    net.run_for(3)  # the periodic push-pull, which would also repair it, is 30 s away
+    for core in net.cores.values():
+        seen = core.member(2)
+        assert seen is not None and seen.meta.rack == "r9" and seen.state is MemberState.ALIVE
+
+
+def test_a_member_pushed_far_ahead_by_news_told_only_to_it_is_still_heard_by_everyone() -> None:
+    # Member 2 refutes a forged alive far ahead; third parties may not relay such a jump, so each member
+    # that hears it second-hand asks member 2 itself (a push-pull) instead of keeping its stale record.
+    net = SimulatedNetwork(seed=4)
+    net.start_converged(LAN, list(range(1, 21)))
+    net.run_for(1)
+    fake = Alive(0, MemberMeta(66, "e:1", "e:2"), "evil:1")
+    net.inject(2, "evil:1", _packet(66, fake, _alive(2, 2**31 - 1)))
+    assert net.core(2).local_member.incarnation == 2**31
+    net.core(2).update_meta(net.now, _meta(2, rack="r9"))
+    net.run_for(5)  # the periodic push-pull, which would also repair it, is 30 s away
+    for core in net.cores.values():
+        seen = core.member(2)
+        assert seen is not None and seen.meta.rack == "r9" and seen.state is MemberState.ALIVE
