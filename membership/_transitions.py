@@ -14,10 +14,12 @@ here (``_state``); what remains is whether the news is *first-hand* (a member's 
 from the address it names, or in the reply to a push-pull we opened to that address) or relayed by a third
 party. A third party may introduce a member we do not know, suspect or kill one, or spread its newer alive
 news at the addresses we hold; it may never re-point a known member (gossip, client or peer address), and
-it may not move an incarnation more than ``max_incarnation_jump`` ahead. A re-pointing claim is checked
-instead: we push-pull with the claimed gossip address, and only the member's own answer from there is
-believed. A live member never moves (memberlist's conflict rule); a dead one may come back elsewhere.
-Incarnations compare as serial numbers (``_incarnation``), so a refutation always exists.
+it may not move an incarnation more than ``max_incarnation_jump`` ahead. Either claim makes us ask the
+member instead: we push-pull with the gossip address, and only the member's own answer from there is
+believed. A member first heard of second-hand is greeted with a ping and stays unconfirmed (hearsay) until
+it answers from its address. A live member never moves (memberlist's conflict rule); a dead one may come
+back elsewhere. Incarnations compare as serial numbers (``_incarnation``), and a member refutes just past
+whatever incarnation an accusation names, so no number leaves it without a refutation.
 """
 
 from __future__ import annotations
