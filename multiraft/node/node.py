@@ -43,6 +43,8 @@ from multiraft.node.peer_service import PeerService
 from multiraft.node.rebalancer import Rebalancer, RebalanceSettings
 from multiraft.node.reconfigure import Reconciler
 from multiraft.node.scheduler import Scheduler
+from multiraft.node.scrubber import SLICE_S as SCRUB_SLICE_S
+from multiraft.node.scrubber import Scrubber
 from multiraft.node.services import (
     AdminService,
     AdminSettings,
@@ -136,6 +138,7 @@ class Node(LoopOwned):
         self._services: NodeServices | None = None
         self._peer_service: PeerService | None = None
         self.catchup: CatchupManager | None = None
+        self.scrubber: Scrubber | None = None
         self.rebalancer: Rebalancer | None = None
         self.membership: NodeMembership | None = None
 
@@ -208,6 +211,9 @@ class Node(LoopOwned):
         catchup.start(loop)
         scheduler.every(config.retention_check_ms / 1000, lambda: store.housekeeping(catchup.leader_check))
         scheduler.every(config.leader_balance_ms / 1000, store.hand_back_leadership)
+        self.scrubber = Scrubber(scheduler, config.scrub_bytes_per_s)
+        if config.scrub_bytes_per_s > 0:
+            scheduler.every(SCRUB_SLICE_S, self.scrubber.run_slice)
         scheduler.every(
             _RECONCILE_S,
             Reconciler(

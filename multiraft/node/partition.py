@@ -33,7 +33,7 @@ from multiraft.node.raftlog import decode_manifest
 from multiraft.node.scheduler import Completion, Group, Scheduler
 from storage import BatchHeader, SegmentedLog, SegmentInfo, read_header
 
-__all__ = ["PartitionView", "PartitionMachine", "ProduceResult", "RetentionPolicy"]
+__all__ = ["PartitionView", "PartitionMachine", "ProduceResult", "RetentionPolicy", "forget_producers_after"]
 
 log = get_logger(__name__)
 
@@ -377,6 +377,14 @@ class PartitionMachine:
         log.info("handing leadership to the preferred leader", group=self.group_id, to=preferred)
         group.raw.transfer_leader(preferred)
         self.scheduler.touch(group)
+
+
+def forget_producers_after(log_: SegmentedLog, index: int) -> None:
+    """Drop a producers checkpoint that covers entries after ``index`` (a repair cut them off): the replica then
+    rebuilds the state from an earlier point and the entries that come back."""
+    saved = log_.attribute(_PRODUCERS_ATTRIBUTE)
+    if saved is not None and int(saved.partition(b"\n")[0]) > index:
+        log_.set_attribute(_PRODUCERS_ATTRIBUTE, None)
 
 
 def _drop_point(expired: Sequence[SegmentInfo]) -> int:

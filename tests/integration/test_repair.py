@@ -1,0 +1,109 @@
+"""A replica whose stored data fails its checksum repairs itself from a healthy peer, without an operator.
+
+NATS JetStream lost acknowledged writes when a follower's data file was damaged (Jepsen, 2025). Here a byte
+inside a committed record of a stopped follower's LMDB file is flipped; the node restarts, finds the damage
+(the scrubber, or the first read of the entry), cuts its log before the damaged entry, and gets the entries
+back from the leader, while it votes for no log lacking them. Every acknowledged record is then read back
+exactly once, and every replica is byte-identical.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from multiraft.launcher import cluster_down, load_cluster
+from rpc.proto import multiraft_pb2 as pb
+from storage import encode_batch
+from tests.integration._helpers import Cluster, assert_replicas_identical, fetch_all, wait_settled
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "ledger"
+BATCHES = 60
+
+
+def _value(batch: int, record: int) -> bytes:
+    return b"<acked-%04d-%02d>" % (batch, record) + b"." * 200
+
+
+def _flip_inside(data_file: Path, marker: bytes) -> int:
+    """Flip one bit inside the first copy of ``marker`` in the file; returns where."""
+    raw = bytearray(data_file.read_bytes())
+    at = raw.index(marker) + len(marker) // 2
+    raw[at] ^= 0x04
+    data_file.write_bytes(bytes(raw))
+    return at
+
+
+def _wait_for_log_line(path: Path, text: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for _ in range(10_000):
+        if text in path.read_text(errors="replace"):
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} not in {path} after {timeout_s}s")
+
+
+def _write_acknowledged(cluster: Cluster, first: int, count: int, producer_id: int) -> list[bytes]:
+    """Batches of 4 records, from an idempotent producer (``producer_id`` >= 0) or a plain one."""
+    acked: list[bytes] = []
+    for batch in range(first, first + count):
+        values = [_value(batch, r) for r in range(4)]
+        encoded = encode_batch(
+            values,
+            timestamps_ms=int(time.time() * 1000),
+            producer_id=producer_id,
+            producer_epoch=0 if producer_id >= 0 else -1,
+            base_sequence=4 * batch if producer_id >= 0 else -1,
+        )
+        request = pb.ProduceRequest(topic=TOPIC, partition=0, batch=encoded)
+        cluster.client.call_leader(
+            TOPIC, 0, lambda stub, timeout, request=request: stub.Produce(request, timeout=timeout), timeout_s=30
+        )
+        acked += values
+    return acked
+
+
+@pytest.mark.parametrize("detected_by", ["scrubber", "read"])
+def test_a_follower_with_a_flipped_bit_in_committed_data_repairs_itself_from_the_leader(
+    cluster_factory: object, detected_by: str
+) -> None:
+    # "scrubber": an idempotent producer's state is checkpointed on every replica, so a restart reads none of
+    # the entries before the checkpoint and only the scrubber finds the damage. "read": no scrubber and plain
+    # batches; the restarted replica reads every entry as it rebuilds its state and repairs instead of failing.
+    scrubbing = detected_by == "scrubber"
+    cluster: Cluster = cluster_factory(scrub_bytes_per_s=64 << 20 if scrubbing else 0)  # type: ignore[operator]
+    cluster.create_topic(TOPIC, 1, 3)
+    producer_id = -1
+    if scrubbing:
+        stub = cluster.client.log_stub(cluster.info.nodes[1].client_address)
+        producer_id = int(stub.InitProducer(pb.InitProducerRequest(), timeout=30).producer_id)
+    acked = _write_acknowledged(cluster, 0, BATCHES, producer_id)
+    wait_settled(cluster, TOPIC, 60, preferred_leaders=False)
+    time.sleep(1.0)  # a few housekeeping rounds (200 ms): every replica checkpoints the producers' state
+    leader = cluster.leader(TOPIC, 0)
+    follower = next(n for n in sorted(cluster.info.nodes) if n != leader)
+    node = load_cluster(cluster.info.directory).nodes[follower]
+    cluster.kill(follower)
+
+    _flip_inside(Path(node.directory) / "data" / "log.lmdb" / "data.mdb", _value(BATCHES // 2, 1)[:16])
+    cluster.start(follower)
+    _wait_for_log_line(Path(node.directory) / "node.log", "cut a damaged log suffix", 60)
+    if scrubbing:
+        assert "the scrubber found a damaged entry" in (Path(node.directory) / "node.log").read_text()
+
+    acked += _write_acknowledged(cluster, BATCHES, 10, producer_id)  # the repaired replica takes new writes too
+    wait_settled(cluster, TOPIC, 60, preferred_leaders=False)
+    _wait_for_log_line(Path(node.directory) / "node.log", "a repaired replica has its entries back", 60)
+    assert cluster.leader(TOPIC, 0) == leader  # the damaged replica never disturbed the leader
+
+    read = [value for _, value in fetch_all(cluster.client, TOPIC, 0)]
+    assert sorted(read) == sorted(acked) and len(read) == len(set(read))
+    cluster.client.close()
+    cluster_down(cluster.info.directory)
+    assert_replicas_identical(cluster.info.directory, TOPIC, 1)
