@@ -72,6 +72,8 @@ class PartitionView:
         self.replicas: tuple[int, ...] = ()
         self.removed = False
         self.catchup: Any = None  # multiraft.node.catchup.CatchupProgress while segments are copied here
+        # Set by the store: a read that found a damaged entry hands (group id, index) to the repair (any thread).
+        self.damage_hook: Callable[[int, int], None] | None = None
         self._advanced = asyncio.Event()
 
     def update(
@@ -82,6 +84,12 @@ class PartitionView:
         if high_watermark != self.high_watermark:
             self.high_watermark = high_watermark
             self._wake_waiters()
+
+    def report_damage(self, index: int | None) -> None:
+        """A read of this replica found the entry at ``index`` damaged: have the store repair the replica."""
+        hook = self.damage_hook
+        if hook is not None and index is not None and not self.removed:
+            hook(self.group_id, index)
 
     def mark_removed(self) -> None:
         self.removed = True

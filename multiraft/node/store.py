@@ -47,7 +47,7 @@ from multiraft.node.peer_messages import ControllerRequest, OffsetsCommit, Offse
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.scheduler import Completion, Group, Scheduler, damaged_index
 from multiraft.node.threads import LoopHandoff, SchedulerHandoff, SchedulerOwned, on_owner_thread
-from storage import StorageError
+from storage import CorruptionError, StorageError
 from storage.batch import BatchHeader
 
 __all__ = ["Store", "StoreClient", "LiveIds", "CatchupHook"]
@@ -194,6 +194,17 @@ class Store(SchedulerOwned):
             return
         raise StorageFailureError(f"the controller log was damaged at {index}; restart the node to replay it")
 
+    def _damage_read_elsewhere(self, group_id: int, index: int) -> None:
+        """A read on another thread (a Fetch on the loop) found a damaged entry: repair on this thread (any thread)."""
+        scheduler = self.scheduler
+
+        def report() -> None:
+            group = scheduler.groups.get(group_id)
+            if group is not None:
+                scheduler.report_damage(group, CorruptionError("a read found a damaged entry", path="", index=index))
+
+        scheduler.submit(report)
+
     @on_owner_thread
     def open_partition(
         self,
@@ -256,6 +267,7 @@ class Store(SchedulerOwned):
         if plog.attribute(_GROUP_ATTRIBUTE) is None:
             plog.set_attribute(_GROUP_ATTRIBUTE, json.dumps({"group_id": group_id}).encode())
         view = PartitionView(topic, partition, group_id, plog)
+        view.damage_hook = self._damage_read_elsewhere
         machine: PartitionMachine | OffsetsMachine
         post = self._to_loop.post
         if topic == OFFSETS_TOPIC:

@@ -107,3 +107,32 @@ def test_a_follower_with_a_flipped_bit_in_committed_data_repairs_itself_from_the
     cluster.client.close()
     cluster_down(cluster.info.directory)
     assert_replicas_identical(cluster.info.directory, TOPIC, 1)
+
+
+def test_a_leader_whose_data_is_damaged_while_it_runs_hands_over_and_repairs_when_a_fetch_finds_it(
+    cluster_factory: object,
+) -> None:
+    # No scrubber: the consumer's Fetch on the leader is the first to read the damaged batch. It is never
+    # served; the leader gives up its damaged suffix (and with it the lead), another replica takes over, and
+    # the consumer's retry reads everything.
+    cluster: Cluster = cluster_factory(scrub_bytes_per_s=0)  # type: ignore[operator]
+    cluster.create_topic(TOPIC, 1, 3)
+    acked = _write_acknowledged(cluster, 0, BATCHES, -1)
+    wait_settled(cluster, TOPIC, 60, preferred_leaders=False)
+    leader = cluster.leader(TOPIC, 0)
+    node = load_cluster(cluster.info.directory).nodes[leader]
+    # The running node maps the file: the flipped bit is what its next read sees (the page cache is shared).
+    _flip_inside(Path(node.directory) / "data" / "log.lmdb" / "data.mdb", _value(BATCHES // 2, 1)[:16])
+
+    read = [value for _, value in fetch_all(cluster.client, TOPIC, 0)]
+    _wait_for_log_line(Path(node.directory) / "node.log", "cut a damaged log suffix", 60)
+    assert sorted(read) == sorted(acked) and len(read) == len(set(read))
+    acked += _write_acknowledged(cluster, BATCHES, 10, -1)
+    wait_settled(cluster, TOPIC, 60, preferred_leaders=False)
+    _wait_for_log_line(Path(node.directory) / "node.log", "a repaired replica has its entries back", 60)
+
+    read = [value for _, value in fetch_all(cluster.client, TOPIC, 0)]
+    assert sorted(read) == sorted(acked) and len(read) == len(set(read))
+    cluster.client.close()
+    cluster_down(cluster.info.directory)
+    assert_replicas_identical(cluster.info.directory, TOPIC, 1)
