@@ -7,11 +7,14 @@ damaged entry above the Raft compaction point is handed to the scheduler's damag
 (:meth:`multiraft.node.scheduler.Scheduler.report_damage`): the store cuts the log before it, and the replica
 gets the entries back from the leader as a follower that may not vote for a log lacking them
 (``RawNode(recover_until=...)``). Damage at or below the compaction point cannot come back through Raft's
-appends: it is logged and counted (``multiraft storage check|repair`` are the operator's tools for it).
+appends: it is logged and counted (``multiraft storage check|repair`` are the operator's tools for it). The
+counters (:class:`ScrubStats`) go to the log with every damaged entry and at the end of a pass (at most every
+ten minutes).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 
 from multiraft.logging import get_logger
@@ -24,6 +27,7 @@ __all__ = ["Scrubber", "ScrubStats", "SLICE_S"]
 log = get_logger(__name__)
 
 SLICE_S = 0.1  # how often a slice runs; each checks about bytes_per_s * SLICE_S bytes
+_REPORT_EVERY_S = 600.0  # the counters go to the log at the end of a pass, at most this often
 
 
 @dataclass
@@ -52,6 +56,7 @@ class Scrubber(SchedulerOwned):
         self._position = 0  # the next index to check in it
         self._to_walk: list[int] = []
         self.stats = ScrubStats()
+        self._reported_at = float("-inf")
 
     @on_owner_thread
     def run_slice(self) -> None:
@@ -62,6 +67,8 @@ class Scrubber(SchedulerOwned):
                 return
             group = groups.get(self._group_id)
             if group is None:
+                if self._group_id != -1:  # removed (deleted, moved away, or taken out for repair) meanwhile
+                    self._finish_group()
                 if not self._next_group():
                     return
                 continue
@@ -71,7 +78,7 @@ class Scrubber(SchedulerOwned):
                 position, checked, damaged = log_.scrub(self._position, budget)
             except StorageError as exc:  # the log was closed or deleted meanwhile: go on with the next
                 log.debug("scrub skipped a log", log=log_.name, error=str(exc))
-                self._group_id = -1
+                self._finish_group()
                 continue
             self.stats.entries += position - max(self._position, log_.first_index())
             self.stats.bytes += checked
@@ -79,15 +86,21 @@ class Scrubber(SchedulerOwned):
             self._position = position
             if damaged is not None:
                 self._found(group.group_id, damaged)
-                self._group_id = -1
+                self._finish_group()
             elif position > log_.last_index():
-                self._group_id = -1
+                self._finish_group()
+
+    def _finish_group(self) -> None:
+        self._group_id = -1
+        if not self._to_walk:
+            self.stats.passes += 1
+            now = time.monotonic()
+            if now - self._reported_at >= _REPORT_EVERY_S:
+                self._reported_at = now
+                log.info("scrub pass complete", **self.stats.as_dict())
 
     def _next_group(self) -> bool:
         if not self._to_walk:
-            if self._group_id != -1 or self.stats.entries:
-                self.stats.passes += 1
-                log.debug("scrub pass complete", **self.stats.as_dict())
             self._to_walk = sorted(self._scheduler.groups, reverse=True)
             if not self._to_walk:
                 return False
