@@ -10,7 +10,8 @@ import typer
 from rich.table import Table
 
 from multiraft.cli._common import console, err_console
-from storage import StorageError, check_store, repair_store
+from multiraft.node.raftlog import RaftLogStorage
+from storage import LogStore, StorageError, check_store, repair_store
 
 storage_app = typer.Typer(help="Check and repair a node's log store (run while the node is stopped).")
 
@@ -69,4 +70,22 @@ def repair(data_dir: Path = typer.Argument(..., help="The node's data directory 
         )
     for note in report.notes:
         console.print(note, highlight=False)
+    _record_lost_suffixes(data_dir, [(dropped.log, dropped.last_index) for dropped in report.dropped])
     console.print(f"repaired {report.path}; the damaged copy is {report.damaged_copy}", highlight=False)
+
+
+def _record_lost_suffixes(data_dir: Path, lost: list[tuple[str, int]]) -> None:
+    """Each log that lost entries may have acknowledged them: record where it ended (with its hard state's term,
+    an upper bound of their terms), so that its replica votes for no log lacking them until the leader has
+    sent them again (see ``multiraft.node.raftlog``)."""
+    if not lost:
+        return
+    with LogStore.open(data_dir) as store:
+        for name, last_index in lost:
+            topic, _, partition = name.rpartition("/")
+            log = store.log(topic, int(partition), create=False)
+            # Terms only grow along a log, and a replica's term is at least that of any entry it accepted.
+            term = max(log.hard_state().term, log.term(log.last_index()) if log.last_index() else 0)
+            RaftLogStorage(log).record_lost_suffix(last_index, term)
+            console.print(f"{name} will not vote until its leader has sent entries up to {last_index} again")
+        store.sync()

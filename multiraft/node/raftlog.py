@@ -389,6 +389,15 @@ class RaftLogStorage:
         last = self.last_index()
         return index == 0 or (self.term(last), last) >= (term, index)
 
+    def record_lost_suffix(self, index: int, term: int) -> tuple[int, int]:
+        """Record (in the open transaction) that the log held entries up to (``index``, ``term``) before losing
+        a suffix; an earlier, more up-to-date record stands. ``term`` may be an upper bound (the hard state's
+        term): the record only has to be at least as up to date as the lost log. Returns the record kept."""
+        record = max(self._recover_until, (index, term), key=lambda it: (it[1], it[0]))
+        self.log.set_attribute(_RECOVER_UNTIL, _INDEX_TERM.pack(*record))
+        self._recover_until = record
+        return record
+
     def clear_recovery(self) -> None:
         self.log.set_attribute(_RECOVER_UNTIL, None)
         self._recover_until = (0, 0)
@@ -413,10 +422,7 @@ class RaftLogStorage:
             last_term = log.term(last)
         except StorageError:
             last_term = log.hard_state().term  # at least the term of any entry this log holds
-        earlier = self.recover_until()
-        record = max(earlier, (last, last_term), key=lambda it: (it[1], it[0]))
-        log.set_attribute(_RECOVER_UNTIL, _INDEX_TERM.pack(*record))
-        self._recover_until = record
+        record = self.record_lost_suffix(last, last_term)
         self._recent.clear()
         self._recent_size = 0
         log.truncate_suffix(cut)
