@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from multiraft.cli._common import console, err_console
-from multiraft.node.raftlog import RaftLogStorage
+from multiraft.node.raftlog import record_lost_suffixes
 from storage import LogStore, StorageError, check_store, repair_store
 
 storage_app = typer.Typer(help="Check and repair a node's log store (run while the node is stopped).")
@@ -75,17 +75,9 @@ def repair(data_dir: Path = typer.Argument(..., help="The node's data directory 
 
 
 def _record_lost_suffixes(data_dir: Path, lost: list[tuple[str, int]]) -> None:
-    """Each log that lost entries may have acknowledged them: record where it ended (with its hard state's term,
-    an upper bound of their terms), so that its replica votes for no log lacking them until the leader has
-    sent them again (see ``multiraft.node.raftlog``)."""
+    """Each log that lost entries may have acknowledged them (see ``record_lost_suffixes``)."""
     if not lost:
         return
     with LogStore.open(data_dir) as store:
-        for name, last_index in lost:
-            topic, _, partition = name.rpartition("/")
-            log = store.log(topic, int(partition), create=False)
-            # Terms only grow along a log, and a replica's term is at least that of any entry it accepted.
-            term = max(log.hard_state().term, log.term(log.last_index()) if log.last_index() else 0)
-            RaftLogStorage(log).record_lost_suffix(last_index, term)
-            console.print(f"{name} will not vote until its leader has sent entries up to {last_index} again")
-        store.sync()
+        for name, (index, _) in record_lost_suffixes(store, lost).items():
+            console.print(f"{name} will not vote until its leader has sent entries up to {index} again")

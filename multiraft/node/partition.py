@@ -192,6 +192,8 @@ class PartitionMachine:
     def _restore_producers(self, group: Group, applied: int) -> None:
         covered = 0
         saved = self.log.attribute(_PRODUCERS_ATTRIBUTE)
+        if saved is not None and int(saved.partition(b"\n")[0]) > applied:
+            saved = None  # the log lost entries the checkpoint covers (a repair): rebuild from an earlier point
         if saved is not None:
             index, _, state = saved.partition(b"\n")
             self.producers, covered = ProducerStates.decode(state), int(index)

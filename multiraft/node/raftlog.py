@@ -47,10 +47,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from multiraft import raft
-from storage import BeforeLogStartError, BeyondLogEndError, SegmentedLog, StorageError
+from storage import BeforeLogStartError, BeyondLogEndError, LogStore, SegmentedLog, StorageError
 from storage import HardState as StoredHardState
 
-__all__ = ["RaftLogStorage", "SnapshotManifest", "SegmentRef", "encode_manifest", "decode_manifest"]
+__all__ = [
+    "RaftLogStorage",
+    "SnapshotManifest",
+    "SegmentRef",
+    "encode_manifest",
+    "decode_manifest",
+    "record_lost_suffixes",
+]
 
 _SNAPSHOT_META = "raft.snapshot"
 _COMPACTED = "raft.compacted"
@@ -120,6 +127,23 @@ def decode_manifest(data: bytes) -> SnapshotManifest:
         files,
         (int(start[0]), int(start[1])),
     )
+
+
+def record_lost_suffixes(store: LogStore, lost: Sequence[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+    """After ``storage.repair_store`` cut logs (name, former last index): record for each where it ended, with an
+    upper bound of its term (a replica's term is at least that of any entry it accepted), so that its replica
+    votes for no log lacking what it may have acknowledged until the leader has sent it again. Synced."""
+    recorded: dict[str, tuple[int, int]] = {}
+    for name, last_index in lost:
+        topic, _, partition = name.rpartition("/")
+        log = store.log(topic, int(partition), create=False)
+        last = log.last_index()
+        term = max(log.hard_state().term, log.term(last) if last else 0)
+        storage = RaftLogStorage(log)
+        recorded[name] = storage.record_lost_suffix(last_index, term)
+        storage.forget_beyond_last()
+    store.sync()
+    return recorded
 
 
 def _to_raft_error(exc: StorageError) -> raft.RaftStorageError:
@@ -423,16 +447,22 @@ class RaftLogStorage:
         except StorageError:
             last_term = log.hard_state().term  # at least the term of any entry this log holds
         record = self.record_lost_suffix(last, last_term)
+        log.truncate_suffix(cut)
+        self.forget_beyond_last()
+        return record
+
+    def forget_beyond_last(self) -> None:
+        """After the log lost its end: the applied index and the configuration history move back to the last
+        index (the entries after it come back from the leader and apply again)."""
+        last = self.last_index()
         self._recent.clear()
         self._recent_size = 0
-        log.truncate_suffix(cut)
-        if self.applied_index() >= cut:
-            log.set_attribute(_APPLIED, _U64.pack(cut - 1))
-        kept = [item for item in self._conf_history if item[0] < cut]
+        if self.applied_index() > last:
+            self.log.set_attribute(_APPLIED, _U64.pack(last))
+        kept = [item for item in self._conf_history if item[0] <= last]
         if len(kept) != len(self._conf_history):
             self._conf_history = kept
             self._save_conf_history()
-        return record
 
     # ------------------------------------------------------------------------------- application state
 

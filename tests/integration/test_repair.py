@@ -136,3 +136,32 @@ def test_a_leader_whose_data_is_damaged_while_it_runs_hands_over_and_repairs_whe
     cluster.client.close()
     cluster_down(cluster.info.directory)
     assert_replicas_identical(cluster.info.directory, TOPIC, 1)
+
+
+def test_a_follower_whose_data_file_was_truncated_starts_keeps_the_valid_prefix_and_repairs_from_the_leader(
+    cluster_factory: object,
+) -> None:
+    # Before, the node refused to start ("file is truncated"). Now it keeps the longest valid prefix of every
+    # log (the damaged file is kept aside), records where each cut log ended, and catches up.
+    cluster: Cluster = cluster_factory()  # type: ignore[operator]
+    cluster.create_topic(TOPIC, 1, 3)
+    acked = _write_acknowledged(cluster, 0, BATCHES, -1)
+    wait_settled(cluster, TOPIC, 60, preferred_leaders=False)
+    leader = cluster.leader(TOPIC, 0)
+    follower = next(n for n in sorted(cluster.info.nodes) if n != leader)
+    node = load_cluster(cluster.info.directory).nodes[follower]
+    cluster.kill(follower)
+    data_file = Path(node.directory) / "data" / "log.lmdb" / "data.mdb"
+    with data_file.open("r+b") as raw:
+        raw.truncate(data_file.stat().st_size - 16 * 4096)
+
+    cluster.start(follower)
+    _wait_for_log_line(Path(node.directory) / "node.log", "repaired the log store", 30)
+    acked += _write_acknowledged(cluster, BATCHES, 10, -1)
+    wait_settled(cluster, TOPIC, 60, preferred_leaders=False)
+
+    read = [value for _, value in fetch_all(cluster.client, TOPIC, 0)]
+    assert sorted(read) == sorted(acked) and len(read) == len(set(read))
+    cluster.client.close()
+    cluster_down(cluster.info.directory)
+    assert_replicas_identical(cluster.info.directory, TOPIC, 1)
