@@ -176,10 +176,12 @@ class Store(SchedulerOwned):
         steps down this way too). The controller group's machine cannot replay in place: its log is cut and
         the node stops, to replay it at the next start."""
         storage = group.storage
-        attempts = self._repair_attempts[group.group_id] = self._repair_attempts.get(group.group_id, 0) + 1
-        still_damaged = index <= storage.log.last_index() and storage.log.first_damaged(index, index + 1) is not None
-        try:
-            if still_damaged:
+        if self.scheduler.groups.get(group.group_id) is not None:
+            self.scheduler.remove_group(group.group_id)  # reopened meanwhile (the cluster state): repair that one
+        try:  # the log may be gone meanwhile (its topic deleted): then it is closed, and there is nothing to do
+            last = storage.log.last_index()
+            if index <= last and storage.log.first_damaged(index, index + 1) is not None:
+                attempts = self._repair_attempts[group.group_id] = self._repair_attempts.get(group.group_id, 0) + 1
                 if attempts > _REPAIR_ATTEMPTS:
                     raise raft.RaftStorageError(f"{storage.log.name} was cut {attempts - 1} times and is still damaged")
                 self._cut(storage, index)
