@@ -85,7 +85,9 @@ def test_a_follower_with_a_flipped_bit_in_committed_data_repairs_itself_from_the
         producer_id = int(stub.InitProducer(pb.InitProducerRequest(), timeout=30).producer_id)
     acked = _write_acknowledged(cluster, 0, BATCHES, producer_id)
     wait_settled(cluster, TOPIC, 60, preferred_leaders=False)
-    time.sleep(1.0)  # a few housekeeping rounds (200 ms): every replica checkpoints the producers' state
+    time.sleep(1.0)  # a few housekeeping rounds (200 ms): every replica checkpoints the producers' state...
+    acked += _write_acknowledged(cluster, BATCHES, 1, producer_id)  # ...which the next write's sync makes durable
+    wait_settled(cluster, TOPIC, 60, preferred_leaders=False)
     leader = cluster.leader(TOPIC, 0)
     follower = next(n for n in sorted(cluster.info.nodes) if n != leader)
     node = load_cluster(cluster.info.directory).nodes[follower]
@@ -97,7 +99,7 @@ def test_a_follower_with_a_flipped_bit_in_committed_data_repairs_itself_from_the
     if scrubbing:
         assert "the scrubber found a damaged entry" in (Path(node.directory) / "node.log").read_text()
 
-    acked += _write_acknowledged(cluster, BATCHES, 10, producer_id)  # the repaired replica takes new writes too
+    acked += _write_acknowledged(cluster, BATCHES + 1, 10, producer_id)  # the repaired replica takes writes too
     wait_settled(cluster, TOPIC, 60, preferred_leaders=False)
     _wait_for_log_line(Path(node.directory) / "node.log", "a repaired replica has its entries back", 60)
     assert cluster.leader(TOPIC, 0) == leader  # the damaged replica never disturbed the leader

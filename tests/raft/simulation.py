@@ -104,9 +104,9 @@ class MemoryDisk:
         self._memory.sync()
         self.storage: MutableStorage = self._memory
 
-    @property
-    def memory(self) -> CrashableMemoryStorage:
-        return self._memory
+    def damage(self, keep: int) -> tuple[int, int]:
+        """A damaged disk cut back after ``keep`` (durably); returns the last entry it held before."""
+        return self._memory.lose_suffix(keep)
 
     def sync(self) -> None:
         self._memory.sync()
@@ -398,22 +398,24 @@ class Simulation:
         if self.disks[node_id].crash():
             self.stats["crashes losing unsynced writes"] += 1
         disk = self.disks[node_id]
+        damage: Callable[[int], tuple[int, int]] | None = getattr(disk, "damage", None)
         if (
-            isinstance(disk, MemoryDisk)
+            damage is not None
             and self.lose_suffix
             and self.damage_rng.random() < self.lose_suffix
             and self._may_damage(node_id)
         ):
-            memory = disk.memory
-            first = max(memory.first_index() - 1, memory.snapshot().meta.index)  # the snapshot is state, not log
-            last = memory.last_index()
+            storage = disk.storage
+            first = max(storage.first_index() - 1, storage.snapshot().meta.index)  # the snapshot is state, not log
+            last = storage.last_index()
             if last > first:
                 keep = self.damage_rng.randint(first, last - 1)
-                before = memory.lose_suffix(keep)
+                committed = storage.initial_state()[0].commit
+                before = damage(keep)
                 earlier = self.recover_until.get(node_id, (0, 0))
                 self.recover_until[node_id] = max(earlier, before, key=lambda e: (e[1], e[0]))
                 self.stats["crashes losing a durable suffix"] += 1
-                if memory.hard_state().commit > keep:
+                if committed > keep:
                     self.stats["crashes losing committed entries"] += 1
                 self._note(f"{node_id} lost entries {keep + 1}..{before[0]}")
         self._note(f"crash {node_id}")
