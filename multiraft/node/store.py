@@ -185,6 +185,8 @@ class Store(SchedulerOwned):
                 if attempts > _REPAIR_ATTEMPTS:
                     raise raft.RaftStorageError(f"{storage.log.name} was cut {attempts - 1} times and is still damaged")
                 self._cut(storage, index)
+        except raft.IndexCompactedError as exc:  # Raft cannot send it again: keep the replica up with its damage
+            log.error("cannot repair a damaged entry below the compaction point", log=storage.log.name, error=str(exc))
         except (StorageError, raft.RaftStorageError) as exc:
             log.error("cannot repair a damaged replica; it stays closed", log=storage.log.name, error=str(exc))
             return
@@ -202,8 +204,14 @@ class Store(SchedulerOwned):
 
         def report() -> None:
             group = scheduler.groups.get(group_id)
-            if group is not None:
-                scheduler.report_damage(group, CorruptionError("a read found a damaged entry", path="", index=index))
+            if group is None:
+                return
+            storage = group.storage
+            if index <= max(storage.first_index() - 1, storage.snapshot().meta.index):
+                # Raft cannot send it again (a segment kept below a catch-up snapshot): keep the replica up.
+                log.error("a read found a damaged entry below the compaction point", log=storage.log.name, index=index)
+                return
+            scheduler.report_damage(group, CorruptionError("a read found a damaged entry", path="", index=index))
 
         scheduler.submit(report)
 
