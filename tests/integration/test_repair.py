@@ -87,7 +87,7 @@ def test_a_follower_with_a_flipped_bit_in_committed_data_repairs_itself_from_the
     wait_settled(cluster, TOPIC, 60, preferred_leaders=False)
     time.sleep(1.0)  # a few housekeeping rounds (200 ms): every replica checkpoints the producers' state...
     acked += _write_acknowledged(cluster, BATCHES, 1, producer_id)  # ...which the next write's sync makes durable
-    wait_settled(cluster, TOPIC, 60, preferred_leaders=False)
+    wait_settled(cluster, TOPIC, 60)  # with the preferred leader leading: no hand-back is due later
     leader = cluster.leader(TOPIC, 0)
     follower = next(n for n in sorted(cluster.info.nodes) if n != leader)
     node = load_cluster(cluster.info.directory).nodes[follower]
@@ -120,7 +120,7 @@ def test_a_leader_whose_data_is_damaged_while_it_runs_hands_over_and_repairs_whe
     cluster: Cluster = cluster_factory(scrub_bytes_per_s=0)  # type: ignore[operator]
     cluster.create_topic(TOPIC, 1, 3)
     acked = _write_acknowledged(cluster, 0, BATCHES, -1)
-    wait_settled(cluster, TOPIC, 60, preferred_leaders=False)
+    wait_settled(cluster, TOPIC, 60)  # with the preferred leader leading: no hand-back is due later
     leader = cluster.leader(TOPIC, 0)
     node = load_cluster(cluster.info.directory).nodes[leader]
     # The running node maps the file: the flipped bit is what its next read sees (the page cache is shared).
@@ -148,7 +148,7 @@ def test_a_follower_whose_data_file_was_truncated_starts_keeps_the_valid_prefix_
     cluster: Cluster = cluster_factory()  # type: ignore[operator]
     cluster.create_topic(TOPIC, 1, 3)
     acked = _write_acknowledged(cluster, 0, BATCHES, -1)
-    wait_settled(cluster, TOPIC, 60, preferred_leaders=False)
+    wait_settled(cluster, TOPIC, 60)  # with the preferred leader leading: no hand-back is due later
     leader = cluster.leader(TOPIC, 0)
     follower = next(n for n in sorted(cluster.info.nodes) if n != leader)
     node = load_cluster(cluster.info.directory).nodes[follower]
