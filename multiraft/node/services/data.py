@@ -29,7 +29,7 @@ from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirect
 from multiraft.node.services.results import FetchResult, ProduceAck
 from storage import StorageConfig
 from storage.batch import BatchHeader, check_batch
-from storage.errors import BatchFormatError, BeforeLogStartError, StorageError
+from storage.errors import BatchFormatError, BeforeLogStartError, CorruptionError, StorageError
 
 __all__ = ["DataService", "DataLimits"]
 
@@ -174,6 +174,9 @@ class DataService:
                 log_start_offset=view.log_start_offset,
                 high_watermark=view.high_watermark,
             ) from exc
+        except CorruptionError as exc:  # never served: the replica repairs itself and another one leads meanwhile
+            view.report_damage(exc.index)
+            raise UnavailableError(f"{topic}/{partition}: a stored batch failed its check; repairing") from exc
         except StorageError as exc:
             raise StorageFailureError(f"{topic}/{partition}: {exc}") from exc
         return FetchResult(result.data, view.high_watermark, result.log_start_offset, result.next_offset)
