@@ -14,7 +14,7 @@ from membership.config import MembershipConfig
 
 __all__ = ["Outbox"]
 
-_SUSPECT, _DEAD = MemberState.SUSPECT, MemberState.DEAD
+_SUSPECT = MemberState.SUSPECT
 _INFINITY = float("inf")
 
 
@@ -73,8 +73,9 @@ class Outbox:
         def wanted(node_id: int, node: Node) -> bool:
             if node_id == local_id:
                 return False
-            # Gossip to the recently dead too, so a member wrongly declared dead hears it and refutes.
-            return node.state <= _SUSPECT or (node.state == _DEAD and node.changed_at >= dead_horizon)
+            # Gossip to the recently dead and left too, so a member wrongly declared dead, or whose leave was
+            # forged, hears it and refutes.
+            return node.state <= _SUSPECT or node.changed_at >= dead_horizon
 
         for node in self._table.random_nodes(self._config.gossip_nodes, wanted):
             if not self.queue:

@@ -26,7 +26,17 @@ _NACK_FRACTION = 0.8
 
 
 class _Probe:
-    __slots__ = ("ack_deadline", "addr", "end", "expected_nacks", "indirect_sent", "nacks", "seq", "target")
+    __slots__ = (
+        "ack_deadline",
+        "addr",
+        "end",
+        "expected_nacks",
+        "helpers",
+        "indirect_sent",
+        "nacks",
+        "seq",
+        "target",
+    )
 
     def __init__(self, target: int, addr: str, seq: int, ack_deadline: float, end: float) -> None:
         self.target = target
@@ -37,15 +47,17 @@ class _Probe:
         self.indirect_sent = False
         self.expected_nacks = 0
         self.nacks = 0
+        self.helpers: frozenset[str] = frozenset()  # addresses allowed to answer besides the target
 
 
 class _Relay:
     """An indirect ping this node is carrying out for another member."""
 
-    __slots__ = ("expires", "nack_at", "origin_addr", "origin_seq")
+    __slots__ = ("expires", "nack_at", "origin_addr", "origin_seq", "target_addr")
 
-    def __init__(self, origin_addr: str, origin_seq: int, nack_at: float, expires: float) -> None:
+    def __init__(self, origin_addr: str, origin_seq: int, target_addr: str, nack_at: float, expires: float) -> None:
         self.origin_addr = origin_addr
+        self.target_addr = target_addr
         self.origin_seq = origin_seq
         self.nack_at = nack_at  # infinity once sent, or if no nack was asked for
         self.expires = expires
@@ -117,27 +129,38 @@ class Prober:
         else:
             self._outbox.send(src_addr, [encode_message(Ack(ping.seq))])
 
-    def on_ack(self, seq: int) -> None:
+    # An ack counts only from the address that was pinged or a helper asked to: a third party that guesses
+    # the sequence number must not keep a dead member alive.
+    def on_ack(self, src_addr: str, seq: int) -> None:
         probe = self._probe
         if probe is not None and probe.seq == seq:
-            self._probe = None
-            self._awareness.apply_delta(-1)
+            if src_addr == probe.addr or src_addr in probe.helpers:
+                self._probe = None
+                self._awareness.apply_delta(-1)
             return
-        relay = self._relays.pop(seq, None)
-        if relay is not None:
+        relay = self._relays.get(seq)
+        if relay is not None and src_addr == relay.target_addr:
+            del self._relays[seq]
             self._outbox.send(relay.origin_addr, [encode_message(Ack(relay.origin_seq))])
 
-    def on_nack(self, seq: int) -> None:
-        if self._probe is not None and self._probe.seq == seq:
-            self._probe.nacks += 1
+    def on_nack(self, src_addr: str, seq: int) -> None:
+        probe = self._probe
+        if probe is not None and probe.seq == seq and src_addr in probe.helpers:
+            probe.nacks += 1
 
     def on_indirect_ping(self, now: float, src_addr: str, request: IndirectPing) -> None:
         self._counters.indirect_relays += 1
         seq = self._next_seq()
         timeout = self._config.probe_timeout
         nack_at = now + _NACK_FRACTION * timeout if request.want_nack else _INFINITY
-        self._relays[seq] = _Relay(src_addr, request.seq, nack_at, now + self._config.probe_interval)
+        self._relays[seq] = _Relay(
+            src_addr, request.seq, request.target_addr, nack_at, now + self._config.probe_interval
+        )
         self._outbox.send(request.target_addr, [encode_message(Ping(seq, request.target))])
+
+    def greet(self, addr: str, node_id: int) -> None:
+        """Ping a member we heard of second-hand, introducing ourselves: its answer confirms it."""
+        self._outbox.send(addr, [encode_message(Ping(self._next_seq(), node_id)), local_alive_frame(self._table.local)])
 
     def _start_probe(self, now: float) -> None:
         interval = self._awareness.scale(self._config.probe_interval)
@@ -172,6 +195,7 @@ class Prober:
             for helper in helpers:
                 self._outbox.send(helper.addr, [frame])
             probe.expected_nacks = len(helpers)
+            probe.helpers = frozenset(helper.addr for helper in helpers)
             self._counters.indirect_probes += len(helpers)
             # Retry directly as well, introducing ourselves: the ping may have been lost, or the target may
             # not know us yet and have ignored it (memberlist retries over TCP here instead).

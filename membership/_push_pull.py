@@ -118,15 +118,15 @@ class PushPullSync:
         reply = self._encode_state(join=False)
         self._counters.push_pulls_served += 1
         self._counters.stream_bytes_out += len(reply)
-        self._merge(now, state)
+        self._merge(now, state, None)  # the requester's address cannot be checked: all of it is third-party
         return reply
 
-    def absorb_reply(self, now: float, data: bytes) -> bool:
-        """Merge the reply to our push-pull; False if it was refused."""
+    def absorb_reply(self, now: float, data: bytes, from_addr: str | None) -> bool:
+        """Merge the reply to our push-pull with ``from_addr``; False if it was refused."""
         state = self._accept_state(data)
         if state is None:
             return False
-        self._merge(now, state)
+        self._merge(now, state, from_addr)
         return True
 
     def _encode_state(self, *, join: bool) -> bytes:
@@ -158,12 +158,15 @@ class PushPullSync:
             return None
         return state
 
-    def _merge(self, now: float, state: PushPull) -> None:
+    def _merge(self, now: float, state: PushPull, from_addr: str | None) -> None:
         transitions = self._transitions
         for entry in state.entries:
             node_id = entry.meta.node_id
             if entry.state == _ALIVE:
-                transitions.on_alive(now, Alive(entry.incarnation, entry.meta, entry.gossip_addr))
+                # Only the replier's own entry, naming the address we connected to, is first-hand.
+                first_hand = node_id == state.sender and entry.gossip_addr == from_addr
+                alive = Alive(entry.incarnation, entry.meta, entry.gossip_addr)
+                transitions.on_alive(now, alive, first_hand=first_hand)
             elif entry.state == _LEFT:
                 transitions.on_dead(now, Dead(entry.incarnation, node_id, node_id))
             else:

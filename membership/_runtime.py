@@ -309,7 +309,7 @@ class MemberList:
             return
         if self._phase is not _Phase.RUNNING:
             return
-        accepted = core.handle_push_pull_response(self._event_loop().time(), reply)
+        accepted = core.handle_push_pull_response(self._event_loop().time(), reply, addr)
         self._pump()
         if not accepted:
             self._counters.push_pull_failures += 1

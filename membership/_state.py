@@ -15,8 +15,10 @@ for the gaps of probabilistic gossip (each is counted). Each concern has its own
 * ``_push_pull``: full-state exchange on join, periodically, on divergence and to reconnect with the dead.
 
 Who is heard: packets and push-pull states carry the cluster's tag and the sender's node id. Another
-cluster's packets are dropped; so are packets from a node id we do not know, unless they carry that node's
-own alive message, which is how a joining node introduces itself (a push-pull state always does).
+cluster's packets are dropped. A packet must come from its sender's known gossip address, or carry the
+sender's own alive message naming the address it came from: that is how a joining node introduces itself
+(a push-pull state always does) and how a restarted one announces its new address. What the news inside may
+change depends on who tells it (see ``_transitions``): a third party never re-points a known member.
 """
 
 from __future__ import annotations
@@ -112,7 +114,8 @@ class SwimCore:
             first_push_pull_at=first_push_pull_at,
             first_reconnect_at=first_reconnect_at,
         )
-        self._table.add(Node(meta, gossip_addr, incarnation, _ALIVE, now), now)
+        self._transitions.greet = self._prober.greet
+        self._table.add(Node(meta, gossip_addr, incarnation, _ALIVE, now, confirmed=True), now)
         # Our first gossip announces us, and introduces us to members that do not know us yet.
         self._outbox.queue.put(self._local_id, encode_message(Alive(incarnation, meta, gossip_addr)))
 
@@ -179,8 +182,11 @@ class SwimCore:
         return self._outbox.take_packets()
 
     def take_push_pulls(self) -> list[str]:
-        """Members (``host:port``) to run a periodic push-pull with, over a stream."""
-        return self._push_pull.take_push_pulls()
+        """Members (``host:port``) to push-pull with, over a stream: periodic syncs and address checks.
+
+        Pass the address back to :meth:`handle_push_pull_response` with the reply.
+        """
+        return self._push_pull.take_push_pulls() + self._transitions.take_address_checks()
 
     def take_events(self) -> list[MemberEvent]:
         return self._table.take_events()
@@ -221,17 +227,24 @@ class SwimCore:
         if packet.cluster_tag != self._tag:
             counters.foreign_cluster_dropped += 1
             return
-        if packet.sender not in self._table.nodes and not _introduces_sender(packet):
-            counters.unknown_sender_dropped += 1
+        sender = self._table.nodes.get(packet.sender)
+        if (sender is None or sender.addr != src_addr) and not _introduces_sender(packet, src_addr):
+            # Another address speaking as a member we know is a forgery, or a restart it has not announced.
+            if sender is None:
+                counters.unknown_sender_dropped += 1
+            else:
+                counters.spoofed_dropped += 1
             return
+        if sender is not None and sender.addr == src_addr and not sender.confirmed:
+            self._table.confirm(sender, now)
         counters.messages_in += len(packet.messages)
         # Membership news first, so a reply (an ack) carries whatever it made us queue, such as a refutation.
         for message in packet.messages:
             if isinstance(message, Alive | Suspect | Dead):
-                self._handle(now, src_addr, message)
+                self._handle(now, src_addr, packet.sender, message)
         for message in packet.messages:
             if not isinstance(message, Alive | Suspect | Dead):
-                self._handle(now, src_addr, message)
+                self._handle(now, src_addr, packet.sender, message)
         if self._config.divergence_sync_delay > 0 and not self._transitions.left:
             self._push_pull.check_divergence(now, packet, src_addr)
 
@@ -244,10 +257,14 @@ class SwimCore:
         self.tick(now)
         return self._push_pull.serve(now, data)
 
-    def handle_push_pull_response(self, now: float, data: bytes) -> bool:
-        """Merge the reply to our push-pull; False if it was refused."""
+    def handle_push_pull_response(self, now: float, data: bytes, from_addr: str | None = None) -> bool:
+        """Merge the reply to our push-pull with ``from_addr`` (the address we connected to); False if refused.
+
+        The replier's own entry is first-hand news when it names ``from_addr``: that is how an address
+        change a third party reported is confirmed by the member itself.
+        """
         self.tick(now)
-        return self._push_pull.absorb_reply(now, data)
+        return self._push_pull.absorb_reply(now, data, from_addr)
 
     def update_meta(self, now: float, meta: MemberMeta) -> None:
         """Publish new metadata for this member under a bumped incarnation."""
@@ -271,28 +288,29 @@ class SwimCore:
         for member in members:
             if member.node_id in table.nodes or not member.is_live:
                 continue
-            table.add(Node(member.meta, member.gossip_addr, member.incarnation, _ALIVE, now), now)
+            table.add(Node(member.meta, member.gossip_addr, member.incarnation, _ALIVE, now, confirmed=True), now)
 
-    def _handle(self, now: float, src_addr: str, message: Message) -> None:
+    def _handle(self, now: float, src_addr: str, sender: int, message: Message) -> None:
         match message:
             case Ping():
                 self._prober.on_ping(src_addr, message)
             case Ack(seq):
-                self._prober.on_ack(seq)
+                self._prober.on_ack(src_addr, seq)
             case Nack(seq):
-                self._prober.on_nack(seq)
+                self._prober.on_nack(src_addr, seq)
             case IndirectPing():
                 self._prober.on_indirect_ping(now, src_addr, message)
             case Alive():
-                self._transitions.on_alive(now, message)
+                first_hand = message.node == sender and message.gossip_addr == src_addr
+                self._transitions.on_alive(now, message, first_hand=first_hand)
             case Suspect() | Dead():
                 if not self._transitions.correct_stale(src_addr, message):
                     if isinstance(message, Suspect):
-                        self._transitions.on_suspect(now, message)
+                        self._transitions.on_suspect(now, message, src_addr)
                     else:
-                        self._transitions.on_dead(now, message)
+                        self._transitions.on_dead(now, message, src_addr)
 
 
-def _introduces_sender(packet: Packet) -> bool:
-    """An unknown sender is heard only if the packet carries its own alive message (it is joining)."""
-    return any(isinstance(m, Alive) and m.node == packet.sender for m in packet.messages)
+def _introduces_sender(packet: Packet, src_addr: str) -> bool:
+    """The packet carries its sender's own alive message, naming the address the packet came from."""
+    return any(isinstance(m, Alive) and m.node == packet.sender and m.gossip_addr == src_addr for m in packet.messages)

@@ -20,9 +20,12 @@ _SUSPECT, _DEAD, _LEFT = MemberState.SUSPECT, MemberState.DEAD, MemberState.LEFT
 class Node:
     """One member's record, updated in place as news about it arrives."""
 
-    __slots__ = ("addr", "changed_at", "incarnation", "meta", "state")
+    __slots__ = ("addr", "changed_at", "confirmed", "incarnation", "meta", "state")
 
-    def __init__(self, meta: MemberMeta, addr: str, incarnation: int, state: MemberState, now: float) -> None:
+    def __init__(
+        self, meta: MemberMeta, addr: str, incarnation: int, state: MemberState, now: float, *, confirmed: bool
+    ) -> None:
+        self.confirmed = confirmed  # heard first-hand at addr
         self.meta = meta
         self.addr = addr
         self.incarnation = incarnation
@@ -30,7 +33,7 @@ class Node:
         self.changed_at = now
 
     def snapshot(self) -> Member:
-        return Member(self.meta, self.addr, self.incarnation, self.state, self.changed_at)
+        return Member(self.meta, self.addr, self.incarnation, self.state, self.changed_at, self.confirmed)
 
 
 class MemberTable:
@@ -73,6 +76,12 @@ class MemberTable:
         self.live += (state <= _SUSPECT) - (node.state <= _SUSPECT)
         node.state = state
         node.changed_at = now
+
+    def confirm(self, node: Node, now: float) -> None:
+        """The member was heard first-hand at its address: its addresses are no longer hearsay."""
+        node.confirmed = True
+        if node.state <= _SUSPECT:
+            self.emit(EventKind.UPDATE, node, now)
 
     def emit(self, kind: EventKind, node: Node, now: float) -> None:
         self.events.append(MemberEvent(kind, node.snapshot(), now))

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
+import socket
 import struct
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -105,6 +107,8 @@ class NetTransport:
             raise TransportError(f"bound to all interfaces ({self._host!r}): set advertise_host to a reachable IP")
         self._on_packet, self._on_stream = on_packet, on_stream
         loop = asyncio.get_running_loop()
+        # Peers check that a member's packets come from the address it advertises, and packets show an IP.
+        self._advertise_host = await _resolve(loop, self._advertise_host)
         failure: OSError | None = None
         # With port 0 the TCP port is picked first; UDP may find it taken, so try again with another.
         for _ in range(_BIND_ATTEMPTS if self._port == 0 else 1):
@@ -209,3 +213,20 @@ class NetTransport:
             self.counters.malformed_dropped += 1
             raise TransportError(f"stream frame of {length} bytes exceeds {self._max_stream_bytes}")
         return await reader.readexactly(length)
+
+
+async def _resolve(loop: asyncio.AbstractEventLoop, host: str) -> str:
+    """``host`` as an IP literal (a name is resolved once, at start)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return host
+    try:
+        infos = await loop.getaddrinfo(host, None, type=socket.SOCK_DGRAM)
+    except OSError as exc:
+        raise TransportError(f"cannot resolve advertise host {host!r}: {exc}") from exc
+    if not infos:
+        raise TransportError(f"advertise host {host!r} resolves to no address")
+    return str(infos[0][4][0])

@@ -121,6 +121,10 @@ class Member:
     state: MemberState
     state_changed_at: float
     """When this node last saw the state change, on the clock that drives it (seconds)."""
+    confirmed: bool = True
+    """Heard first-hand at ``gossip_addr`` (a packet from it there, or its answer to our push-pull). A member
+    known only from other members' gossip is not yet: its addresses are hearsay until it answers (an
+    UPDATE event says when it does)."""
 
     @property
     def node_id(self) -> int:
@@ -138,7 +142,7 @@ class EventKind(enum.Enum):
     JOIN = "join"
     """It appeared: new, or back after being dead or having left."""
     UPDATE = "update"
-    """Its metadata or gossip address changed while it stayed live."""
+    """Its metadata or gossip address changed while it stayed live, or it was confirmed first-hand."""
     SUSPECT = "suspect"
     """A probe failed and it is suspected; it stays in :meth:`members` until declared dead."""
     ALIVE = "alive"
@@ -176,6 +180,13 @@ class Counters:
     """Packets with another cluster's tag."""
     unknown_sender_dropped: int = 0
     """Packets from a node that is not a member and did not introduce itself."""
+    spoofed_dropped: int = 0
+    """Packets whose sender id is a member known at another address (and that do not announce a move)."""
+    implausible_dropped: int = 0
+    """Third-party news that moved a member's incarnation further ahead than max_incarnation_jump."""
+    address_checks: int = 0
+    """Push-pulls started to hear a member's own news after a third party reported an address change or an
+    incarnation more than max_incarnation_jump ahead."""
     misdirected_dropped: int = 0
     """Pings meant for another node id (for example after an address was reused)."""
     probes: int = 0

@@ -112,6 +112,13 @@ class MembershipConfig:
         "than its own for this long missed some gossip, and push-pulls with that sender (at most once per "
         "delay) instead of waiting for the periodic sync. 0 turns it off. Default 3.",
     )
+    max_incarnation_jump: int = _setting(
+        1024,
+        "incarnations",
+        "News about a member relayed by a third party may move its incarnation at most this far ahead of "
+        "the one held here; larger jumps are dropped as implausible (a member's own news is not bounded). "
+        "Default 1024.",
+    )
     max_packet_bytes: int = _setting(
         1400,
         "bytes",
@@ -195,6 +202,7 @@ class MembershipConfig:
         _int_in("awareness_max_multiplier", self.awareness_max_multiplier, 1, 1000)
         _int_in("retransmit_mult", self.retransmit_mult, 1, 1000)
         _int_in("gossip_nodes", self.gossip_nodes, 0, 64)
+        _int_in("max_incarnation_jump", self.max_incarnation_jump, 1, 2**30)
         _int_in("max_packet_bytes", self.max_packet_bytes, 1200, _MAX_DATAGRAM)
         _int_in("max_push_pull_bytes", self.max_push_pull_bytes, 64 * 1024, 1024 * MiB)
         return self

@@ -137,6 +137,11 @@ class SimulatedNetwork:
             core.preload(self.now, snapshot)
             self._after(node_id)
 
+    def inject(self, node_id: int, src_addr: str, data: bytes) -> None:
+        """Deliver a datagram from outside the simulated members (a forger at ``src_addr``) right now."""
+        self._nodes[node_id].core.receive(self.now, src_addr, data)
+        self._after(node_id)
+
     def crash(self, node_id: int) -> None:
         """Stop a member without a word; packets to it are lost from now on."""
         node = self._nodes.pop(node_id)
@@ -285,11 +290,12 @@ class SimulatedNetwork:
             reply = self._nodes[target].core.handle_push_pull_request(self.now, data)
             self._after(target)
             if reply is not None:
-                self._schedule(self.now + self._latency_to(origin), _PUSH_PULL_RESPONSE, (origin, origin_core, reply))
+                response = (origin, origin_core, addr, reply)
+                self._schedule(self.now + self._latency_to(origin), _PUSH_PULL_RESPONSE, response)
         else:
-            origin, origin_core, reply = payload
+            origin, origin_core, addr, reply = payload
             node = self._nodes.get(origin)
             if node is None or node.core is not origin_core:
                 return
-            origin_core.handle_push_pull_response(self.now, reply)
+            origin_core.handle_push_pull_response(self.now, reply, addr)
             self._after(origin)

@@ -175,6 +175,13 @@ class NodeConfig:
         "controller assigned it) when that node is live, ACTIVE and caught up.",
     )
 
+    scrub_bytes_per_s: int = _setting(
+        4 * MiB,
+        "bytes/s",
+        "Rate at which a background scrubber re-reads every replica's stored entries to check their CRCs (0 = "
+        "off); a damaged entry is cut off with the log after it and fetched again from the leader.",
+    )
+
     map_size_bytes: int = _setting(1024 * GiB, "bytes", "LMDB map size: the most the log store may grow to.")
     max_segments: int = _setting(65536, "segments", "Most segments in the node's log store at once.")
     min_free_disk_bytes: int = _setting(
@@ -318,6 +325,7 @@ class NodeConfig:
             "max_concurrent_moves": (1, 1_000),
             "move_bandwidth_mb_s": (0, 100_000),
             "rebalance_interval_ms": (10, 3_600_000),
+            "scrub_bytes_per_s": (0, 64 * GiB),
         }
         for key, (low, high) in ranges.items():
             value = getattr(self, key)

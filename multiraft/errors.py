@@ -20,9 +20,13 @@ whichever side of the wire an error started on::
     ├── NotLeaderError              retry on ``leader_id`` / ``leader_address`` (may be unknown)
     ├── ProducerError
     │   ├── OutOfOrderSequenceError an idempotent producer skipped a sequence number
-    │   └── ProducerFencedError     a newer epoch of the producer id exists
+    │   ├── ProducerFencedError     a newer epoch of the producer id exists
+    │   ├── UnknownProducerIdError  a producer id the controller never handed out
+    │   └── InvalidProducerEpochError an epoch InitProducer never granted
     ├── NotEnoughReplicasError      not enough live nodes for the replication factor or a write quorum
     ├── NodeHasReplicasError        a node still holds replicas (drain it before removing it)
+    ├── DrainRefusedError           draining would leave fewer active nodes than a topic's replication factor
+    ├── OperationNotAllowedError    a peer asked for a controller operation peers may not forward
     ├── AssignmentChangedError      a planned replica change lost a race with another change; plan again
     ├── RequestTimeoutError         the request did not complete within its deadline (outcome unknown)
     ├── UnavailableError            the node or cluster cannot serve now; retry later
@@ -31,6 +35,7 @@ whichever side of the wire an error started on::
     ├── ResourceExhaustedError      a node resource cannot take the request now (RESOURCE_EXHAUSTED)
     │   └── InsufficientStorageError disk, LMDB map or segment slots below their low-water mark; ``resource``,
     │                               ``node_id`` and the free amount name what is short
+    ├── CorruptRecordBatchError     a consumer read a batch it cannot decode; names topic, partition, offset
     └── StorageFailureError         a node's storage failed (disk full, corruption)
 """
 
@@ -57,6 +62,10 @@ __all__ = [
     "ProducerError",
     "OutOfOrderSequenceError",
     "ProducerFencedError",
+    "UnknownProducerIdError",
+    "InvalidProducerEpochError",
+    "DrainRefusedError",
+    "OperationNotAllowedError",
     "NotEnoughReplicasError",
     "NodeHasReplicasError",
     "AssignmentChangedError",
@@ -67,6 +76,7 @@ __all__ = [
     "StorageFailureError",
     "ResourceExhaustedError",
     "InsufficientStorageError",
+    "CorruptRecordBatchError",
     "error_for_reason",
     "REASONS",
 ]
@@ -192,6 +202,21 @@ class ProducerFencedError(ProducerError):
     reason = "PRODUCER_FENCED"
 
 
+class UnknownProducerIdError(ProducerError):
+    """Kafka's UNKNOWN_PRODUCER_ID: ids come from InitProducer (or are replay ids), never from the client.
+
+    Retriable: the partition leader's copy of the controller state may lag the node that handed the id out."""
+
+    reason = "UNKNOWN_PRODUCER_ID"
+    retriable = True
+
+
+class InvalidProducerEpochError(ProducerError):
+    """Kafka's INVALID_PRODUCER_EPOCH: an epoch above the one InitProducer granted."""
+
+    reason = "INVALID_PRODUCER_EPOCH"
+
+
 class NotEnoughReplicasError(MultiraftError):
     reason = "NOT_ENOUGH_REPLICAS"
     code = grpc.StatusCode.UNAVAILABLE
@@ -201,6 +226,20 @@ class NotEnoughReplicasError(MultiraftError):
 class NodeHasReplicasError(MultiraftError):
     reason = "NODE_HAS_REPLICAS"
     code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class DrainRefusedError(MultiraftError):
+    """Draining the node would leave too few active nodes for an existing topic; ``force`` overrides."""
+
+    reason = "DRAIN_REFUSED"
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class OperationNotAllowedError(MultiraftError):
+    """A controller operation a peer may not forward (only the client path, or the leader itself, may)."""
+
+    reason = "NOT_ALLOWED"
+    code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class AssignmentChangedError(MultiraftError):
@@ -230,6 +269,30 @@ class UnsupportedError(MultiraftError):
 
     reason = "UNSUPPORTED"
     code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class CorruptRecordBatchError(MultiraftError):
+    """A consumer met a batch it cannot decode (corrupt, or written before batches were checked): ``topic``,
+    ``partition`` and ``offset`` name it; ``Consumer.skip_batch`` (or a seek to ``next_offset``) reads on."""
+
+    reason = "CORRUPT_RECORD_BATCH"
+    code = grpc.StatusCode.DATA_LOSS
+
+    @property
+    def topic(self) -> str:
+        return self.metadata.get("topic", "")
+
+    @property
+    def partition(self) -> int:
+        return int(self.metadata.get("partition", "-1"))
+
+    @property
+    def offset(self) -> int:
+        return int(self.metadata.get("offset", "-1"))
+
+    @property
+    def next_offset(self) -> int:
+        return int(self.metadata.get("next_offset", "-1"))
 
 
 class StorageFailureError(MultiraftError):

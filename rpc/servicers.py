@@ -341,10 +341,19 @@ class AdminServicer(pb_grpc.AdminServicer):
     ) -> pb.DrainNodeResponse:
         if request.node_id <= 0:
             raise _invalid("node_id must be >= 1", "node_id")
-        drain = await self._admin.drain_node(request.node_id)
+        drain = await self._admin.drain_node(request.node_id, force=request.force)
         return pb.DrainNodeResponse(
             replicas_left=drain.replicas_left, leaders_left=drain.leaders_left, safe_to_stop=drain.safe_to_stop
         )
+
+    @_mapped
+    async def UndrainNode(  # noqa: N802
+        self, request: pb.UndrainNodeRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.UndrainNodeResponse:
+        if request.node_id <= 0:
+            raise _invalid("node_id must be >= 1", "node_id")
+        await self._admin.undrain_node(request.node_id)
+        return pb.UndrainNodeResponse()
 
     @_mapped
     async def RemoveNode(  # noqa: N802

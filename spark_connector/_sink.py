@@ -57,11 +57,27 @@ from pyspark.sql.types import (
 )
 
 from multiraft.client import BatchMetadata, ConfigError, Producer
+from spark_connector._options import (
+    CONNECTION_OPTIONS,
+    Connection,
+    check_names,
+    connect,
+    lower_keys,
+    missing_topics_error,
+    parse_connection,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["MultiraftBatchWriter", "MultiraftStreamWriter", "SinkOptions", "parse_sink_options", "check_sink_schema"]
+__all__ = [
+    "MultiraftBatchWriter",
+    "MultiraftStreamWriter",
+    "SinkOptions",
+    "check_sink_schema",
+    "check_sink_target",
+    "parse_sink_options",
+]
 
 # multiraft.client routes structlog through stdlib logging until a process configures it: stdout stays clean.
 log: structlog.stdlib.BoundLogger = structlog.get_logger(__name__)
@@ -89,6 +105,15 @@ _MISNAMED = {
     "kafka.bootstrap.servers": "the option is called bootstrap",
     "idempotence": "the sink is always idempotent",
 }
+_SINK_OPTIONS = (
+    *CONNECTION_OPTIONS,
+    "topic",
+    "rowsPerSend",
+    "sortRows",
+    *(keyword for keyword, _ in _PRODUCER_SETTINGS.values()),
+)
+_CAMEL_CASE = tuple(key for key in _PRODUCER_SETTINGS if key not in _SINK_OPTIONS)  # batchBytes, ...
+_PASSED_BY_SPARK = ("path", "checkpointlocation", "queryname")
 _BINARY = (BinaryType, StringType)
 _INTEGER = (ByteType, ShortType, IntegerType, LongType)
 
@@ -101,6 +126,7 @@ class SinkOptions:
     """The sink's options, parsed once on the driver (the writer carries them to the executors)."""
 
     bootstrap: str
+    connection: Connection
     topic: str | None
     rows_per_send: int
     sort_rows: bool
@@ -118,14 +144,17 @@ def _bool(name: str, value: str) -> bool:
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
-    """Check the sink's options; errors name the option. Options it does not know are left to Spark."""
-    lowered = {key.lower(): value for key, value in options.items()}
-    for name, hint in _MISNAMED.items():
-        if name in lowered:
-            raise ConfigError(name, f"not a multiraft sink option: {hint}")
-    bootstrap = lowered.get("bootstrap", "").strip()
-    if not bootstrap:
-        raise ConfigError("bootstrap", "is required: host:port of one or more nodes, comma-separated")
+    """Check the sink's options; errors name the option (a misspelt name too, with the nearest known one)."""
+    check_names(
+        options,
+        _SINK_OPTIONS,
+        passed_by_spark=_PASSED_BY_SPARK,
+        unsupported=_MISNAMED,
+        role="sink",
+        aliases=_CAMEL_CASE,
+    )
+    lowered = lower_keys(options)
+    connection = parse_connection(lowered)
     topic = lowered.get("topic")
     if topic is not None and not topic.strip():
         raise ConfigError("topic", "must not be empty")
@@ -146,8 +175,16 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             producer.append((keyword, kind(value)))
         except ValueError:
             raise ConfigError(keyword, f"must be {kind.__name__}, got {value!r}") from None
+    given = dict(producer)
+    if "request_timeout_s" in given:
+        if "requesttimeoutms" in lowered:
+            raise ConfigError("requestTimeoutMs", "give it or request_timeout_s, not both")
+        connection = Connection(connection.bootstrap, connection.connect_timeout_s, given["request_timeout_s"])
+    elif "requesttimeoutms" in lowered:
+        producer.append(("request_timeout_s", connection.request_timeout_s))
     return SinkOptions(
-        bootstrap=bootstrap,
+        bootstrap=connection.bootstrap,
+        connection=connection,
         topic=topic.strip() if topic is not None else None,
         rows_per_send=rows_per_send,
         sort_rows=_bool("sortRows", lowered.get("sortrows", "false")),
@@ -197,6 +234,16 @@ def check_sink_schema(schema: StructType, options: SinkOptions) -> None:
             )
     if "topic" not in fields and options.topic is None:
         raise ValueError("multiraft sink: give the target with the 'topic' option or a 'topic' column")
+
+
+def check_sink_target(options: SinkOptions) -> None:
+    """On the driver, before any task: the cluster answers (within connectTimeoutMs, else "no node reachable
+    at ..."), and the ``topic`` option names a topic that exists. Every task would otherwise find out alone,
+    each after its own timeout, and Spark would retry each task."""
+    with connect(options.connection) as admin:
+        topics = {info.name for info in admin.list_topics()}
+    if options.topic is not None and options.topic not in topics:
+        raise missing_topics_error("topic", [options.topic], topics)
 
 
 # ---------------------------------------------------------------------------------------------- writing
@@ -382,6 +429,7 @@ class MultiraftBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
         self._options = parse_sink_options(options)
         check_sink_schema(schema, self._options)
+        check_sink_target(self._options)
         if overwrite:
             # A log is appended to; Spark's default save mode for df.write is errorifexists, which we take as append.
             log.debug("the multiraft sink appends; overwrite is ignored")
@@ -405,6 +453,7 @@ class MultiraftStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
         self._options = parse_sink_options(options)
         check_sink_schema(schema, self._options)
+        check_sink_target(self._options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         spark_partition, query_id, batch_id = _task_context()

@@ -14,8 +14,8 @@ when Spark replays a batch after a crash.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -37,20 +37,22 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from multiraft.client import (
-    Admin,
-    ConfigError,
-    Consumer,
-    MultiraftError,
-    TopicInfo,
-    TopicPartition,
-    UnknownTopicError,
+from multiraft.client import Admin, ConfigError, Consumer, MultiraftError, TopicPartition
+from spark_connector._options import Connection, connect
+from spark_connector._planning import (
+    Snapshot,
+    check_covers,
+    discover,
+    report_data_loss,
+    skip_lost,
+    split_limit,
+    starting_offsets,
 )
 from spark_connector._source_options import (
-    EARLIEST,
     LATEST,
     Offsets,
     SourceOptions,
+    check_source_names,
     offsets_from_json,
     offsets_to_json,
     parse_source_options,
@@ -70,7 +72,6 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-_TIMESTAMP_TYPE_KEY = "message.timestamp.type"
 _POLL_STEP_S = 1.0
 # Buffer one fetch ahead while Spark consumes the previous one: poll_arrow's prefetch stops only when a
 # partition's buffer holds this many records.
@@ -78,7 +79,9 @@ _PREFETCH_RECORDS = 1 << 30
 
 
 def source_schema(options: Mapping[str, str]) -> StructType:
-    """Kafka's source schema (+ ``headers`` with includeHeaders=true)."""
+    """Kafka's source schema (+ ``headers`` with includeHeaders=true). Spark asks for it in ``load()``, so
+    a misspelt option name fails there."""
+    check_source_names(options)
     include = {k.lower(): v for k, v in options.items()}.get("includeheaders", "false").strip().lower()
     if include not in ("true", "false"):
         raise ConfigError("includeHeaders", f"must be true or false, got {options.get('includeHeaders')!r}")
@@ -137,6 +140,7 @@ class _ReadSettings:
     include_headers: bool
     poll_timeout_s: float
     fetch_max_bytes: int
+    request_timeout_s: float = 30.0
 
 
 class OffsetRange(InputPartition):
@@ -153,127 +157,6 @@ class OffsetRange(InputPartition):
 
     def __repr__(self) -> str:
         return f"OffsetRange({self.topic}/{self.partition} [{self.start}, {self.end}))"
-
-
-@dataclass
-class _Snapshot:
-    """The partitions a query reads now, with their log starts and high watermarks."""
-
-    earliest: Offsets = field(default_factory=dict)
-    latest: Offsets = field(default_factory=dict)
-    timestamp_types: dict[str, int] = field(default_factory=dict)
-
-
-def _timestamp_type(info: TopicInfo) -> int:
-    return 1 if info.configs.get(_TIMESTAMP_TYPE_KEY) == "LogAppendTime" else 0
-
-
-def _discover(admin: Admin, options: SourceOptions) -> _Snapshot:
-    """List the subscribed partitions and ask their leaders for the log start and high watermark."""
-    topics = {info.name: info for info in admin.list_topics()}
-    wanted: dict[str, list[int]] = {}
-    if options.assign is not None:
-        for topic, partition in options.assign:
-            info = topics.get(topic)
-            if info is None:
-                raise ConfigError("assign", f"topic {topic!r} does not exist")
-            if partition >= len(info.partitions):
-                raise ConfigError("assign", f"topic {topic!r} has {len(info.partitions)} partitions, not {partition}")
-            wanted.setdefault(topic, []).append(partition)
-    else:
-        for name, info in sorted(topics.items()):
-            # Internal topics (__consumer_offsets) are never matched by a pattern, as in Kafka.
-            if not name.startswith("__") and options.matches(name):
-                wanted[name] = [p.partition for p in info.partitions]
-    snapshot = _Snapshot()
-    for topic, partitions in wanted.items():
-        try:
-            earliest = admin.list_offsets(topic, "earliest", partitions)
-            latest = admin.list_offsets(topic, "latest", partitions)
-        except UnknownTopicError:
-            continue  # deleted since it was listed
-        for partition in partitions:
-            snapshot.earliest[(topic, partition)] = earliest[partition]
-            snapshot.latest[(topic, partition)] = latest[partition]
-        snapshot.timestamp_types[topic] = _timestamp_type(topics[topic])
-    return snapshot
-
-
-def _offsets_for_time(admin: Admin, tps: Sequence[tuple[str, int]], times: Mapping[tuple[str, int], int]) -> Offsets:
-    """First offset at or after each partition's time; the high watermark where no record is that late."""
-    found: Offsets = {}
-    by_query: dict[tuple[str, int], list[int]] = {}
-    for topic, partition in tps:
-        by_query.setdefault((topic, times[(topic, partition)]), []).append(partition)
-    for (topic, when), partitions in by_query.items():
-        offsets = admin.list_offsets(topic, when, partitions)
-        missing = [p for p in partitions if offsets[p] < 0]
-        if missing:
-            offsets.update(admin.list_offsets(topic, "latest", missing))
-        for partition in partitions:
-            found[(topic, partition)] = offsets[partition]
-    return found
-
-
-def _check_covers(given: Offsets, tps: Sequence[tuple[str, int]], name: str) -> None:
-    """Like Kafka: a JSON offsets option names every partition the query reads, and only those."""
-    missing = sorted(set(tps) - set(given))
-    if missing:
-        listed = ", ".join(f"{t}/{p}" for t, p in missing[:10])
-        raise ConfigError(
-            name, f"names no offset for {listed}: give one for every partition read (-2 earliest, -1 latest)"
-        )
-    extra = sorted(set(given) - set(tps))
-    if extra:
-        listed = ", ".join(f"{t}/{p}" for t, p in extra[:10])
-        raise ConfigError(name, f"names partitions the query does not read (or that do not exist): {listed}")
-
-
-def _starting_offsets(admin: Admin, options: SourceOptions, snapshot: _Snapshot) -> Offsets:
-    tps = sorted(snapshot.latest)
-    if options.starting_timestamp_ms is not None:
-        return _offsets_for_time(admin, tps, dict.fromkeys(tps, options.starting_timestamp_ms))
-    if options.starting_by_timestamp is not None:
-        _check_covers(options.starting_by_timestamp, tps, "startingOffsetsByTimestamp")
-        return _offsets_for_time(admin, tps, options.starting_by_timestamp)
-    if options.starting == "earliest":
-        return dict(snapshot.earliest)
-    if options.starting == "latest":
-        return dict(snapshot.latest)
-    assert isinstance(options.starting, dict)
-    _check_covers(options.starting, tps, "startingOffsets")
-    special = {EARLIEST: snapshot.earliest, LATEST: snapshot.latest}
-    return {tp: special[o][tp] if o in special else o for tp, o in options.starting.items()}
-
-
-def _report_data_loss(options: SourceOptions | _ReadSettings, message: str, **details: object) -> None:
-    """Kafka's failOnDataLoss: stop with an error, or log a warning and go on."""
-    if options.fail_on_data_loss:
-        raise DataLossError(
-            f"{message}. Set failOnDataLoss=false to skip the lost records and go on.",
-            **details,
-        )
-    log.warning(f"{message}; skipping ahead (failOnDataLoss=false)", **details)
-
-
-def _skip_lost(options: SourceOptions, start: Offsets, earliest: Mapping[tuple[str, int], int]) -> Offsets:
-    """Move starts that retention left behind up to the log start (or raise, per failOnDataLoss)."""
-    moved = dict(start)
-    for tp, offset in sorted(start.items()):
-        log_start = earliest.get(tp)
-        if log_start is not None and offset < log_start:
-            topic, partition = tp
-            _report_data_loss(
-                options,
-                f"{topic}/{partition}: offsets {offset} to {log_start - 1} were deleted by retention before the "
-                f"query read them (the log now starts at {log_start})",
-                topic=topic,
-                partition=partition,
-                from_offset=offset,
-                to_offset=log_start,
-            )
-            moved[tp] = log_start
-    return moved
 
 
 def _plan(
@@ -307,21 +190,12 @@ def _read_settings(options: SourceOptions) -> _ReadSettings:
         include_headers=options.include_headers,
         poll_timeout_s=options.poll_timeout_s,
         fetch_max_bytes=options.fetch_max_bytes,
+        request_timeout_s=options.request_timeout_s,
     )
 
 
-def _split_limit(available: Mapping[tuple[str, int], int], limit: int) -> dict[tuple[str, int], int]:
-    """Share ``limit`` records over partitions in proportion to their backlog (largest remainder), so that a
-    batch holds exactly min(limit, backlog) records."""
-    total = sum(available.values())
-    if total <= limit:
-        return dict(available)
-    shares = {tp: n * limit // total for tp, n in available.items()}
-    left = limit - sum(shares.values())
-    by_remainder = sorted(available, key=lambda tp: (-(available[tp] * limit % total), tp))
-    for tp in by_remainder[:left]:
-        shares[tp] += 1
-    return shares
+def _connection(options: SourceOptions) -> Connection:
+    return Connection(options.bootstrap, options.connect_timeout_s, options.request_timeout_s)
 
 
 # -------------------------------------------------------------------------------------------- readers
@@ -337,14 +211,16 @@ class MultiraftBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         options = self._options
-        with Admin(options.bootstrap) as admin:
-            snapshot = _discover(admin, options)
-            start = _starting_offsets(admin, options, snapshot)
+        with connect(_connection(options)) as admin:
+            snapshot = discover(admin, options)
+            start = starting_offsets(admin, options, snapshot)
+        if not snapshot.latest and options.pattern is not None:
+            log.warning("subscribePattern matches no topic: the batch read returns no rows", pattern=options.pattern)
         if options.ending == "latest":
             end = dict(snapshot.latest)
         else:
             assert isinstance(options.ending, dict)
-            _check_covers(options.ending, sorted(snapshot.latest), "endingOffsets")
+            check_covers(options.ending, sorted(snapshot.latest), "endingOffsets")
             end = {tp: snapshot.latest[tp] if o == LATEST else o for tp, o in options.ending.items()}
         for (topic, partition), stop in sorted(end.items()):
             if stop > snapshot.latest[(topic, partition)]:
@@ -358,7 +234,7 @@ class MultiraftBatchReader(DataSourceReader):
                     "endingOffsets",
                     f"{topic}/{partition} ends at {stop}, before its starting offset {start[(topic, partition)]}",
                 )
-        start = _skip_lost(options, start, snapshot.earliest)
+        start = skip_lost(options, start, snapshot.earliest)
         planned = _plan(start, end, snapshot.timestamp_types, self._settings, options.min_partitions)
         log.info("planned a batch read", ranges=len(planned), records=sum(r.end - r.start for r in planned))
         return planned
@@ -379,9 +255,10 @@ class MultiraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         _check_schema(schema, self._options)
         self._settings = _read_settings(self._options)
         self._admin: Admin | None = None
-        self._snapshot: _Snapshot | None = None
+        self._snapshot: Snapshot | None = None
         self._target: Offsets | None = None  # AvailableNow: read no further than these offsets
         self._known: set[tuple[str, int]] = set()
+        self._waiting_logged = False  # subscribePattern matched nothing, and that was logged
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -391,16 +268,23 @@ class MultiraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def _admin_client(self) -> Admin:
         if self._admin is None:
-            self._admin = Admin(self._options.bootstrap)
+            self._admin = connect(_connection(self._options))
         return self._admin
 
-    def _discover(self) -> _Snapshot:
-        self._snapshot = _discover(self._admin_client(), self._options)
+    def _discover(self, reading: Iterable[tuple[str, int]] = (), *, check: bool = True) -> Snapshot:
+        """``reading``: partitions in the query's offsets (one that is gone is data loss, not a typo)."""
+        known = self._known.union(reading)
+        self._snapshot = discover(self._admin_client(), self._options, known, check=check)
+        if self._snapshot.latest or self._options.pattern is None:
+            self._waiting_logged = False
+        elif not self._waiting_logged:
+            log.warning("subscribePattern matches no topic yet; the stream waits", pattern=self._options.pattern)
+            self._waiting_logged = True
         return self._snapshot
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark names it)
         snapshot = self._discover()
-        start = _starting_offsets(self._admin_client(), self._options, snapshot)
+        start = starting_offsets(self._admin_client(), self._options, snapshot)
         self._known = set(start)
         log.info("stream starts", offsets=offsets_to_json(start))
         return offsets_to_json(start)
@@ -410,12 +294,13 @@ class MultiraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 (Spark names it)
-        self._target = dict(self._discover().latest)
+        # A restarted query learns its offsets later (latestOffset), which tells a typo from a deleted topic.
+        self._target = dict(self._discover(check=False).latest)
         log.info("AvailableNow: reading up to", offsets=offsets_to_json(self._target))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 (Spark names it)
         begin = offsets_from_json(start)
-        snapshot = self._discover()
+        snapshot = self._discover(begin)
         target = self._target
         end: Offsets = {}
         backlog: dict[tuple[str, int], int] = {}
@@ -423,8 +308,8 @@ class MultiraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         for tp, offset in sorted(begin.items()):
             if tp not in snapshot.latest:
                 topic, partition = tp
-                _report_data_loss(
-                    self._options,
+                report_data_loss(
+                    self._options.fail_on_data_loss,
                     f"{topic}/{partition} is gone (its topic was deleted or no longer matches); records from "
                     f"offset {offset} on may not have been read",
                     topic=topic,
@@ -432,7 +317,7 @@ class MultiraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     from_offset=offset,
                 )
                 continue
-            low = _skip_lost(self._options, {tp: offset}, snapshot.earliest)[tp]
+            low = skip_lost(self._options, {tp: offset}, snapshot.earliest)[tp]
             high = snapshot.latest[tp]
             if target is not None:
                 high = min(high, target.get(tp, offset))
@@ -450,7 +335,7 @@ class MultiraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if isinstance(limit, ReadAllAvailable):
             take = backlog
         elif isinstance(limit, ReadMaxRows):
-            take = _split_limit(backlog, limit.max_rows)
+            take = split_limit(backlog, limit.max_rows)
         else:
             raise ConfigError("maxOffsetsPerTrigger", f"the multiraft source cannot honour the read limit {limit!r}")
         for tp, low in lows.items():
@@ -468,10 +353,10 @@ class MultiraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         snapshot = self._snapshot
         topics = {tp[0] for tp in readable}
         if snapshot is None or not all(tp in snapshot.earliest for tp in readable):
-            snapshot = self._discover()  # a batch replayed after a restart: no latestOffset call before it
+            snapshot = self._discover(begin)  # a batch replayed after a restart: no latestOffset call before it
         timestamp_types = {t: snapshot.timestamp_types.get(t, 0) for t in topics}
         begin = {tp: offset for tp, offset in begin.items() if tp in readable}
-        begin = _skip_lost(self._options, begin, snapshot.earliest)
+        begin = skip_lost(self._options, begin, snapshot.earliest)
         return _plan(begin, stop, timestamp_types, self._settings, self._options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -537,6 +422,7 @@ def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
         enable_auto_commit=False,
         fetch_max_bytes=settings.fetch_max_bytes,
         max_poll_records=_PREFETCH_RECORDS,
+        request_timeout_s=settings.request_timeout_s,
     )
     try:
         consumer.assign([tp], start=task.start)
@@ -588,8 +474,8 @@ def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
 
 
 def _lost(settings: _ReadSettings, task: OffsetRange, start: int, end: int) -> None:
-    _report_data_loss(
-        settings,
+    report_data_loss(
+        settings.fail_on_data_loss,
         f"{task.topic}/{task.partition}: offsets {start} to {end - 1} were deleted by retention before the "
         f"query read them",
         topic=task.topic,

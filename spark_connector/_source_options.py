@@ -13,12 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from multiraft.client import ConfigError
+from spark_connector._options import CONNECTION_OPTIONS, check_names, lower_keys, parse_connection, positive_int
 
 __all__ = [
     "EARLIEST",
     "LATEST",
     "Offsets",
+    "SOURCE_OPTIONS",
     "SourceOptions",
+    "check_source_names",
     "parse_source_options",
     "offsets_to_json",
 ]
@@ -29,23 +32,25 @@ LATEST = -1
 Offsets = dict[tuple[str, int], int]
 """Next offset to read per (topic, partition)."""
 
-_KNOWN = {
-    "bootstrap",
+SOURCE_OPTIONS = (
+    *CONNECTION_OPTIONS,
     "subscribe",
-    "subscribepattern",
+    "subscribePattern",
     "assign",
-    "startingoffsets",
-    "endingoffsets",
-    "startingtimestamp",
-    "startingoffsetsbytimestamp",
-    "maxoffsetspertrigger",
-    "failondataloss",
-    "includeheaders",
-    "minpartitions",
-    "polltimeoutms",
-    "fetchmaxbytes",
-    "path",  # Spark passes load(path) as an option; the source has no use for it
-}
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "maxOffsetsPerTrigger",
+    "failOnDataLoss",
+    "includeHeaders",
+    "minPartitions",
+    "pollTimeoutMs",
+    "fetchMaxBytes",
+)
+"""Every option the source takes, as users write them (Spark hands them over lower-cased or not)."""
+
+_PASSED_BY_SPARK = ("path",)  # load(path): the source has no use for it
 
 # Kafka names the user may try that we do not serve: say so rather than ignore them.
 _UNSUPPORTED = {
@@ -59,11 +64,18 @@ _UNSUPPORTED = {
 }
 
 
+def check_source_names(options: Mapping[str, str]) -> None:
+    """Refuse an option name the source does not take (a typo), suggesting the nearest known one."""
+    check_names(options, SOURCE_OPTIONS, passed_by_spark=_PASSED_BY_SPARK, unsupported=_UNSUPPORTED, role="source")
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """Parsed options. ``starting`` / ``ending`` are ``"earliest"``, ``"latest"`` or per-partition offsets."""
 
     bootstrap: str
+    connect_timeout_s: float
+    request_timeout_s: float
     subscribe: tuple[str, ...] | None
     pattern: str | None
     assign: tuple[tuple[str, int], ...] | None
@@ -88,10 +100,6 @@ class SourceOptions:
         return any(t == topic for t, _ in self.assign)
 
 
-def _lower(options: Mapping[str, str]) -> dict[str, str]:
-    return {str(k).lower(): str(v) for k, v in options.items()}
-
-
 def _bool(options: dict[str, str], key: str, name: str, default: bool) -> bool:
     text = options.get(key)
     if text is None:
@@ -100,19 +108,6 @@ def _bool(options: dict[str, str], key: str, name: str, default: bool) -> bool:
     if value not in ("true", "false"):
         raise ConfigError(name, f"must be true or false, got {text!r}")
     return value == "true"
-
-
-def _positive_int(options: dict[str, str], key: str, name: str) -> int | None:
-    text = options.get(key)
-    if text is None:
-        return None
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ConfigError(name, f"must be a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise ConfigError(name, f"must be a positive integer, got {text!r}")
-    return value
 
 
 def _json_object(text: str, name: str) -> dict[str, Any]:
@@ -181,17 +176,9 @@ def _timestamp_ms(text: str, name: str) -> int:
 
 def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """Check every option once, on the driver; the error names the option that is wrong."""
-    options = _lower(raw)
-    for key, why in _UNSUPPORTED.items():
-        if key in options:
-            raise ConfigError(key, f"is not supported by the multiraft source: {why}")
-    unknown = sorted(set(options) - _KNOWN)
-    if unknown:
-        raise ConfigError(unknown[0], f"unknown option (known: {', '.join(sorted(_KNOWN - {'path'}))})")
-
-    bootstrap = options.get("bootstrap", "").strip()
-    if not bootstrap:
-        raise ConfigError("bootstrap", "is required: host:port of one or more nodes, comma-separated")
+    check_source_names(raw)
+    options = lower_keys(raw)
+    connection = parse_connection(options)
 
     chosen = [k for k in ("subscribe", "subscribepattern", "assign") if k in options]
     if len(chosen) != 1:
@@ -253,13 +240,15 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
             options["startingoffsetsbytimestamp"], "startingOffsetsByTimestamp", allowed_special=()
         )
 
-    max_offsets = _positive_int(options, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+    max_offsets = positive_int(options, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
     if max_offsets is not None and not streaming:
         raise ConfigError("maxOffsetsPerTrigger", "is for streaming queries (spark.readStream) only")
-    poll_timeout_ms = _positive_int(options, "polltimeoutms", "pollTimeoutMs") or 120_000
-    fetch_max_bytes = _positive_int(options, "fetchmaxbytes", "fetchMaxBytes") or 4 * 1024 * 1024
+    poll_timeout_ms = positive_int(options, "polltimeoutms", "pollTimeoutMs") or 120_000
+    fetch_max_bytes = positive_int(options, "fetchmaxbytes", "fetchMaxBytes") or 4 * 1024 * 1024
     return SourceOptions(
-        bootstrap=bootstrap,
+        bootstrap=connection.bootstrap,
+        connect_timeout_s=connection.connect_timeout_s,
+        request_timeout_s=connection.request_timeout_s,
         subscribe=subscribe,
         pattern=pattern,
         assign=assign,
@@ -270,7 +259,7 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         max_offsets_per_trigger=max_offsets,
         fail_on_data_loss=_bool(options, "failondataloss", "failOnDataLoss", True),
         include_headers=_bool(options, "includeheaders", "includeHeaders", False),
-        min_partitions=_positive_int(options, "minpartitions", "minPartitions"),
+        min_partitions=positive_int(options, "minpartitions", "minPartitions"),
         poll_timeout_s=poll_timeout_ms / 1000,
         fetch_max_bytes=fetch_max_bytes,
     )

@@ -43,6 +43,38 @@ class LogReads(LogCore):
                 out.append(Entry(index, term, EntryKind(kind), timestamp_ms, bytes(value[fmt.ENTRY_HEADER_SIZE :])))
         return out
 
+    def scrub(self, lo: int, max_bytes: int) -> tuple[int, int, int | None]:
+        """Check the CRC of the entries from ``lo`` on, about ``max_bytes`` of them (at least one), without
+        copying them: (the next index to check, bytes checked, the first damaged index or None). A damaged
+        entry (CRC mismatch, or missing) ends the walk; past the last index nothing is checked."""
+        self._check_open()
+        lo = max(lo, self.first_index())
+        hi = self.last_index() + 1
+        if lo >= hi:
+            return lo, 0, None
+        checked = 0
+        index = lo
+        with self._store._read_txn() as txn:
+            try:
+                for _, value in self._iter_values(txn, self._segments, lo, hi):
+                    checked += len(value)
+                    index += 1
+                    if checked >= max_bytes:
+                        break
+            except CorruptionError as exc:
+                return index, checked, exc.index if exc.index is not None else index
+        return index, checked, None
+
+    def first_damaged(self, lo: int, hi: int) -> int | None:
+        """The first index in [lo, hi) whose entry fails its CRC or is missing, or None."""
+        while lo < hi:
+            lo, _, damaged = self.scrub(lo, 64 << 20)
+            if damaged is not None:
+                return damaged if damaged < hi else None
+            if lo >= self.last_index() + 1:
+                return None
+        return None
+
     # ------------------------------------------------------------------------------ reads for consumers
 
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> ReadResult:

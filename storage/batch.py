@@ -31,7 +31,9 @@ Body, columnar, so that decoding is a handful of numpy/Arrow calls per batch and
     [hval_len   i32 x m]       -1 for a null header value
     value bytes, [key bytes], [header key bytes (utf-8)], [header value bytes]
 
-``docs/benchmarks.md`` has the measurement that chose this layout over an Arrow IPC body.
+``docs/benchmarks.md`` has the measurement that chose this layout over an Arrow IPC body. This module encodes;
+the header lives in :mod:`storage._batch_header`, decoding and the server's check in :mod:`storage._batch_decode`
+(all re-exported here).
 """
 
 from __future__ import annotations
@@ -39,18 +41,35 @@ from __future__ import annotations
 import itertools
 import operator
 import struct
-from collections.abc import Iterator, Sequence
-from enum import IntEnum
-from functools import cache
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import crc32c
 import lz4.block
 import zstandard
 
-from storage.errors import BatchFormatError
+from storage._batch_decode import MAX_CHECKED_BODY_BYTES, check_batch, decode_batches, first_offset_at_or_after
+from storage._batch_header import (
+    BATCH_VERSION,
+    CRC_START,
+    HAS_HEADERS,
+    HAS_KEYS,
+    HAS_TIMESTAMPS,
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    MAX_BODY,
+    WIDE_TIMESTAMPS,
+    BatchHeader,
+    Compression,
+    headers_type,
+    iter_batches,
+    read_header,
+    record_schema,
+    set_base_offset,
+    validate_batch,
+)
 
-# numpy and pyarrow load on first encode/decode: a node, which only checks headers, never needs them.
+# numpy and pyarrow load on first encode: a node never encodes.
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -70,6 +89,8 @@ __all__ = [
     "encode_arrow_batch",
     "read_header",
     "validate_batch",
+    "check_batch",
+    "MAX_CHECKED_BODY_BYTES",
     "iter_batches",
     "decode_batches",
     "first_offset_at_or_after",
@@ -77,125 +98,7 @@ __all__ = [
     "record_schema",
 ]
 
-BATCH_VERSION = 1
-_HEADER = struct.Struct("<qIBIHiqqqhiI")
-HEADER_SIZE = _HEADER.size
-_CRC_START = 17
-_BASE_OFFSET = struct.Struct("<q")
-
-_CODEC_MASK = 0x7
-_HAS_KEYS = 1 << 3
-_HAS_HEADERS = 1 << 4
-_HAS_TIMESTAMPS = 1 << 5
-_WIDE_TIMESTAMPS = 1 << 6
-_KNOWN_ATTRIBUTES = _CODEC_MASK | _HAS_KEYS | _HAS_HEADERS | _HAS_TIMESTAMPS | _WIDE_TIMESTAMPS
-_MAX_BODY = (1 << 32) - 1
-
-
-@cache
-def headers_type() -> pa.DataType:
-    """Arrow type of the ``headers`` column: list<struct<key: string, value: binary>>."""
-    import pyarrow as pa
-
-    return pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]))
-
-
-@cache
-def record_schema() -> pa.Schema:
-    """Arrow schema of decoded records (``headers`` is appended when asked for)."""
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            pa.field("offset", pa.int64(), nullable=False),
-            pa.field("timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
-            pa.field("key", pa.binary()),
-            pa.field("value", pa.binary()),
-        ]
-    )
-
-
 _ZSTD_COMPRESSOR = zstandard.ZstdCompressor(level=3)
-_ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor()
-
-
-class Compression(IntEnum):
-    """Codec of a batch body."""
-
-    NONE = 0
-    ZSTD = 1
-    LZ4 = 2
-
-
-class BatchHeader(NamedTuple):
-    """The fixed header of one record batch."""
-
-    base_offset: int
-    length: int
-    version: int
-    crc: int
-    attributes: int
-    record_count: int
-    first_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    body_length: int
-
-    @property
-    def codec(self) -> Compression:
-        return Compression(self.attributes & _CODEC_MASK)
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.record_count - 1
-
-    @property
-    def next_offset(self) -> int:
-        return self.base_offset + self.record_count
-
-
-def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
-    """Parse and sanity-check the header at ``pos`` (no CRC check; see :func:`validate_batch`)."""
-    if len(buf) - pos < HEADER_SIZE:
-        raise BatchFormatError(f"truncated batch header: {len(buf) - pos} bytes, need {HEADER_SIZE}")
-    header = BatchHeader._make(_HEADER.unpack_from(buf, pos))
-    if header.version != BATCH_VERSION:
-        raise BatchFormatError(f"unsupported batch version {header.version}")
-    if header.length < HEADER_SIZE or header.length > len(buf) - pos:
-        raise BatchFormatError(f"batch length {header.length} does not fit the {len(buf) - pos} bytes available")
-    if header.record_count < 1:
-        raise BatchFormatError(f"record_count must be >= 1, got {header.record_count}")
-    if header.attributes & ~_KNOWN_ATTRIBUTES or (header.attributes & _CODEC_MASK) > max(Compression):
-        raise BatchFormatError(f"unknown batch attributes {header.attributes:#x}")
-    if header.max_timestamp < header.first_timestamp:
-        raise BatchFormatError("max_timestamp is before first_timestamp")
-    return header
-
-
-def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
-    """Check the header and the CRC of the batch at ``pos``; return its header."""
-    header = read_header(buf, pos)
-    view = memoryview(buf)[pos + _CRC_START : pos + header.length]
-    if crc32c.crc32c(view) != header.crc:
-        raise BatchFormatError(f"batch CRC mismatch at byte {pos}")
-    return header
-
-
-def iter_batches(buf: bytes | bytearray | memoryview, *, verify: bool = True) -> Iterator[tuple[BatchHeader, int]]:
-    """Yield (header, start position) for each batch in a concatenation of batches."""
-    pos, end = 0, len(buf)
-    check = validate_batch if verify else read_header
-    while pos < end:
-        header = check(buf, pos)
-        yield header, pos
-        pos += header.length
-
-
-def set_base_offset(buf: bytearray | memoryview, base_offset: int, pos: int = 0) -> None:
-    """Write the base offset in place: it sits before the CRC'd region, so the CRC stays valid."""
-    _BASE_OFFSET.pack_into(buf, pos, base_offset)
 
 
 # --------------------------------------------------------------------------------------------------- encoding
@@ -303,10 +206,10 @@ def encode_batch(
         if not deltas.any():
             ts_column = b""
         elif int(deltas.min()) >= -(2**31) and int(deltas.max()) < 2**31:
-            attributes |= _HAS_TIMESTAMPS
+            attributes |= HAS_TIMESTAMPS
             ts_column = deltas.astype("<i4").tobytes()
         else:
-            attributes |= _HAS_TIMESTAMPS | _WIDE_TIMESTAMPS
+            attributes |= HAS_TIMESTAMPS | WIDE_TIMESTAMPS
             ts_column = deltas.astype("<i8").tobytes()
     if first_ts < 0:
         raise ValueError("timestamps must be >= 0 (milliseconds since the epoch)")
@@ -317,7 +220,7 @@ def encode_batch(
         key_lengths, key_data = _column(keys, "keys")
         if len(key_lengths) != n:
             raise ValueError(f"keys has {len(key_lengths)} entries for {n} records")
-        attributes |= _HAS_KEYS
+        attributes |= HAS_KEYS
         columns.append(key_lengths.astype("<i4", copy=False).tobytes())
         data.append(key_data)
     if headers is not None:
@@ -336,15 +239,15 @@ def encode_batch(
         hval_lengths, hval_data = _binary_parts(entries.field("value"))
         if (hkey_lengths < 0).any():
             raise ValueError("header keys must not be null")
-        attributes |= _HAS_HEADERS
+        attributes |= HAS_HEADERS
         columns += [counts.astype("<i4").tobytes(), hkey_lengths.tobytes(), hval_lengths.tobytes()]
         data += [hkey_data, hval_data]
 
     body = b"".join(columns + data)
-    if len(body) > _MAX_BODY:
-        raise ValueError(f"batch body of {len(body)} bytes exceeds {_MAX_BODY}")
+    if len(body) > MAX_BODY:
+        raise ValueError(f"batch body of {len(body)} bytes exceeds {MAX_BODY}")
     stored = _compress(compression, body)
-    header_tail = _HEADER.pack(
+    header_tail = HEADER_STRUCT.pack(
         base_offset,
         HEADER_SIZE + len(stored),
         BATCH_VERSION,
@@ -358,7 +261,7 @@ def encode_batch(
         base_sequence,
         len(body),
     )
-    crc = crc32c.crc32c(stored, crc32c.crc32c(memoryview(header_tail)[_CRC_START:]))
+    crc = crc32c.crc32c(stored, crc32c.crc32c(memoryview(header_tail)[CRC_START:]))
     out = bytearray(header_tail)
     struct.pack_into("<I", out, 13, crc)
     out += stored
@@ -413,234 +316,3 @@ def _compress(codec: Compression, body: bytes) -> bytes:
         compressed: bytes = lz4.block.compress(body, store_size=False)
         return compressed
     raise ValueError(f"unknown compression {codec!r}")
-
-
-def _decompress(header: BatchHeader, stored: memoryview) -> memoryview:
-    codec = header.attributes & _CODEC_MASK
-    try:
-        if codec == Compression.NONE:
-            if len(stored) != header.body_length:
-                raise BatchFormatError("body length does not match the header")
-            return stored
-        if codec == Compression.ZSTD:
-            body = _ZSTD_DECOMPRESSOR.decompress(stored, max_output_size=header.body_length)
-        else:
-            body = lz4.block.decompress(stored, uncompressed_size=header.body_length)
-    except (zstandard.ZstdError, lz4.block.LZ4BlockError) as exc:
-        raise BatchFormatError(f"cannot decompress batch body: {exc}") from exc
-    if len(body) != header.body_length:
-        raise BatchFormatError("decompressed body length does not match the header")
-    return memoryview(body)
-
-
-# --------------------------------------------------------------------------------------------------- decoding
-
-
-class _Columns:
-    """One batch's body split into numpy length arrays and data views."""
-
-    __slots__ = (
-        "hdr_counts",
-        "hkey_data",
-        "hkey_lengths",
-        "hval_data",
-        "hval_lengths",
-        "key_data",
-        "key_lengths",
-        "timestamps",
-        "value_data",
-        "value_lengths",
-    )
-
-    def __init__(self, header: BatchHeader, body: memoryview) -> None:
-        import numpy as np
-
-        n = header.record_count
-        attributes = header.attributes
-        pos = 0
-
-        def take(dtype: str, count: int) -> npt.NDArray[np.int64]:
-            nonlocal pos
-            width = np.dtype(dtype).itemsize * count
-            if pos + width > len(body):
-                raise BatchFormatError("batch body is shorter than its length columns")
-            array = np.frombuffer(body, dtype=dtype, count=count, offset=pos)
-            pos += width
-            return array
-
-        if attributes & _HAS_TIMESTAMPS:
-            deltas = take("<i8" if attributes & _WIDE_TIMESTAMPS else "<i4", n)
-            self.timestamps: Int64Array = deltas.astype(np.int64) + header.first_timestamp
-        else:
-            self.timestamps = np.full(n, header.first_timestamp, dtype=np.int64)
-        self.value_lengths = take("<i4", n)
-        self.key_lengths = take("<i4", n) if attributes & _HAS_KEYS else None
-        if attributes & _HAS_HEADERS:
-            self.hdr_counts: npt.NDArray[np.int64] | None = take("<i4", n)
-            if (self.hdr_counts < 0).any():
-                raise BatchFormatError("negative header count")
-            m = int(self.hdr_counts.sum())
-            self.hkey_lengths: npt.NDArray[np.int64] | None = take("<i4", m)
-            self.hval_lengths: npt.NDArray[np.int64] | None = take("<i4", m)
-        else:
-            self.hdr_counts = self.hkey_lengths = self.hval_lengths = None
-
-        def data(lengths: npt.NDArray[np.int64] | None, nullable: bool) -> memoryview:
-            nonlocal pos
-            if lengths is None:
-                return memoryview(b"")
-            if (lengths < (-1 if nullable else 0)).any():
-                raise BatchFormatError("invalid length in batch body")
-            size = int(np.maximum(lengths, 0).sum())
-            if pos + size > len(body):
-                raise BatchFormatError("batch body is shorter than its lengths say")
-            view = body[pos : pos + size]
-            pos += size
-            return view
-
-        self.value_data = data(self.value_lengths, True)
-        self.key_data = data(self.key_lengths, True)
-        self.hkey_data = data(self.hkey_lengths, False)
-        self.hval_data = data(self.hval_lengths, True)
-        if pos != len(body):
-            raise BatchFormatError(f"batch body has {len(body) - pos} trailing bytes")
-
-
-def _binary_array(
-    lengths: list[npt.NDArray[np.int64]], data: list[memoryview], total: int, arrow_type: pa.DataType
-) -> pa.Array:
-    import numpy as np
-    import pyarrow as pa
-
-    if not lengths:
-        if not total:
-            empty_offsets = pa.py_buffer(np.zeros(1, dtype=np.int32))
-            return pa.Array.from_buffers(arrow_type, 0, [None, empty_offsets, pa.py_buffer(b"")])
-        return pa.nulls(total, type=arrow_type)
-    all_lengths = np.concatenate(lengths) if len(lengths) > 1 else lengths[0]
-    nulls = all_lengths < 0
-    offsets = np.zeros(len(all_lengths) + 1, dtype=np.int64)
-    np.cumsum(np.maximum(all_lengths, 0), out=offsets[1:])
-    if offsets[-1] >= 2**31:
-        raise BatchFormatError("a decoded column exceeds 2 GiB; fetch less at a time")
-    validity = None
-    null_count = int(nulls.sum())
-    if null_count:
-        validity = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
-    joined = pa.py_buffer(b"".join(data)) if len(data) != 1 else pa.py_buffer(data[0])
-    return pa.Array.from_buffers(
-        arrow_type, len(all_lengths), [validity, pa.py_buffer(offsets.astype(np.int32)), joined], null_count
-    )
-
-
-def decode_batches(
-    buf: bytes | bytearray | memoryview, *, include_headers: bool = False, verify: bool = True
-) -> pa.Table:
-    """Decode a concatenation of batches into one Arrow table with :data:`record_schema()` columns
-    (plus ``headers`` when asked). Loops over batches, never over records."""
-    import numpy as np
-    import pyarrow as pa
-
-    view = memoryview(buf)
-    offsets: list[Int64Array] = []
-    timestamps: list[Int64Array] = []
-    value_lengths: list[npt.NDArray[np.int64]] = []
-    value_data: list[memoryview] = []
-    key_lengths: list[npt.NDArray[np.int64]] = []
-    key_data: list[memoryview] = []
-    hdr_counts: list[npt.NDArray[np.int64]] = []
-    hkey_lengths: list[npt.NDArray[np.int64]] = []
-    hkey_data: list[memoryview] = []
-    hval_lengths: list[npt.NDArray[np.int64]] = []
-    hval_data: list[memoryview] = []
-    any_keys = any_headers = False
-    total = 0
-    for header, pos in iter_batches(view, verify=verify):
-        n = header.record_count
-        cols = _Columns(header, _decompress(header, view[pos + HEADER_SIZE : pos + header.length]))
-        offsets.append(np.arange(header.base_offset, header.base_offset + n, dtype=np.int64))
-        timestamps.append(cols.timestamps)
-        value_lengths.append(cols.value_lengths)
-        value_data.append(cols.value_data)
-        if cols.key_lengths is not None:
-            any_keys = True
-            key_lengths.append(cols.key_lengths)
-            key_data.append(cols.key_data)
-        else:
-            key_lengths.append(np.full(n, -1, dtype=np.int32))
-        if include_headers:
-            if cols.hdr_counts is not None:
-                assert cols.hkey_lengths is not None and cols.hval_lengths is not None
-                any_headers = True
-                hdr_counts.append(cols.hdr_counts)
-                hkey_lengths.append(cols.hkey_lengths)
-                hval_lengths.append(cols.hval_lengths)
-                hkey_data.append(cols.hkey_data)
-                hval_data.append(cols.hval_data)
-            else:
-                hdr_counts.append(np.zeros(n, dtype=np.int32))
-        total += n
-
-    arrays: list[pa.Array] = [
-        _fixed_width(pa.int64(), offsets),
-        _fixed_width(pa.timestamp("ms", tz="UTC"), timestamps),
-        _binary_array(key_lengths if any_keys else [], key_data, total, pa.binary()),
-        _binary_array(value_lengths, value_data, total, pa.binary()),
-    ]
-    schema = record_schema()
-    if include_headers:
-        arrays.append(_headers_array(hdr_counts, hkey_lengths, hkey_data, hval_lengths, hval_data, total, any_headers))
-        schema = schema.append(pa.field("headers", headers_type()))
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _headers_array(
-    counts: list[npt.NDArray[np.int64]],
-    key_lengths: list[npt.NDArray[np.int64]],
-    key_data: list[memoryview],
-    value_lengths: list[npt.NDArray[np.int64]],
-    value_data: list[memoryview],
-    total: int,
-    any_headers: bool,
-) -> pa.Array:
-    import numpy as np
-    import pyarrow as pa
-
-    all_counts = np.concatenate(counts) if counts else np.zeros(total, np.int32)
-    list_offsets = np.zeros(total + 1, dtype=np.int32)
-    np.cumsum(all_counts, out=list_offsets[1:])
-    m = int(list_offsets[-1])
-    if any_headers and m:
-        keys = _binary_array(key_lengths, key_data, m, pa.string())
-        values = _binary_array(value_lengths, value_data, m, pa.binary())
-    else:
-        keys = _binary_array([], [], 0, pa.string())
-        values = _binary_array([], [], 0, pa.binary())
-    entries = pa.StructArray.from_arrays([keys, values], fields=list(headers_type().value_type))
-    return pa.ListArray.from_arrays(_fixed_width(pa.int32(), [list_offsets]), entries, type=headers_type())
-
-
-def _fixed_width(arrow_type: pa.DataType, parts: list[npt.NDArray[Any]]) -> pa.Array:
-    """An Arrow array over numpy data, built from buffers (``pa.array`` on numpy would import pandas)."""
-    import numpy as np
-    import pyarrow as pa
-
-    joined = np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else np.zeros(0, np.int64))
-    return pa.Array.from_buffers(arrow_type, len(joined), [None, pa.py_buffer(joined)])
-
-
-def first_offset_at_or_after(batch: bytes | bytearray | memoryview, timestamp_ms: int) -> int | None:
-    """Offset of the first record in one batch whose timestamp is >= ``timestamp_ms`` (None if there is none).
-
-    Used by the time index, which finds the batch; only the timestamp column is decoded.
-    """
-    import numpy as np
-
-    view = memoryview(batch)
-    header = read_header(view)
-    if header.max_timestamp < timestamp_ms:
-        return None
-    if not header.attributes & _HAS_TIMESTAMPS:
-        return header.base_offset
-    cols = _Columns(header, _decompress(header, view[HEADER_SIZE : header.length]))
-    return header.base_offset + int(np.argmax(cols.timestamps >= timestamp_ms))

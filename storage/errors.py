@@ -73,6 +73,8 @@ class EntryTooLargeError(InvalidEntryError):
 class BatchFormatError(StorageError, ValueError):
     """A record batch is malformed (length, version, codec, checksum or body layout)."""
 
+    field = ""  # the batch field at fault, when one is named (set by storage.batch)
+
 
 class BeforeLogStartError(StorageError):
     """The requested index or offset is below the log start: retention removed it or a snapshot replaced it."""

@@ -87,12 +87,16 @@ def _connection_options(command: Any) -> Any:
 @click.option(
     "--wait-timeout", type=click.FloatRange(min=0), default=0.0, help="Give up waiting after this many s (0: never)."
 )
+@click.option(
+    "--force", is_flag=True, help="Drain even if fewer active nodes would remain than a topic's replication factor."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of text.")
 @_connection_options
 def drain(
     node_id: int,
     wait: bool,
     wait_timeout: float,
+    force: bool,
     as_json: bool,
     bootstrap: str | None,
     cluster_dir: Path | None,
@@ -101,7 +105,8 @@ def drain(
     """Move every replica and leadership off NODE_ID, then report it safe to stop.
 
     The controller keeps moving replicas after this command exits; run it again to see how far it got.
-    Exits 1 if --wait-timeout passes first.
+    Exits 1 if --wait-timeout passes first. Refused (DRAIN_REFUSED) when fewer active nodes would remain than
+    a topic's replication factor, unless --force. `multiraft node undrain` reverts a drain.
     """
     from multiraft.cli._options import fail, open_admin
 
@@ -109,7 +114,7 @@ def drain(
     last: tuple[int, int, bool] | None = None
     with open_admin(bootstrap, cluster_dir, timeout) as admin:
         while True:
-            status = admin.drain_node(node_id)
+            status = admin.drain_node(node_id, force=force)
             current = (status.replicas_left, status.leaders_left, status.safe_to_stop)
             if current != last:
                 last = current
@@ -127,6 +132,19 @@ def drain(
             if deadline is not None and time.monotonic() > deadline:
                 fail(f"node {node_id} still holds {status.replicas_left} replicas after {wait_timeout:g}s")
             time.sleep(1.0)
+
+
+@node_group.command("undrain")
+@click.argument("node_id", type=click.IntRange(min=1))
+@_connection_options
+def undrain(node_id: int, bootstrap: str | None, cluster_dir: Path | None, timeout: float) -> None:
+    """Make the draining NODE_ID active again (Redpanda's recommission): it may receive replicas again and the
+    controller stops moving its replicas off. A removed node stays removed."""
+    from multiraft.cli._options import open_admin
+
+    with open_admin(bootstrap, cluster_dir, timeout) as admin:
+        admin.undrain_node(node_id)
+    click.echo(f"node {node_id} active")
 
 
 @node_group.command("remove")

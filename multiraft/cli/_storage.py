@@ -10,7 +10,8 @@ import typer
 from rich.table import Table
 
 from multiraft.cli._common import console, err_console
-from storage import StorageError, check_store, repair_store
+from multiraft.node.raftlog import record_lost_suffixes
+from storage import LogStore, StorageError, check_store, repair_store
 
 storage_app = typer.Typer(help="Check and repair a node's log store (run while the node is stopped).")
 
@@ -69,4 +70,14 @@ def repair(data_dir: Path = typer.Argument(..., help="The node's data directory 
         )
     for note in report.notes:
         console.print(note, highlight=False)
+    _record_lost_suffixes(data_dir, [(dropped.log, dropped.last_index) for dropped in report.dropped])
     console.print(f"repaired {report.path}; the damaged copy is {report.damaged_copy}", highlight=False)
+
+
+def _record_lost_suffixes(data_dir: Path, lost: list[tuple[str, int]]) -> None:
+    """Each log that lost entries may have acknowledged them (see ``record_lost_suffixes``)."""
+    if not lost:
+        return
+    with LogStore.open(data_dir) as store:
+        for name, (index, _) in record_lost_suffixes(store, lost).items():
+            console.print(f"{name} will not vote until its leader has sent entries up to {index} again")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ._model import (
+    MAX_PRODUCER_ID,
     AllocateProducerIds,
     AlterTopicConfigs,
     ClusterState,
@@ -39,7 +40,6 @@ from .topic_config import config_key, validate_topic_configs, validate_topic_nam
 
 __all__ = ["ProducerIdBlock", "Outcome", "ApplyResult", "apply", "MAX_PRODUCER_ID_BLOCK"]
 
-MAX_PRODUCER_ID = 2**63 - 1
 MAX_PRODUCER_ID_BLOCK = 1_000_000
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "CONTROLLER_GROUP_ID",
     "FIRST_PARTITION_GROUP_ID",
     "FIRST_PRODUCER_ID",
+    "MAX_PRODUCER_ID",
     "MAX_NODE_ID",
     "NodeState",
     "NodeInfo",
@@ -38,6 +39,8 @@ CONTROLLER_GROUP_ID = 0
 FIRST_PARTITION_GROUP_ID = 1
 # Producer id 0 is valid in Kafka; starting at 1 keeps it apart from protobuf's "unset" 0 (-1 means "none").
 FIRST_PRODUCER_ID = 1
+# Ids from 2**62 up are replay producers' (derived from a key by the client); the controller never reaches them.
+MAX_PRODUCER_ID = 2**62 - 1
 MAX_NODE_ID = 2**31 - 1  # node ids are int32 on the wire, where 0 means "no node"
 _MAX_ADDRESS_LENGTH = 255
 _MAX_RACK_LENGTH = 255

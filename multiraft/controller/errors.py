@@ -20,6 +20,7 @@ and :attr:`ControllerError.metadata` gives the ErrorInfo metadata::
     ├── NotEnoughStorageError                STORAGE_FULL (RESOURCE_EXHAUSTED): the nodes cannot store the replicas
     ├── CapacityUnknownError                 UNAVAILABLE: a node has not reported its free storage yet; retry
     ├── NodeNotDrainedError                  NODE_HAS_REPLICAS (FAILED_PRECONDITION): drain it first
+    ├── DrainUnderReplicatesError            DRAIN_REFUSED (FAILED_PRECONDITION): too few active nodes would remain
     ├── StaleAssignmentError                 ASSIGNMENT_CHANGED (ABORTED): a conditional replica change lost a race
     ├── OutOfOrderApplyError (RuntimeError)  INTERNAL: apply() called with an index that does not move forward
     └── CommandCodecError (ValueError)       INTERNAL
@@ -55,6 +56,7 @@ __all__ = [
     "NotEnoughStorageError",
     "CapacityUnknownError",
     "NodeNotDrainedError",
+    "DrainUnderReplicatesError",
     "StaleAssignmentError",
     "OutOfOrderApplyError",
     "CommandCodecError",
@@ -249,6 +251,33 @@ class NodeNotDrainedError(ControllerError):
     @property
     def metadata(self) -> dict[str, str]:
         return {"node_id": str(self.node_id), "replicas": str(self.replicas)}
+
+
+class DrainUnderReplicatesError(ControllerError):
+    """Draining a node would leave fewer active nodes than a topic's replication factor (Redpanda refuses such
+    a decommission too): its replicas would have nowhere to go. ``force`` drains anyway."""
+
+    reason = "DRAIN_REFUSED"
+    status = "FAILED_PRECONDITION"
+
+    def __init__(self, node_id: int, topic: str, replication_factor: int, remaining: int) -> None:
+        super().__init__(
+            f"draining node {node_id} would leave {remaining} active node(s), fewer than topic {topic!r}'s "
+            f"replication factor {replication_factor}; undrain another node, or drain with force"
+        )
+        self.node_id = node_id
+        self.topic = topic
+        self.replication_factor = replication_factor
+        self.remaining = remaining
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {
+            "node_id": str(self.node_id),
+            "topic": self.topic,
+            "replication_factor": str(self.replication_factor),
+            "remaining": str(self.remaining),
+        }
 
 
 class StaleAssignmentError(ControllerError):

@@ -23,6 +23,7 @@ from ._model import (
     FIRST_PARTITION_GROUP_ID,
     FIRST_PRODUCER_ID,
     MAX_NODE_ID,
+    MAX_PRODUCER_ID,
     AllocateProducerIds,
     AlterTopicConfigs,
     ClusterState,
@@ -51,6 +52,7 @@ __all__ = [
     "FIRST_PARTITION_GROUP_ID",
     "FIRST_PRODUCER_ID",
     "MAX_NODE_ID",
+    "MAX_PRODUCER_ID",
     # commands
     "Command",
     "COMMAND_TYPES",

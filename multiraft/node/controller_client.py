@@ -4,7 +4,8 @@ Only the controller leader proposes metadata commands: it knows which nodes are 
 topics. :class:`RemoteController` runs a request locally when this node leads the controller group, sends
 it to the leader over the peer transport otherwise, and retries while leadership moves, within a deadline.
 A node that does not know the leader yet (it joined through the seeds) sends the request to any live peer,
-which passes it on once (``forwarded``). :meth:`RemoteController.serve` is the peer side of the same.
+which passes it on once (``forwarded``). :meth:`RemoteController.serve` is the peer side of the same; it
+serves only what a peer may ask for (:mod:`multiraft.node.controller_policy`), at every hop.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import Protocol
 
 from multiraft import controller as ctl
 from multiraft.errors import MultiraftError, NotLeaderError, RequestTimeoutError, UnavailableError
+from multiraft.node.controller_policy import check_peer_request, requester
 from multiraft.node.peer_call import ask_peer
 from multiraft.node.peer_messages import (
+    ControllerBody,
     ControllerOutcome,
     ControllerRequest,
-    CreateTopicRequest,
     RequestKind,
     decode_controller_outcome,
     encode_controller_request,
@@ -30,6 +32,7 @@ from multiraft.node.protocols import PeerCaller
 __all__ = ["RemoteController", "CONTROLLER_TIMEOUT_S"]
 
 CONTROLLER_TIMEOUT_S = 15.0
+DEFAULT_MAX_TOPIC_PARTITIONS = 4_096  # NodeConfig.max_topic_partitions' default
 _RETRY_S = 0.05
 
 
@@ -39,6 +42,9 @@ class _Leader(Protocol):
 
     @property
     def controller_leader(self) -> int: ...
+
+    @property
+    def cluster(self) -> ctl.ClusterState: ...
 
 
 LocalController = Callable[[ControllerRequest, float], Awaitable[object]]
@@ -55,16 +61,16 @@ class RemoteController:
         peers: PeerCaller,
         live_peers: Callable[[], Collection[int]],
         rng: random.Random | None = None,
+        max_topic_partitions: int = DEFAULT_MAX_TOPIC_PARTITIONS,
     ) -> None:
         self._view = view
         self._local = local
         self._peers = peers
         self._live_peers = live_peers
         self._rng = rng or random.Random()  # this loop's own: the scheduler's belongs to its thread
+        self._max_topic_partitions = max_topic_partitions
 
-    async def call(
-        self, body: ctl.Command | CreateTopicRequest, *, timeout_s: float = CONTROLLER_TIMEOUT_S
-    ) -> ControllerOutcome:
+    async def call(self, body: ControllerBody, *, timeout_s: float = CONTROLLER_TIMEOUT_S) -> ControllerOutcome:
         """Run a metadata request on the controller leader; retry while leadership moves."""
         request = ControllerRequest(body)
         loop = asyncio.get_running_loop()
@@ -83,10 +89,14 @@ class RemoteController:
         raise RequestTimeoutError(f"metadata request not served in {timeout_s:g}s: {last_error.message}")
 
     async def serve(self, from_node: int, request: ControllerRequest) -> ControllerOutcome:
-        """A request a peer sent here: run it, or pass it on once to the leader this node knows."""
+        """A request a peer sent here: refuse what peers may not ask for; run the rest, or pass it on once to
+        the leader this node knows, naming the peer as its origin."""
+        cluster = self._view.cluster
+        origin = requester(cluster, from_node, request)
+        check_peer_request(cluster, origin, request, self._max_topic_partitions)
         leader = self._view.controller_leader
         if leader and leader not in (self._view.node_id, from_node) and not request.forwarded:
-            forwarded = ControllerRequest(request.body, forwarded=True)
+            forwarded = ControllerRequest(request.body, forwarded=True, origin=origin)
             return await self._remote(leader, forwarded, CONTROLLER_TIMEOUT_S)
         return ControllerOutcome.of(await self._local(request, CONTROLLER_TIMEOUT_S))
 

@@ -23,7 +23,7 @@ from multiraft import raft
 from multiraft.errors import MultiraftError, NotLeaderError, error_for_reason
 from multiraft.logging import get_logger
 from multiraft.node.capacity import RoomLedger
-from multiraft.node.peer_messages import CreateTopicRequest
+from multiraft.node.peer_messages import ControllerBody, CreateTopicRequest, NodeStateRequest
 from multiraft.node.scheduler import Completion, Group, Scheduler
 
 __all__ = ["ControllerMachine", "CONTROLLER_TOPIC", "controller_error", "SNAPSHOT_EVERY"]
@@ -118,7 +118,7 @@ class ControllerMachine:
 
     # --------------------------------------------------------------------------------- leader requests
 
-    def handle(self, group: Group, request: ctl.Command | CreateTopicRequest, completion: Completion) -> None:
+    def handle(self, group: Group, request: ControllerBody, completion: Completion) -> None:
         """Serve a metadata request on the leader: decide, then propose the command (scheduler thread)."""
         if not group.is_leader:
             completion(None, NotLeaderError("not the controller leader", leader_id=group.raw.leader_id))
@@ -133,7 +133,7 @@ class ControllerMachine:
         if self.room is not None:
             self.room.reserve(index, command, self.state.applied_index)
 
-    def _command_for(self, group: Group, request: ctl.Command | CreateTopicRequest) -> ctl.Command:
+    def _command_for(self, group: Group, request: ControllerBody) -> ctl.Command:
         if isinstance(request, CreateTopicRequest):
             ctl.validate_topic_name(request.name, internal=request.internal)
             if request.name in self.state.topics:
@@ -149,6 +149,8 @@ class ControllerMachine:
                 internal=request.internal,
                 created_ms=int(time.time() * 1000),
             )
+        if isinstance(request, NodeStateRequest):
+            return ctl.node_state_change(self.state, request.node_id, request.state, force=request.force)
         if isinstance(request, ctl.SetNodeState) and request.node_id not in self.state.nodes:
             raise ctl.NodeNotFoundError(request.node_id)
         return request

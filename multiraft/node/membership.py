@@ -6,6 +6,9 @@ the node (DescribeCluster's node state, the in-sync replica set, the controller'
 timer) is read from here. Transport connections are not a liveness signal: a quiescent cluster sends
 nothing for long stretches, and a connection can stay up to a node whose event loop is stuck.
 
+Only addresses the member-list heard from the member itself reach the node (:meth:`NodeMembership.peers`
+and the JOIN/UPDATE events), so gossip from others cannot re-point the peer transport (issue 13).
+
 Everything here runs on the event loop; :attr:`live_ids` and :attr:`known_ids` are republished as immutable
 frozensets so that the scheduler thread can read them without a lock.
 """
@@ -16,7 +19,16 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from membership import EventKind, JoinError, MemberEvent, MemberList, MemberMeta, MembershipConfig, MemberState
+from membership import (
+    EventKind,
+    JoinError,
+    Member,
+    MemberEvent,
+    MemberList,
+    MemberMeta,
+    MembershipConfig,
+    MemberState,
+)
 from membership import MembershipError as _MembershipError
 from multiraft.config import NodeConfig, parse_address
 from multiraft.logging import get_logger
@@ -110,6 +122,10 @@ class NodeMembership:
             MemberState.LEFT: "left",
         }[member.state]
 
+    def member(self, node_id: int) -> Member | None:
+        """The member-list's record of ``node_id`` (gossip address, incarnation, state), or None."""
+        return self._members.member(node_id)
+
     def gone_for(self, node_id: int) -> float | None:
         """Seconds since the member-list declared ``node_id`` dead or saw it leave; None while it is not."""
         at = self._gone_at.get(node_id)
@@ -118,8 +134,9 @@ class NodeMembership:
         return asyncio.get_running_loop().time() - at
 
     def peers(self) -> dict[int, MemberMeta]:
-        """Live members other than this node, with their metadata."""
-        return {m.node_id: m.meta for m in self._members.members() if m.node_id != self._config.node_id}
+        """Live members other than this node that answered it first-hand, with their metadata."""
+        local = self._config.node_id
+        return {m.node_id: m.meta for m in self._members.members() if m.node_id != local and m.confirmed}
 
     def counters(self) -> dict[str, int]:
         return self._members.counters()
@@ -135,4 +152,8 @@ class NodeMembership:
         self.live_ids = frozenset(m.node_id for m in self._members.members())
         self.known_ids = frozenset(m.node_id for m in self._members.all_members())
         # MemberList logs every event itself (member join/dead/leave at info).
+        if event.kind in (EventKind.JOIN, EventKind.UPDATE) and not event.member.confirmed:
+            # Addresses only heard from other members are hearsay: the node's peer transport takes a member's
+            # addresses once it has answered us itself (an UPDATE follows when it does).
+            return
         self._on_event(event)

@@ -41,9 +41,12 @@ from multiraft.node.leader_broadcast import LeaderBroadcaster
 from multiraft.node.membership import NodeMembership
 from multiraft.node.peer_messages import STATUS_ERROR, encode_error
 from multiraft.node.peer_service import PeerService
+from multiraft.node.raftlog import record_lost_suffixes
 from multiraft.node.rebalancer import Rebalancer, RebalanceSettings
 from multiraft.node.reconfigure import Reconciler
 from multiraft.node.scheduler import Scheduler
+from multiraft.node.scrubber import SLICE_S as SCRUB_SLICE_S
+from multiraft.node.scrubber import Scrubber
 from multiraft.node.services import (
     AdminService,
     AdminSettings,
@@ -56,7 +59,7 @@ from multiraft.node.status import MoveReporter, StatusCollector, move_report
 from multiraft.node.store import Store, StoreClient
 from multiraft.node.threads import LoopHandoff, LoopOwned, SchedulerHandoff, ThreadOwner
 from multiraft.node.transport import PeerTransport
-from storage import LogStore, StorageConfig
+from storage import CorruptionError, LogStore, StorageConfig, repair_store
 
 __all__ = ["Node", "NodeServices", "FrontDoor"]
 
@@ -137,6 +140,7 @@ class Node(LoopOwned):
         self._services: NodeServices | None = None
         self._peer_service: PeerService | None = None
         self.catchup: CatchupManager | None = None
+        self.scrubber: Scrubber | None = None
         self.rebalancer: Rebalancer | None = None
         self.membership: NodeMembership | None = None
         self.capacity: CapacityMonitor | None = None
@@ -218,6 +222,9 @@ class Node(LoopOwned):
         catchup.start(loop)
         scheduler.every(config.retention_check_ms / 1000, lambda: store.housekeeping(catchup.leader_check))
         scheduler.every(config.leader_balance_ms / 1000, store.hand_back_leadership)
+        self.scrubber = Scrubber(scheduler, config.scrub_bytes_per_s)
+        if config.scrub_bytes_per_s > 0:
+            scheduler.every(SCRUB_SLICE_S, self.scrubber.run_slice)
         scheduler.every(
             _RECONCILE_S,
             Reconciler(
@@ -229,7 +236,13 @@ class Node(LoopOwned):
             ),
         )
 
-        controller = RemoteController(directory, store_client.controller, transport, self.liveness.peers)
+        controller = RemoteController(
+            directory,
+            store_client.controller,
+            transport,
+            self.liveness.peers,
+            max_topic_partitions=config.max_topic_partitions,
+        )
         status = StatusCollector(self.node_id, directory.leader_of, store_client, transport)
         rebalancer = self.rebalancer = Rebalancer(
             RebalanceSettings(
@@ -332,10 +345,17 @@ class Node(LoopOwned):
 
     def _open_store(self) -> LogStore:
         config = self.config
-        return LogStore.open(
-            Path(config.data_dir),
-            StorageConfig(map_size_bytes=config.map_size_bytes, max_segments=config.max_segments),
-        )
+        path = Path(config.data_dir)
+        storage_config = StorageConfig(map_size_bytes=config.map_size_bytes, max_segments=config.max_segments)
+        try:
+            return LogStore.open(path, storage_config)
+        except CorruptionError as exc:  # e.g. a truncated file: keep every log's valid prefix, as Kafka would
+            log.error("the log store is damaged; keeping the valid prefix of every log", error=str(exc))
+        report = repair_store(path, storage_config)  # the damaged file is kept aside; raises if it cannot
+        store = LogStore.open(path, storage_config)
+        record_lost_suffixes(store, [(dropped.log, dropped.last_index) for dropped in report.dropped])
+        log.warning("repaired the log store", dropped=[str(d) for d in report.dropped], copy=report.damaged_copy)
+        return store
 
     def _capacity_reports(self) -> Mapping[int, NodeCapacity]:
         """The controller leader's latest capacity reports (any thread: the mapping is replaced whole)."""

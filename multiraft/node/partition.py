@@ -33,7 +33,7 @@ from multiraft.node.raftlog import decode_manifest
 from multiraft.node.scheduler import Completion, Group, Scheduler
 from storage import BatchHeader, SegmentedLog, SegmentInfo, read_header
 
-__all__ = ["PartitionView", "PartitionMachine", "ProduceResult", "RetentionPolicy"]
+__all__ = ["PartitionView", "PartitionMachine", "ProduceResult", "RetentionPolicy", "forget_producers_after"]
 
 log = get_logger(__name__)
 
@@ -72,6 +72,8 @@ class PartitionView:
         self.replicas: tuple[int, ...] = ()
         self.removed = False
         self.catchup: Any = None  # multiraft.node.catchup.CatchupProgress while segments are copied here
+        # Set by the store: a read that found a damaged entry hands (group id, index) to the repair (any thread).
+        self.damage_hook: Callable[[int, int], None] | None = None
         self._advanced = asyncio.Event()
 
     def update(
@@ -82,6 +84,12 @@ class PartitionView:
         if high_watermark != self.high_watermark:
             self.high_watermark = high_watermark
             self._wake_waiters()
+
+    def report_damage(self, index: int | None) -> None:
+        """A read of this replica found the entry at ``index`` damaged: have the store repair the replica."""
+        hook = self.damage_hook
+        if hook is not None and index is not None and not self.removed:
+            hook(self.group_id, index)
 
     def mark_removed(self) -> None:
         self.removed = True
@@ -184,6 +192,8 @@ class PartitionMachine:
     def _restore_producers(self, group: Group, applied: int) -> None:
         covered = 0
         saved = self.log.attribute(_PRODUCERS_ATTRIBUTE)
+        if saved is not None and int(saved.partition(b"\n")[0]) > applied:
+            saved = None  # the log lost entries the checkpoint covers (a repair): rebuild from an earlier point
         if saved is not None:
             index, _, state = saved.partition(b"\n")
             self.producers, covered = ProducerStates.decode(state), int(index)
@@ -377,6 +387,14 @@ class PartitionMachine:
         log.info("handing leadership to the preferred leader", group=self.group_id, to=preferred)
         group.raw.transfer_leader(preferred)
         self.scheduler.touch(group)
+
+
+def forget_producers_after(log_: SegmentedLog, index: int) -> None:
+    """Drop a producers checkpoint that covers entries after ``index`` (a repair cut them off): the replica then
+    rebuilds the state from an earlier point and the entries that come back."""
+    saved = log_.attribute(_PRODUCERS_ATTRIBUTE)
+    if saved is not None and int(saved.partition(b"\n")[0]) > index:
+        log_.set_attribute(_PRODUCERS_ATTRIBUTE, None)
 
 
 def _drop_point(expired: Sequence[SegmentInfo]) -> int:

@@ -7,10 +7,11 @@ there before it allocates, refuses trailing bytes and out-of-range values, and r
 malformed frame fails only its own request.
 
 Controller requests carry either a controller command already decided by the sender, in the controller's
-own encoding (:func:`multiraft.controller.encode_command`), or a :class:`CreateTopicRequest`, which only the
-controller leader can place. Errors travel as the client path's error: ``reason``, ``message`` and
-``metadata`` of a :class:`~multiraft.errors.MultiraftError`, decoded by the same
-:func:`~multiraft.errors.error_for_reason`.
+own encoding (:func:`multiraft.controller.encode_command`), or a request only the controller leader can
+decide: a :class:`CreateTopicRequest` (placement) or a :class:`NodeStateRequest` (drain, undrain, remove).
+Which of them a peer may send is decided by :mod:`multiraft.node.controller_policy`. Errors travel as the
+client path's error: ``reason``, ``message`` and ``metadata`` of a :class:`~multiraft.errors.MultiraftError`,
+decoded by the same :func:`~multiraft.errors.error_for_reason`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ __all__ = [
     "STATUS_OK",
     "STATUS_ERROR",
     "CreateTopicRequest",
+    "NodeStateRequest",
+    "ControllerBody",
     "ControllerRequest",
     "ControllerOutcome",
     "PartitionStatus",
@@ -115,14 +118,31 @@ class CreateTopicRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeStateRequest:
+    """An operator's drain (DRAINING), undrain (ACTIVE) or removal (REMOVED) of a node, judged by the
+    controller leader (:func:`multiraft.controller.node_state_change`); ``force`` drains even when too few
+    active nodes would remain for a topic's replication factor."""
+
+    node_id: int
+    state: ctl.NodeState
+    force: bool = False
+
+
+ControllerBody = ctl.Command | CreateTopicRequest | NodeStateRequest
+
+
+@dataclass(frozen=True, slots=True)
 class ControllerRequest:
-    """A metadata change for the controller leader; ``forwarded`` once a node has passed it on."""
+    """A metadata change for the controller leader; ``forwarded`` once a node has passed it on, and then
+    ``origin`` is the node that sent it to the forwarder (the one its allow-list judged)."""
 
-    body: ctl.Command | CreateTopicRequest
+    body: ControllerBody
     forwarded: bool = False
+    origin: int = 0
 
 
-_COMMAND, _CREATE_TOPIC = 0, 1
+_COMMAND, _CREATE_TOPIC, _NODE_STATE = 0, 1, 2
+_NODE_STATES = {state.value: state for state in ctl.NodeState}
 
 
 def encode_controller_request(request: ControllerRequest) -> bytes:
@@ -136,9 +156,15 @@ def encode_controller_request(request: ControllerRequest) -> bytes:
         writer.i64(body.replication_factor)
         writer.mapping(body.configs)
         writer.u8(1 if body.internal else 0)
+    elif isinstance(body, NodeStateRequest):
+        writer.u8(_NODE_STATE)
+        writer.i64(body.node_id)
+        writer.text(ctl.NodeState(body.state).value)
+        writer.u8(1 if body.force else 0)
     else:
         writer.u8(_COMMAND)
         writer.raw(ctl.encode_command(body))
+    writer.i64(request.origin)
     return writer.bytes()
 
 
@@ -146,8 +172,9 @@ def decode_controller_request(data: bytes) -> ControllerRequest:
     def read(r: Reader) -> ControllerRequest:
         forwarded = r.flag("forwarded")
         tag = r.u8("type")
+        body: ControllerBody
         if tag == _CREATE_TOPIC:
-            body: ctl.Command | CreateTopicRequest = CreateTopicRequest(
+            body = CreateTopicRequest(
                 r.text("name"),
                 r.i64("partitions"),
                 r.i64("replication_factor"),
@@ -160,9 +187,14 @@ def decode_controller_request(data: bytes) -> ControllerRequest:
                 body = ctl.decode_command(raw)
             except ctl.CommandDecodeError as exc:
                 raise r.fail("command", str(exc)) from exc
+        elif tag == _NODE_STATE:
+            node_id, state = r.id("node_id"), r.text("state")
+            if state not in _NODE_STATES:
+                raise r.fail("state", f"is {state[:32]!r}, not one of {sorted(_NODE_STATES)}")
+            body = NodeStateRequest(node_id, _NODE_STATES[state], r.flag("force"))
         else:
             raise r.fail("type", f"is {tag}, not a known request type")
-        return ControllerRequest(body, forwarded)
+        return ControllerRequest(body, forwarded, r.id("origin"))
 
     return decode(data, "controller request", read)
 

@@ -11,6 +11,12 @@ offsets (as Kafka does, five).
   before it commits: the retry then waits for that entry instead of appending a second copy.
 * Applying is idempotent: replaying entries the state already covers changes nothing, so the state can be
   restored from a snapshot older than the log position and replayed forward.
+
+Before any of that, :func:`check_granted` refuses ids and epochs nobody granted (Kafka's UNKNOWN_PRODUCER_ID
+and INVALID_PRODUCER_EPOCH): an id below 2**62 must be one the controller has handed out (below its
+``next_producer_id``), at epoch 0, the only epoch InitProducer grants; a client that needs a new epoch asks
+for a new id. Ids from 2**62 up are replay producers' (derived from a key by the client, like Kafka's
+transactional.id): their epoch is the key owner's to raise, as the Spark sink does per micro-batch.
 """
 
 from __future__ import annotations
@@ -21,13 +27,46 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
-from multiraft.errors import OutOfOrderSequenceError, ProducerFencedError
+from multiraft import controller as ctl
+from multiraft.errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    UnknownProducerIdError,
+)
 
-__all__ = ["ProducerStates", "Verdict", "RecentBatch", "NO_PRODUCER", "RETAINED_BATCHES"]
+__all__ = [
+    "ProducerStates",
+    "Verdict",
+    "RecentBatch",
+    "NO_PRODUCER",
+    "RETAINED_BATCHES",
+    "REPLAY_PRODUCER_IDS_FROM",
+    "check_granted",
+]
 
 NO_PRODUCER = -1
 RETAINED_BATCHES = 5
 _EXPIRE_AFTER_MS = 7 * 24 * 3600 * 1000  # a producer silent for a week is forgotten (by entry timestamps)
+REPLAY_PRODUCER_IDS_FROM = ctl.MAX_PRODUCER_ID + 1  # 2**62: rpc.client's replay_producer_id sets bit 62
+
+
+def check_granted(producer_id: int, epoch: int, next_producer_id: int) -> None:
+    """Refuse a batch whose producer id the controller never handed out (``next_producer_id`` is its
+    high-water mark) or whose epoch InitProducer never granted; replay producer ids pass."""
+    if producer_id >= REPLAY_PRODUCER_IDS_FROM:
+        return
+    if not ctl.FIRST_PRODUCER_ID <= producer_id < next_producer_id:
+        raise UnknownProducerIdError(
+            f"producer id {producer_id} was never handed out by InitProducer", producer_id=producer_id
+        )
+    if epoch != 0:
+        raise InvalidProducerEpochError(
+            f"producer {producer_id}: epoch {epoch} was never granted (InitProducer grants epoch 0; ask it for a "
+            "new producer id instead)",
+            producer_id=producer_id,
+            epoch=epoch,
+        )
 
 
 class RecentBatch(NamedTuple):

@@ -19,8 +19,8 @@ from multiraft.errors import NotLeaderError
 from multiraft.node.capacity import NodeCapacity
 from multiraft.node.partition import PartitionView, ProduceResult
 from multiraft.node.peer_messages import (
+    ControllerBody,
     ControllerOutcome,
-    CreateTopicRequest,
     MoveReport,
     OffsetsCommit,
     OffsetsFetch,
@@ -93,7 +93,7 @@ class Liveness(Protocol):
 class ControllerClient(Protocol):
     """Runs metadata changes on the controller leader, wherever it is."""
 
-    async def call(self, body: ctl.Command | CreateTopicRequest, *, timeout_s: float = ...) -> ControllerOutcome: ...
+    async def call(self, body: ControllerBody, *, timeout_s: float = ...) -> ControllerOutcome: ...
 
 
 class StoreHandle(Protocol):

@@ -25,6 +25,12 @@ at I, and the leader's sealed segments later replicas can copy). So a partition 
 log's compaction point, and the adapter keeps the configuration history needed to say which configuration
 was in force there. Metadata lives in the log's attributes, written in the same transaction as the entries.
 
+Damage (``multiraft.node.scrubber``). An entry that fails its CRC is cut off with everything after it
+(:meth:`RaftLogStorage.cut_damaged_suffix`); first the last entry the log held is recorded durably, in the same
+transaction, as ``raft.recover_until``, and every later open passes it to the core
+(:meth:`RaftLogStorage.recover_until`), which then neither votes for a log lacking it nor campaigns until the
+leader has re-sent the entries; :meth:`RaftLogStorage.clear_recovery` drops it once the log is back.
+
 Catch-up snapshots (``multiraft.node.catchup``). For a far-behind replica the leader also makes a snapshot at
 the end of a sealed segment, whose manifest lists the sealed segment files (``files``) from the log's start
 to that index. Raft's compaction point moves there while the leader keeps the segments: the core then sends
@@ -41,16 +47,24 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from multiraft import raft
-from storage import BeforeLogStartError, BeyondLogEndError, SegmentedLog, StorageError
+from storage import BeforeLogStartError, BeyondLogEndError, LogStore, SegmentedLog, StorageError
 from storage import HardState as StoredHardState
 
-__all__ = ["RaftLogStorage", "SnapshotManifest", "SegmentRef", "encode_manifest", "decode_manifest"]
+__all__ = [
+    "RaftLogStorage",
+    "SnapshotManifest",
+    "SegmentRef",
+    "encode_manifest",
+    "decode_manifest",
+    "record_lost_suffixes",
+]
 
 _SNAPSHOT_META = "raft.snapshot"
 _COMPACTED = "raft.compacted"
 _SNAPSHOT_DATA = "raft.snapshot_data"
 _APPLIED = "raft.applied"
 _CONF_HISTORY = "raft.conf_history"
+_RECOVER_UNTIL = "raft.recover_until"
 _U64 = struct.Struct("<Q")
 _INDEX_TERM = struct.Struct("<QQ")
 _ZERO_OFFSET = bytes(8)
@@ -115,6 +129,23 @@ def decode_manifest(data: bytes) -> SnapshotManifest:
     )
 
 
+def record_lost_suffixes(store: LogStore, lost: Sequence[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+    """After ``storage.repair_store`` cut logs (name, former last index): record for each where it ended, with an
+    upper bound of its term (a replica's term is at least that of any entry it accepted), so that its replica
+    votes for no log lacking what it may have acknowledged until the leader has sent it again. Synced."""
+    recorded: dict[str, tuple[int, int]] = {}
+    for name, last_index in lost:
+        topic, _, partition = name.rpartition("/")
+        log = store.log(topic, int(partition), create=False)
+        last = log.last_index()
+        term = max(log.hard_state().term, log.term(last) if last else 0)
+        storage = RaftLogStorage(log)
+        recorded[name] = storage.record_lost_suffix(last_index, term)
+        storage.forget_beyond_last()
+    store.sync()
+    return recorded
+
+
 def _to_raft_error(exc: StorageError) -> raft.RaftStorageError:
     if isinstance(exc, BeforeLogStartError):
         return raft.IndexCompactedError(str(exc))
@@ -155,6 +186,8 @@ class RaftLogStorage:
         self._conf_history: list[tuple[int, bytes]] = (
             [(int(i), bytes.fromhex(c)) for i, c in json.loads(history)] if history else []
         )
+        recover = log.attribute(_RECOVER_UNTIL)
+        self._recover_until: tuple[int, int] = _INDEX_TERM.unpack(recover) if recover else (0, 0)
         # The entries appended last, as given (contiguous, ending at the last index), until applied or compacted.
         # In memory only: a rollback reloads (none), and a restart starts with none.
         self._recent: list[raft.Entry] = []
@@ -377,6 +410,69 @@ class RaftLogStorage:
         self._save_snapshot(meta, data)
         self._set_compacted(index, meta.term)
         return raft.Snapshot(meta, data)
+
+    # --------------------------------------------------------------------------------------------- damage
+
+    def recover_until(self) -> tuple[int, int]:
+        """(index, term) of the last entry before a damaged suffix was cut off, until the log is back; (0, 0)."""
+        return self._recover_until
+
+    def recovered(self) -> bool:
+        """True once the stored log is as up to date as it was before the cut (see :meth:`recover_until`)."""
+        index, term = self.recover_until()
+        last = self.last_index()
+        return index == 0 or (self.term(last), last) >= (term, index)
+
+    def record_lost_suffix(self, index: int, term: int) -> tuple[int, int]:
+        """Record (in the open transaction) that the log held entries up to (``index``, ``term``) before losing
+        a suffix; an earlier, more up-to-date record stands. ``term`` may be an upper bound (the hard state's
+        term): the record only has to be at least as up to date as the lost log. Returns the record kept."""
+        record = max(self._recover_until, (index, term), key=lambda it: (it[1], it[0]))
+        self.log.set_attribute(_RECOVER_UNTIL, _INDEX_TERM.pack(*record))
+        self._recover_until = record
+        return record
+
+    def clear_recovery(self) -> None:
+        self.log.set_attribute(_RECOVER_UNTIL, None)
+        self._recover_until = (0, 0)
+
+    def cut_damaged_suffix(self, index: int) -> tuple[int, int]:
+        """Cut the log before the damaged entry at ``index`` (or before an earlier damaged one of the same
+        segment); record the last entry it held first, in the same transaction, and return that record.
+
+        The applied index and the configuration history move back to the cut: the entries after it come back
+        from the leader and apply again. Raises :class:`multiraft.raft.IndexCompactedError` when ``index`` is at
+        or below the compaction point (or the snapshot): those entries cannot come back through appends.
+        """
+        floor = max(self._compacted[0], self._snapshot_meta.index)
+        if index <= floor:
+            raise raft.IndexCompactedError(f"damaged entry {index} is at or below the compaction point {floor}")
+        log = self.log
+        segment_base = max((s.base_index for s in log.segments() if s.base_index <= index), default=floor + 1)
+        damaged = log.first_damaged(max(segment_base, floor + 1), index)
+        cut = index if damaged is None else damaged
+        last = self.last_index()
+        try:
+            last_term = log.term(last)
+        except StorageError:
+            last_term = log.hard_state().term  # at least the term of any entry this log holds
+        record = self.record_lost_suffix(last, last_term)
+        log.truncate_suffix(cut)
+        self.forget_beyond_last()
+        return record
+
+    def forget_beyond_last(self) -> None:
+        """After the log lost its end: the applied index and the configuration history move back to the last
+        index (the entries after it come back from the leader and apply again)."""
+        last = self.last_index()
+        self._recent.clear()
+        self._recent_size = 0
+        if self.applied_index() > last:
+            self.log.set_attribute(_APPLIED, _U64.pack(last))
+        kept = [item for item in self._conf_history if item[0] <= last]
+        if len(kept) != len(self._conf_history):
+            self._conf_history = kept
+            self._save_conf_history()
 
     # ------------------------------------------------------------------------------- application state
 

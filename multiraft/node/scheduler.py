@@ -38,9 +38,9 @@ from multiraft.errors import NotLeaderError, RecordTooLargeError, StorageFailure
 from multiraft.logging import get_logger
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.threads import ThreadOwner
-from storage import LogStore, StorageConfig, StorageError, StorageFullError
+from storage import CorruptionError, LogStore, StorageConfig, StorageError, StorageFullError
 
-__all__ = ["Scheduler", "Group", "StateMachine", "Completion", "Outbox"]
+__all__ = ["Scheduler", "Group", "StateMachine", "Completion", "Outbox", "DamageHandler", "damaged_index"]
 
 log = get_logger(__name__)
 
@@ -48,6 +48,21 @@ _FULL_RETRY_S = 1.0  # how often Readies that did not fit are written again
 
 Completion = Callable[[Any, BaseException | None], None]
 """Called on the scheduler thread with (result, error) when a proposal is applied or fails."""
+DamageHandler = Callable[["Group", int], None]
+"""(group, damaged index): repair a replica whose stored entry failed its check; the scheduler has already
+taken the group out (scheduler thread)."""
+
+
+def damaged_index(exc: BaseException) -> int | None:
+    """The index of the damaged entry behind ``exc`` (a storage CorruptionError, perhaps wrapped), or None."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # causes chain a few levels at most
+        if seen is None:
+            return None
+        if isinstance(seen, CorruptionError):
+            return seen.index
+        seen = seen.__cause__
+    return None
 
 
 class StateMachine(Protocol):
@@ -127,6 +142,8 @@ class Scheduler:
         self._parked: list[tuple[Group, raft.Ready]] = []  # Readies that did not fit, outstanding in their group
         self._retry_at = 0.0
         self.storage_full = ""  # why the last write did not fit, while Readies wait for room ("" otherwise)
+        # Set by the store: a group whose entries fail their check is handed over for repair, not fatal.
+        self.on_damage: DamageHandler | None = None
         self.owner = ThreadOwner("scheduler")  # what lives here says so in its type (multiraft.node.threads)
 
     # ------------------------------------------------------------------------------------ thread plumbing
@@ -263,7 +280,8 @@ class Scheduler:
             try:
                 group.raw.step(message)
             except raft.RaftError as exc:
-                log.debug("message refused", group=group_id, error=repr(exc))
+                if not self.report_damage(group, exc):
+                    log.debug("message refused", group=group_id, error=repr(exc))
                 continue
             self.touch(group)
 
@@ -298,6 +316,21 @@ class Scheduler:
         self.touch(group)
         return index
 
+    def report_damage(self, group: Group, exc: BaseException) -> bool:
+        """Hand a group whose stored entry failed its check to the repair (before the next round); False if
+        ``exc`` is no such damage or nothing repairs it."""
+        index = damaged_index(exc)
+        handler = self.on_damage
+        if index is None or handler is None or self.groups.get(group.group_id) is not group:
+            return False
+        log.error("a stored entry failed its check; repairing the replica", group=group.group_id, index=index)
+        # Out of the rounds at once (its Ready may be half handled); the repair opens it again.
+        del self.groups[group.group_id]
+        self._awake.discard(group.group_id)
+        group.fail_pending(UnavailableError("the replica is repairing a damaged log"))
+        self.submit(lambda: handler(group, index))
+        return True
+
     def not_leader(self, group: Group, leader_hint: int | None) -> NotLeaderError:
         leader = leader_hint or group.leader_id or group.raw.leader_id
         return NotLeaderError(f"node {group.raw.id} does not lead group {group.group_id}", leader_id=leader)
@@ -321,8 +354,12 @@ class Scheduler:
         readies: list[tuple[Group, raft.Ready]] = []
         for group_id in self._touched:
             group = groups.get(group_id)
-            if group is not None and group.raw.has_ready():
-                readies.append((group, group.raw.ready()))
+            try:
+                if group is not None and group.raw.has_ready():
+                    readies.append((group, group.raw.ready()))
+            except raft.RaftStorageError as exc:  # a stored entry failed its check: repair, or stop as before
+                if group is None or not self.report_damage(group, exc):
+                    raise
         self._touched.clear()
         retried: list[tuple[Group, raft.Ready]] = []
         if self._parked and time.monotonic() >= self._retry_at:
@@ -361,7 +398,12 @@ class Scheduler:
         self._send([pair for pair in written if id(pair[1]) not in again], persisted=True, unpersisted=not must_sync)
         self._send([pair for pair in written if id(pair[1]) in again], persisted=True)
         for group, ready in written:
-            self._apply(group, ready)
+            try:
+                self._apply(group, ready)
+            except (StorageError, raft.RaftStorageError) as exc:
+                if not self.report_damage(group, exc):
+                    raise
+                continue  # the group is being rebuilt from its repaired log
             group.raw.advance(ready)
             self.touch(group)
         if self.store.writes_pending:

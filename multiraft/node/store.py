@@ -25,19 +25,31 @@ from typing import Any
 from multiraft import controller as ctl
 from multiraft import raft
 from multiraft.config import NodeConfig
-from multiraft.errors import MultiraftError, NotLeaderError, RequestTimeoutError, UnavailableError
+from multiraft.errors import (
+    MultiraftError,
+    NotLeaderError,
+    RequestTimeoutError,
+    StorageFailureError,
+    UnavailableError,
+)
 from multiraft.logging import get_logger
 from multiraft.node.capacity import LowWater, NodeCapacity, RoomLedger, shortage
 from multiraft.node.catchup import snapshot_peers
 from multiraft.node.controller_group import CONTROLLER_TOPIC, ControllerMachine
 from multiraft.node.directory import Directory
 from multiraft.node.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetsMachine
-from multiraft.node.partition import PartitionMachine, PartitionView, ProduceResult, RetentionPolicy
+from multiraft.node.partition import (
+    PartitionMachine,
+    PartitionView,
+    ProduceResult,
+    RetentionPolicy,
+    forget_producers_after,
+)
 from multiraft.node.peer_messages import ControllerRequest, OffsetsCommit, OffsetsFetch, OffsetsList, PartitionStatus
 from multiraft.node.raftlog import RaftLogStorage
-from multiraft.node.scheduler import Completion, Group, Scheduler
+from multiraft.node.scheduler import Completion, Group, Scheduler, damaged_index
 from multiraft.node.threads import LoopHandoff, SchedulerHandoff, SchedulerOwned, on_owner_thread
-from storage import StoreCapacity
+from storage import CorruptionError, StorageError, StoreCapacity
 from storage.batch import BatchHeader
 
 __all__ = ["Store", "StoreClient", "LiveIds", "CatchupHook"]
@@ -47,6 +59,7 @@ log = get_logger(__name__)
 _GROUP_ATTRIBUTE = "node.group"
 _ISR_MAX_LAG = 1_000  # entries: a voter further behind is not in sync
 _REQUEST_TIMEOUT_S = 15.0
+_REPAIR_ATTEMPTS = 3  # cuts of one replica's log in a row before it is left closed (the damage is not a suffix)
 
 LiveIds = Callable[[], tuple[frozenset[int], frozenset[int]]]
 """(ids the member-list holds live, every id it remembers); safe from any thread (the sets are replaced)."""
@@ -83,6 +96,9 @@ class Store(SchedulerOwned):
         # Replicas assigned here that could not be stored: group id -> (what is short, bootstrap state if
         # this node was to create the group). Retried every housekeeping round; listed in capacity reports.
         self.unstorable: dict[int, tuple[str, ctl.PartitionState | None]] = {}
+        self.repairs = 0  # replicas whose damaged suffix was cut off to be fetched again
+        self._repair_attempts: dict[int, int] = {}
+        scheduler.on_damage = self.repair_replica
 
     # ------------------------------------------------------------------------------------ opening groups
 
@@ -122,7 +138,7 @@ class Store(SchedulerOwned):
             room=self._room,
         )
         # the cluster state is rebuilt from the snapshot, then replayed
-        raw = raft.RawNode(self.raft_config(), storage, self._rng, applied=storage.snapshot().meta.index)
+        raw = self._raw_node_repairing(storage, storage.snapshot().meta.index)
         group = Group(ctl.CONTROLLER_GROUP_ID, raw, storage, machine)
         self.controller_group, self.controller = group, machine
         scheduler.add_group(group)
@@ -137,8 +153,108 @@ class Store(SchedulerOwned):
                 self.open_partition(topic, partition, int(described["group_id"]), bootstrap=None, configs=None)
         machine.start(group)
 
+    def _raw_node_repairing(self, storage: RaftLogStorage, applied: int) -> raft.RawNode:
+        """The group's RawNode; a damaged entry it reads at start (configuration replay) is cut off first."""
+        for attempt in range(_REPAIR_ATTEMPTS + 1):
+            try:
+                return raft.RawNode(
+                    self.raft_config(), storage, self._rng, applied=applied, recover_until=storage.recover_until()
+                )
+            except raft.RaftStorageError as exc:
+                index = damaged_index(exc)
+                if index is None or attempt == _REPAIR_ATTEMPTS:
+                    raise
+                self._cut(storage, index)
+                applied = min(applied, storage.applied_index(), storage.last_index())
+        raise AssertionError("unreachable")
+
+    def _cut(self, storage: RaftLogStorage, index: int) -> None:
+        """Cut a damaged suffix off a log, durably, with the record the core needs (see RaftLogStorage)."""
+        record = storage.cut_damaged_suffix(index)
+        forget_producers_after(storage.log, index - 1)
+        assert self.scheduler.store is not None
+        self.scheduler.store.sync()
+        self.repairs += 1
+        log.warning(
+            "cut a damaged log suffix; the leader sends it again",
+            log=storage.log.name,
+            damaged_index=index,
+            last_index=storage.last_index(),
+            recover_until=record[0],
+        )
+
+    @on_owner_thread
+    def repair_replica(self, group: Group, index: int) -> None:
+        """A stored entry of ``group`` failed its check (the scheduler took the group out): cut the damaged
+        suffix and open the replica again as a follower that gets the entries back from the leader (a leader
+        steps down this way too). The controller group's machine cannot replay in place: its log is cut and
+        the node stops, to replay it at the next start."""
+        storage = group.storage
+        if self.scheduler.groups.get(group.group_id) is not None:
+            self.scheduler.remove_group(group.group_id)  # reopened meanwhile (the cluster state): repair that one
+        try:  # the log may be gone meanwhile (its topic deleted): then it is closed, and there is nothing to do
+            last = storage.log.last_index()
+            if index <= last and storage.log.first_damaged(index, index + 1) is not None:
+                attempts = self._repair_attempts[group.group_id] = self._repair_attempts.get(group.group_id, 0) + 1
+                if attempts > _REPAIR_ATTEMPTS:
+                    raise raft.RaftStorageError(f"{storage.log.name} was cut {attempts - 1} times and is still damaged")
+                self._cut(storage, index)
+        except raft.IndexCompactedError as exc:  # Raft cannot send it again: keep the replica up with its damage
+            log.error("cannot repair a damaged entry below the compaction point", log=storage.log.name, error=str(exc))
+        except (StorageError, raft.RaftStorageError) as exc:
+            log.error("cannot repair a damaged replica; it stays closed", log=storage.log.name, error=str(exc))
+            return
+        machine = group.machine
+        if isinstance(machine, PartitionMachine | OffsetsMachine):
+            old_view = machine.view
+            self._to_loop.post(old_view.mark_removed)
+            self.open_partition(machine.topic, machine.partition, group.group_id, bootstrap=None, configs=None)
+            return
+        raise StorageFailureError(f"the controller log was damaged at {index}; restart the node to replay it")
+
+    def _damage_read_elsewhere(self, group_id: int, index: int) -> None:
+        """A read on another thread (a Fetch on the loop) found a damaged entry: repair on this thread (any thread)."""
+        scheduler = self.scheduler
+
+        def report() -> None:
+            group = scheduler.groups.get(group_id)
+            if group is None:
+                return
+            storage = group.storage
+            if index <= max(storage.first_index() - 1, storage.snapshot().meta.index):
+                # Raft cannot send it again (a segment kept below a catch-up snapshot): keep the replica up.
+                log.error("a read found a damaged entry below the compaction point", log=storage.log.name, index=index)
+                return
+            scheduler.report_damage(group, CorruptionError("a read found a damaged entry", path="", index=index))
+
+        scheduler.submit(report)
+
     @on_owner_thread
     def open_partition(
+        self,
+        topic: str,
+        partition: int,
+        group_id: int,
+        *,
+        bootstrap: ctl.PartitionState | None,
+        configs: ctl.TopicConfig | None,
+    ) -> Group:
+        """Create or reopen one partition group (see :meth:`_open_partition`); a damaged entry read while it
+        opens is cut off with the rest of the log after it, and the replica opens again."""
+        for attempt in range(_REPAIR_ATTEMPTS + 1):
+            try:
+                return self._open_partition(topic, partition, group_id, bootstrap=bootstrap, configs=configs)
+            except (StorageError, raft.RaftStorageError) as exc:
+                index = damaged_index(exc)
+                if index is None or attempt == _REPAIR_ATTEMPTS:
+                    raise
+                group = self.scheduler.remove_group(group_id)
+                assert self.scheduler.store is not None
+                plog = self.scheduler.store.log(topic, partition)
+                self._cut(group.storage if group is not None else RaftLogStorage(plog), index)
+        raise AssertionError("unreachable")
+
+    def _open_partition(
         self,
         topic: str,
         partition: int,
@@ -175,6 +291,7 @@ class Store(SchedulerOwned):
         if plog.attribute(_GROUP_ATTRIBUTE) is None:
             plog.set_attribute(_GROUP_ATTRIBUTE, json.dumps({"group_id": group_id}).encode())
         view = PartitionView(topic, partition, group_id, plog)
+        view.damage_hook = self._damage_read_elsewhere
         machine: PartitionMachine | OffsetsMachine
         post = self._to_loop.post
         if topic == OFFSETS_TOPIC:
@@ -184,7 +301,7 @@ class Store(SchedulerOwned):
         else:
             applied = storage.applied_index()
             machine = PartitionMachine(topic, partition, group_id, plog, scheduler, post, view)
-        raw = raft.RawNode(self.raft_config(), storage, self._rng, applied=applied)
+        raw = self._raw_node_repairing(storage, applied)
         group = Group(group_id, raw, storage, machine)
         scheduler.add_group(group)
         machine.start(group)
@@ -298,6 +415,11 @@ class Store(SchedulerOwned):
         if self.unstorable:
             self._open_assigned(self.cluster_state(), ())
         for group in list(self.scheduler.groups.values()):
+            storage = group.storage
+            if storage.recover_until()[0] and not group.raw.recovering_until and storage.recovered():
+                storage.clear_recovery()  # in the transaction that holds (or follows) the entries that came back
+                self._repair_attempts.pop(group.group_id, None)
+                log.info("a repaired replica has its entries back", log=storage.log.name, last=storage.last_index())
             if isinstance(group.machine, PartitionMachine):
                 group.machine.housekeeping(group, now_ms)
                 if leader_check is not None:

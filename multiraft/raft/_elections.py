@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._membership import Membership
-from ._state import PRE_VOTE, PRE_VOTE_RESP, VOTE, VOTE_RESP, Role
+from ._state import APP_RESP, PRE_VOTE, PRE_VOTE_RESP, VOTE, VOTE_RESP, Role
 from ._tracker import Progress, VoteResult
 from .errors import RaftStorageError
 from .messages import EntryKind, Message
@@ -95,6 +95,12 @@ class Elections(Membership):
         """Start an election (pre-vote first unless this is a leadership transfer)."""
         if self.role is Role.LEADER:
             return
+        if self._recovering():
+            # Campaigning could elect a log that lost committed entries; ask the leader for them instead. No
+            # leader was heard for a whole timeout: forget it, or its lease would keep refusing candidates.
+            self.lead = 0
+            self._announce_lost_entries()
+            return
         if not self._promotable():
             self.logger.debug("raft.campaign_refused", reason="not a voter of its configuration", transfer=transfer)
             return
@@ -137,7 +143,33 @@ class Elections(Membership):
                     )
                 )
 
+    def _announce_lost_entries(self) -> None:
+        """Tell every voter that this log lost acknowledged entries: the leader among them lowers its match index
+        and re-sends them (one that is quiescent wakes up on any message, then heartbeats carry the news)."""
+        last = self.log.last_index()
+        last_term = self.log.term(last) or 0
+        for node_id in sorted(self.tracker.voters | self.tracker.voters_outgoing):
+            if node_id != self.id:
+                self._send(
+                    Message(
+                        type=APP_RESP,
+                        to=node_id,
+                        sender=self.id,
+                        term=self.term,
+                        reject=True,
+                        reject_hint=last,
+                        log_term=last_term,
+                        log_lost=True,
+                    )
+                )
+
     def _handle_vote_request(self, m: Message) -> None:
+        if self._recovering() and not self._holds_what_we_lost(m):
+            # Our log lost entries we acknowledged, some perhaps committed: judge the candidate against the log
+            # we had, or a quorum counting us could elect a leader without them.
+            response = VOTE_RESP if m.type is VOTE else PRE_VOTE_RESP
+            self._send(Message(type=response, to=m.sender, sender=self.id, term=self.term, reject=True))
+            return
         can_vote = (
             self.vote == m.sender or (self.vote == 0 and self.lead == 0) or (m.type is PRE_VOTE and m.term > self.term)
         )

@@ -50,7 +50,14 @@ _log = structlog.wrap_logger(logging.getLogger(__name__))
 class Raft(Ticks):
     """One replica's protocol state. Driven by RawNode; not thread-safe."""
 
-    def __init__(self, config: RaftConfig, storage: Storage, rng: RandomSource, applied: int) -> None:
+    def __init__(
+        self,
+        config: RaftConfig,
+        storage: Storage,
+        rng: RandomSource,
+        applied: int,
+        recover_until: tuple[int, int] = (0, 0),
+    ) -> None:
         config.validate()
         self.id = config.id
         self.rng = rng
@@ -89,12 +96,15 @@ class Raft(Ticks):
         self.pending_reads = []
         self.reads_awaiting_commit = []
         self.read_bcast_pending = False
+        self.recover_until = recover_until if recover_until[0] > 0 else (0, 0)
 
         hard_state, snapshot_conf = storage.initial_state()
         snapshot_index = self.log.applied
         if hard_state != HardState():
             self._load_state(hard_state)
         if applied > 0:
+            if self.recover_until[0] and applied > self.log.last_index():
+                applied = self.log.last_index()  # the entries after it come back from the leader and apply again
             if applied > self.log.last_index():
                 raise InvalidRequestError(f"applied index {applied} is beyond the last index {self.log.last_index()}")
             # Applied entries were handed out as committed; a commit index below them is merely unsynced.
@@ -128,6 +138,9 @@ class Raft(Ticks):
         return conf_state
 
     def _load_state(self, hard_state: HardState) -> None:
+        if self.recover_until[0] and hard_state.commit > self.log.last_index():
+            # The damaged suffix held committed entries: they are committed still, but not here any more.
+            hard_state = HardState(hard_state.term, hard_state.vote, self.log.last_index())
         if hard_state.commit > self.log.last_index():
             raise RaftStorageError(
                 f"hard state commit {hard_state.commit} is beyond the last index {self.log.last_index()}"

@@ -176,6 +176,19 @@ class Replication(ReadOnly):
         if pr is None:
             return
         pr.recent_active = True
+        if m.reject and m.log_lost:
+            if m.reject_hint < pr.match:
+                # The follower lost entries it had acknowledged (a damaged disk it repairs): it holds ours up
+                # to the hint at most. Lowering a match index is always safe (commit never moves back).
+                agreed = m.reject_hint if self.log.term(m.reject_hint) == m.log_term else 0
+                pr.match = min(pr.match, agreed)
+                pr.become_probe()
+                pr.next = max(pr.match, m.reject_hint) + 1
+                self.needs_flush = True
+                self.logger.info("raft.follower_lost_entries", follower=m.sender, match=pr.match)
+                return
+            if m.index == 0:
+                return  # an announcement already acted on, not the answer to an append
         if m.reject:
             next_probe = m.reject_hint
             if m.log_term > 0:
@@ -274,13 +287,29 @@ class Replication(ReadOnly):
                 reject=True,
                 reject_hint=hint_index,
                 log_term=hint_term,
+                log_lost=self._recovering(),
             )
         )
 
     def _handle_heartbeat(self, m: Message) -> None:
         log = self.log
         log.commit_to(min(m.commit, log.last_index()))
-        if m.quiesce and self.quiesce_enabled and log.last_index() == m.commit and log.committed == m.commit:
+        if self._recovering():
+            # The leader may believe we hold entries we lost, and then sends none: tell it (index 0: no append).
+            last = log.last_index()
+            self._send(
+                Message(
+                    type=APP_RESP,
+                    to=m.sender,
+                    sender=self.id,
+                    term=self.term,
+                    reject=True,
+                    reject_hint=last,
+                    log_term=log.term(last) or 0,
+                    log_lost=True,
+                )
+            )
+        elif m.quiesce and self.quiesce_enabled and log.last_index() == m.commit and log.committed == m.commit:
             self.quiescent = True  # caught up with an idle leader: sleep without answering
             return
         self.msgs.append(Message(type=HEARTBEAT_RESP, to=m.sender, sender=self.id, term=self.term, context=m.context))

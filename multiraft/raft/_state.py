@@ -112,12 +112,35 @@ class RaftState:
 
     conf_state: ConfState
     conf_index: int
+    # Recovering from a damaged disk: (index, term) of the last entry before the damage, (0, 0) when not
+    # recovering. See RawNode's ``recover_until``.
+    recover_until: tuple[int, int]
 
     if TYPE_CHECKING:
         # Defined further up the chain (Ticks, Elections, Membership).
         def wake(self, woken_by: int = 0) -> None: ...
         def become_follower(self, term: int, lead: int) -> None: ...
         def _switch_to_conf(self, conf_state: ConfState, index: int, *, quiet: bool = False) -> None: ...
+
+    def _recovering(self) -> bool:
+        """True while the log is less up to date than it was before the damage (see ``recover_until``)."""
+        index, term = self.recover_until
+        if not index:
+            return False
+        log = self.log
+        last = log.last_index()
+        last_term = log.term(last) or 0
+        if last_term < term or (last_term == term and last < index):
+            return True
+        self.recover_until = (0, 0)
+        self.logger.info("raft.recovered", last_index=last, term=self.term)
+        return False
+
+    def _holds_what_we_lost(self, m: Message) -> bool:
+        """A candidate's log is at least as up to date as ours was before the damage: Raft's vote rule, against
+        the log we acknowledged rather than the one we still have."""
+        index, term = self.recover_until
+        return m.log_term > term or (m.log_term == term and m.index >= index)
 
     def _send(self, message: Message) -> None:
         if message.type in _AFTER_PERSIST:

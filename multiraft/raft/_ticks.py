@@ -20,7 +20,9 @@ class Ticks(Elections):
             self._tick_heartbeat()
         else:
             self.election_elapsed += 1
-            if self.election_elapsed >= self.randomized_election_timeout and self._promotable():
+            if self.election_elapsed >= self.randomized_election_timeout and (
+                self._promotable() or self.recover_until[0]
+            ):
                 self.election_elapsed = 0
                 self.hup()
 

@@ -54,7 +54,8 @@ _REJECT = 1
 _QUIESCE = 2
 _LEADER_TRANSFER = 4
 _HAS_SNAPSHOT = 8
-_KNOWN_FLAGS = _REJECT | _QUIESCE | _LEADER_TRANSFER | _HAS_SNAPSHOT
+_LOG_LOST = 16
+_KNOWN_FLAGS = _REJECT | _QUIESCE | _LEADER_TRANSFER | _HAS_SNAPSHOT | _LOG_LOST
 
 _MESSAGE_TYPES = tuple(MessageType)
 _ENTRY_KINDS = tuple(EntryKind)
@@ -93,6 +94,7 @@ def encode_message_buffers(message: Message) -> list[bytes | memoryview]:
             | (_QUIESCE if message.quiesce else 0)
             | (_LEADER_TRANSFER if message.leader_transfer else 0)
             | (_HAS_SNAPSHOT if snapshot is not None else 0)
+            | (_LOG_LOST if message.log_lost else 0)
         )
         n = len(entries)
         header_size = _HEADER.size + len(context)
@@ -207,6 +209,7 @@ def decode_message(data: Buffer) -> Message:
             context=context,
             quiesce=bool(flags & _QUIESCE),
             leader_transfer=bool(flags & _LEADER_TRANSFER),
+            log_lost=bool(flags & _LOG_LOST),
         )
     except DecodeError:
         raise

@@ -129,3 +129,6 @@ class Message:
     context: bytes = b""
     quiesce: bool = False  # HEARTBEAT only: the leader goes quiet; a caught-up follower stops ticking
     leader_transfer: bool = False  # (PRE_)VOTE only: campaign caused by TIMEOUT_NOW, which overrides leases
+    # APP_RESP rejections only: the sender lost entries it had acknowledged (a damaged disk it is repairing), so
+    # the leader must lower its match index to ``reject_hint`` (if ``log_term`` agrees there) and probe again.
+    log_lost: bool = False

@@ -137,8 +137,23 @@ class RawNode:
 
     __slots__ = ("_committed_size", "_outstanding", "_pending_conf", "_prev_hard", "_prev_soft", "_raft")
 
-    def __init__(self, config: RaftConfig, storage: Storage, rng: RandomSource, *, applied: int = 0) -> None:
-        self._raft = Raft(config, storage, rng, applied)
+    def __init__(
+        self,
+        config: RaftConfig,
+        storage: Storage,
+        rng: RandomSource,
+        *,
+        applied: int = 0,
+        recover_until: tuple[int, int] = (0, 0),
+    ) -> None:
+        """``recover_until``: (index, term) of the last entry of a log that lost entries it may have acknowledged
+        (a damaged disk whose suffix was cut off). Until the log is as up to date again, this replica never
+        campaigns, grants a vote or pre-vote only to a candidate whose log is as up to date as the lost one (so
+        a quorum counting it cannot elect a leader lacking a committed entry it held), and tells the leader of
+        its loss so that the leader re-sends the entries. The hard state's commit index and ``applied`` may then
+        exceed the last index: both are cut to it. The application must persist the pair durably before cutting
+        the log, and pass it on every restart until :attr:`recovering_until` is 0."""
+        self._raft = Raft(config, storage, rng, applied, recover_until)
         self._prev_soft = (self._raft.lead, self._raft.role)
         self._prev_hard = (self._raft.term, self._raft.vote, self._raft.log.committed)
         self._outstanding: Ready | None = None
@@ -170,6 +185,11 @@ class RawNode:
         :class:`InvalidConfChangeError` if the change does not apply to the current configuration.
         """
         return self._raft.propose_conf_change(change, timestamp_ms)
+
+    @property
+    def recovering_until(self) -> int:
+        """The index the log must reach before this replica votes or campaigns again (0: not recovering)."""
+        return self._raft.recover_until[0] if self._raft._recovering() else 0
 
     def campaign(self) -> None:
         """Start an election now (pre-vote first if enabled); useful to place leaders deliberately.

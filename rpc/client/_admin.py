@@ -166,11 +166,20 @@ class Admin:
     >>> admin.create_topic("events", partitions=6, replication_factor=3)   # doctest: +SKIP
     """
 
-    def __init__(self, bootstrap: str | Sequence[str] | ClusterClient, *, request_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | ClusterClient,
+        *,
+        request_timeout_s: float = 30.0,
+        connect_timeout_s: float | None = None,
+    ) -> None:
+        """``connect_timeout_s``: give up after this long while no node has answered yet (a wrong bootstrap
+        fails with "no node reachable at ..."); None: the request timeout (see :class:`ClusterClient`)."""
         if isinstance(bootstrap, ClusterClient):
             self._client, self._owned = bootstrap, False
         else:
-            self._client, self._owned = ClusterClient(bootstrap, request_timeout_s=request_timeout_s), True
+            client = ClusterClient(bootstrap, request_timeout_s=request_timeout_s, connect_timeout_s=connect_timeout_s)
+            self._client, self._owned = client, True
 
     def close(self) -> None:
         if self._owned:
@@ -237,15 +246,24 @@ class Admin:
             ),
         )
 
-    def drain_node(self, node_id: int) -> DrainStatus:
+    def drain_node(self, node_id: int, *, force: bool = False) -> DrainStatus:
         """Start draining a node (idempotent) and return what is left on it; call again to follow progress.
 
         The controller moves every replica and preferred leadership off the node; it is safe to stop once
-        ``safe_to_stop``. Raises UnknownNodeError for an id that is not registered.
+        ``safe_to_stop``. Raises UnknownNodeError for an id that is not registered, and DrainRefusedError when
+        fewer active nodes would remain than some topic's replication factor (``force`` drains anyway: its
+        replicas then stay where they are until nodes are added or it is undrained).
         """
-        request = pb.DrainNodeRequest(node_id=node_id)
+        request = pb.DrainNodeRequest(node_id=node_id, force=force)
         response = self._client.call_any(lambda stub, timeout: stub.DrainNode(request, timeout=timeout))
         return DrainStatus(response.replicas_left, response.leaders_left, response.safe_to_stop)
+
+    def undrain_node(self, node_id: int) -> None:
+        """Make a draining node active again (idempotent; Redpanda's recommission): it may receive new replicas
+        and the controller stops moving its replicas off. Raises UnknownNodeError for an id that is not
+        registered or was removed (a removed node comes back only by registering again)."""
+        request = pb.UndrainNodeRequest(node_id=node_id)
+        self._client.call_any(lambda stub, timeout: stub.UndrainNode(request, timeout=timeout))
 
     def remove_node(self, node_id: int) -> None:
         """Forget a node. Raises NodeHasReplicasError while it still holds replicas (drain it first)."""

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -85,7 +85,13 @@ class Metadata:
 
 
 class ClusterClient:
-    """Thread-safe. One gRPC channel per node, opened on first use."""
+    """Thread-safe. One gRPC channel per node, opened on first use.
+
+    ``connect_timeout_s`` bounds how long a call keeps trying while no node has ever answered this client (a
+    wrong or dead bootstrap then fails after it with "no node reachable at ...", not after the request
+    timeout); None leaves the request timeout alone. Once a node has answered, outages are retried up to the
+    request timeout (a cluster restarting under a running client).
+    """
 
     def __init__(
         self,
@@ -93,10 +99,13 @@ class ClusterClient:
         *,
         request_timeout_s: float = 30.0,
         metadata_max_age_s: float = 300.0,
+        connect_timeout_s: float | None = None,
     ) -> None:
         self._bootstrap = parse_bootstrap(bootstrap)
         self.request_timeout_s = request_timeout_s
         self._metadata_max_age_s = metadata_max_age_s
+        self._connect_timeout_s = connect_timeout_s
+        self._reached = False  # some node has answered (even with an error)
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._metadata: Metadata | None = None
@@ -300,7 +309,10 @@ class ClusterClient:
     ) -> Response:
         """Run ``call(channel, timeout)`` on any node that answers, retrying retriable errors until the
         deadline (known nodes first, shuffled, then the bootstrap list)."""
-        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.request_timeout_s)
+        started = time.monotonic()
+        deadline = started + (timeout_s if timeout_s is not None else self.request_timeout_s)
+        if not self._reached and self._connect_timeout_s is not None:
+            deadline = min(deadline, started + self._connect_timeout_s)
         backoff = _BACKOFF_START_S
         last: MultiraftError = ConnectionFailedError(f"no node of {self._bootstrap} answered")
         while time.monotonic() < deadline:
@@ -309,13 +321,21 @@ class ClusterClient:
                 if remaining <= 0:
                     break
                 try:
-                    return call(self.channel(address), min(remaining, max(1.0, remaining / 2)))
+                    response = call(self.channel(address), min(remaining, max(1.0, remaining / 2)))
                 except grpc.RpcError as exc:
                     last = from_rpc_error(exc)
+                    self._reached = self._reached or _answered_by_node(exc)
+                else:
+                    self._reached = True
+                    return response
                 if not last.retriable:
                     raise last
             time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
             backoff = min(backoff * 2, _BACKOFF_MAX_S)
+        if not self._reached:
+            raise ConnectionFailedError(
+                f"no node reachable at {', '.join(self._bootstrap)} ({_unreachable_reason(last)})"
+            ) from last
         if isinstance(last, UnavailableError) and not isinstance(last, ConnectionFailedError):
             raise ConnectionFailedError(f"no node of the cluster answered: {last.message}")
         raise last
@@ -332,3 +352,21 @@ class ClusterClient:
     def _refresh_quietly(self) -> None:
         with contextlib.suppress(MultiraftError):  # the caller's retry loop decides when to give up
             self.metadata(refresh=True)
+
+
+def _answered_by_node(exc: grpc.RpcError) -> bool:
+    """Whether a node sent this error (it carries our error details), rather than the transport making it."""
+    trailing: Any = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    return any(str(key) == "grpc-status-details-bin" for key, _ in trailing or ())
+
+
+def _unreachable_reason(error: MultiraftError) -> str:
+    """The transport's long story cut to its cause, for "no node reachable at ... (cause)"."""
+    text = error.message.lower()
+    if "connection refused" in text:
+        return "connection refused"
+    if "domain name not found" in text or "dns resolution failed" in text or "name or service not known" in text:
+        return "host name not found"
+    if isinstance(error, RequestTimeoutError):
+        return "no answer before the deadline"
+    return error.message

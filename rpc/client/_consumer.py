@@ -11,7 +11,8 @@ pushes batches as they commit), run on one background thread; at most two respon
 undecoded, and more are decoded only while the partition holds fewer than ``max_poll_records`` records.
 A stream that fails (leader moved, node lost, offset out of range) is re-opened at the next offset.
 Decoding is done in bulk (:func:`storage.decode_batches`); ``poll_arrow`` never touches single records in
-Python.
+Python. A batch that cannot be decoded stops its partition there: ``poll()`` raises
+:class:`CorruptRecordBatchError` until :meth:`Consumer.skip_batch` or a seek moves past it.
 
 With a ``group_id`` the consumer commits positions (the next offset to read, as Kafka) to the cluster and
 starts from them; there is no group membership: ``subscribe`` reads every partition of its topics.
@@ -26,12 +27,11 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
-
-import grpc
+from typing import TYPE_CHECKING, Literal
 
 from multiraft.errors import (
     ConfigError,
+    CorruptRecordBatchError,
     InvalidArgumentError,
     MultiraftError,
     NotLeaderError,
@@ -41,12 +41,12 @@ from multiraft.errors import (
 )
 from multiraft.logging import get_logger
 from rpc.client._cluster import ClusterClient
+from rpc.client._decode import decode_fetched, records_before
 from rpc.client._fetcher import PartitionStream, StreamFetcher
+from rpc.client._offsets import list_offsets
 from rpc.client._records import Record, TopicPartition
 from rpc.proto import multiraft_pb2 as pb
-from rpc.status import from_proto_error, from_rpc_error
-from storage.batch import decode_batches, headers_type, record_schema
-from storage.errors import BatchFormatError
+from storage.batch import headers_type, record_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -61,7 +61,6 @@ Start = str | int | datetime | None
 _MIN_PARTITION_FETCH_BYTES = 64 * 1024
 _BACKOFF_START_S = 0.02
 _BACKOFF_MAX_S = 1.0
-_SPECS = {"earliest": pb.EARLIEST, "latest": pb.LATEST, "timestamp": pb.TIMESTAMP}
 
 
 def arrow_schema() -> pa.Schema:
@@ -99,9 +98,10 @@ class _Partition:
     log_start_offset: int | None = None
     backoff_s: float = 0.0
     backoff_until: float = 0.0
+    corrupt: CorruptRecordBatchError | None = None  # reading stopped at a batch that cannot be decoded
 
     def seek(self, position: int | None, reset: _Reset | None) -> None:
-        self.position, self.reset = position, reset
+        self.position, self.reset, self.corrupt = position, reset, None
         self.fetch_offset = position if position is not None else 0
         self.buffer = None
         self.close_stream()
@@ -389,56 +389,7 @@ class Consumer:
             return {}
 
     def _list_offsets(self, topic: str, partitions: list[int], kind: str, timestamp_ms: int = 0) -> dict[int, int]:
-        """ListOffsets on each partition's leader: one request per leader node, sent concurrently; partitions
-        that fail (a moved leader) are retried one by one through ``call_leader``."""
-        spec = _SPECS[kind]
-        by_leader: dict[str, list[int]] = {}
-        retry: list[int] = []
-        for partition in partitions:
-            address = self._client.leader_address(topic, partition)
-            if address is None:
-                retry.append(partition)
-            else:
-                by_leader.setdefault(address, []).append(partition)
-        futures = [
-            self._client.log_stub(address).ListOffsets.future(
-                pb.ListOffsetsRequest(topic=topic, partitions=ps, spec=spec, timestamp_ms=timestamp_ms),
-                timeout=self._request_timeout_s,
-            )
-            for address, ps in by_leader.items()
-        ]
-        found: dict[int, int] = {}
-        for future, ps in zip(futures, by_leader.values(), strict=True):
-            try:
-                response = future.result()
-            except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                if not error.retriable:
-                    raise error from None
-                retry.extend(ps)
-                continue
-            for item in response.offsets:
-                if item.HasField("error"):
-                    error = from_proto_error(item.error)
-                    if not error.retriable:
-                        raise error
-                    retry.append(item.partition)
-                else:
-                    found[item.partition] = item.offset
-        for partition in retry:
-
-            def one(stub: Any, timeout: float, partition: int = partition) -> int:
-                request = pb.ListOffsetsRequest(
-                    topic=topic, partitions=[partition], spec=spec, timestamp_ms=timestamp_ms
-                )
-                response = stub.ListOffsets(request, timeout=timeout)
-                item = response.offsets[0]
-                if item.HasField("error"):
-                    raise from_proto_error(item.error)
-                return int(item.offset)
-
-            found[partition] = self._client.call_leader(topic, partition, one)
-        return found
+        return list_offsets(self._client, topic, partitions, kind, timestamp_ms, self._request_timeout_s)
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Store offsets for the group: the NEXT offset to read per partition (default: every position)."""
@@ -542,6 +493,7 @@ class Consumer:
         while True:
             self._completed.clear()
             self._collect()
+            self._raise_at_corrupt_batch()
             taken = self._take(limit)
             self._send_fetches()
             if taken:
@@ -556,6 +508,24 @@ class Consumer:
             self._completed.wait(wake)
             self._refresh_subscription()
             self._resolve(list(self._partitions.values()))
+
+    def _raise_at_corrupt_batch(self) -> None:
+        """Once a partition's position reaches a batch that cannot be decoded, every poll raises (as Kafka's
+        does) until the application skips it: reading never stops silently."""
+        for state in self._partitions.values():
+            if state.corrupt is not None and state.buffer is None:
+                raise state.corrupt
+
+    def skip_batch(self, tp: TopicPartition | tuple[str, int]) -> int:
+        """Move ``tp``'s position past the batch that :class:`CorruptRecordBatchError` named (its records
+        are lost to this consumer); returns the new position."""
+        state = self._state(tp)
+        if state.corrupt is None:
+            raise InvalidArgumentError(f"{state.tp} has no batch that failed to decode", field="partition")
+        next_offset = state.corrupt.next_offset
+        log.warning("skipping a batch that cannot be decoded", partition=str(state.tp), offset=state.corrupt.offset)
+        state.seek(next_offset, None)
+        return next_offset
 
     def _take(self, limit: int) -> list[tuple[TopicPartition, pa.Table]]:
         """Up to ``limit`` buffered records, fairly across partitions; advances positions."""
@@ -588,7 +558,7 @@ class Consumer:
         ready = [
             s
             for s in self._partitions.values()
-            if s.position is not None and s.stream is None and s.backoff_until <= now
+            if s.position is not None and s.stream is None and s.backoff_until <= now and s.corrupt is None
         ]
         if not ready:
             return
@@ -614,7 +584,11 @@ class Consumer:
         fewer than ``max_poll_records`` records), or handle the error that ended a stream."""
         for state in list(self._partitions.values()):
             stream = state.stream
-            while stream is not None and (state.buffer is None or state.buffer.num_rows < self._max_poll_records):
+            while (
+                stream is not None
+                and state.corrupt is None
+                and (state.buffer is None or state.buffer.num_rows < self._max_poll_records)
+            ):
                 response = stream.pop()
                 if response is None:
                     break
@@ -633,15 +607,18 @@ class Consumer:
         state.log_start_offset = response.log_start_offset
         offset = state.fetch_offset
         if response.batches:
-            try:
-                table = decode_batches(response.batches, include_headers=True)
-            except BatchFormatError as exc:
-                raise MultiraftError(f"{state.tp}: the leader sent a corrupt batch: {exc}") from exc
-            skip = _records_before(table, offset)  # the first batch may start before the offset
-            if skip:
-                table = table.slice(skip)
-            if table.num_rows:
+            table, corrupt = decode_fetched(response.batches, state.tp, offset, response.next_offset)
+            skip = records_before(table, offset) if table is not None else 0  # a batch may start before it
+            if table is not None and table.num_rows > skip:
+                table = table.slice(skip) if skip else table
                 state.buffer = pa.concat_tables([state.buffer, table]) if state.buffer is not None else table
+            if corrupt is not None:  # stop here until the application skips it (see poll)
+                state.corrupt = corrupt
+                state.close_stream()
+                state.fetch_offset = max(offset, corrupt.offset)
+                if state.buffer is None:
+                    state.position = state.fetch_offset
+                return
         state.fetch_offset = max(offset, response.next_offset)
         if state.buffer is None:
             state.position = state.fetch_offset
@@ -715,18 +692,3 @@ def _by_topic(states: Iterable[_Partition]) -> dict[str, list[_Partition]]:
     for state in states:
         grouped.setdefault(state.tp.topic, []).append(state)
     return grouped
-
-
-def _records_before(table: pa.Table, offset: int) -> int:
-    """How many leading rows of a decoded fetch lie before ``offset`` (offsets ascend)."""
-    import numpy as np
-
-    column = table.column("offset")
-    if not table.num_rows or column[0].as_py() >= offset:
-        return 0
-    # From the buffers: Array.to_numpy() would import pandas (about a second) on first use.
-    arrays = [
-        np.frombuffer(chunk.buffers()[1], dtype=np.int64, count=len(chunk), offset=chunk.offset * 8)
-        for chunk in column.chunks
-    ]
-    return int(np.searchsorted(np.concatenate(arrays) if len(arrays) > 1 else arrays[0], offset))

@@ -27,6 +27,7 @@ import grpc.aio
 
 from multiraft.errors import MultiraftError, UnavailableError
 from multiraft.logging import get_logger
+from rpc.client._aio import cancel_all_tasks
 from rpc.client._cluster import CHANNEL_OPTIONS
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
@@ -219,15 +220,12 @@ class StreamFetcher:
             return
 
         async def shutdown() -> None:
-            tasks = [s._task for s in self._streams if s._task is not None]
-            for task in tasks:
-                task.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_all_tasks(_CLOSE_TIMEOUT_S / 2)  # the streams' and grpc's own
             for channel in self._channels.values():
                 await channel.close(None)
             self._channels.clear()
             self._stubs.clear()
+            await loop.shutdown_asyncgens()
 
         try:
             asyncio.run_coroutine_threadsafe(shutdown(), loop).result(_CLOSE_TIMEOUT_S)

@@ -29,8 +29,7 @@ import contextlib
 import itertools
 import threading
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,11 +46,12 @@ from multiraft.errors import (
     ProducerFencedError,
     RecordTooLargeError,
     RequestTimeoutError,
-    UnavailableError,
 )
 from multiraft.logging import get_logger
 from rpc.client._accumulator import ProducerBatch, RecordAccumulator
+from rpc.client._aio import cancel_all_tasks
 from rpc.client._cluster import CHANNEL_OPTIONS, ClusterClient
+from rpc.client._produce_stream import CONNECT_TIMEOUT_S, NodeStream, connect
 from rpc.client._records import TopicPartition
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
@@ -65,9 +65,10 @@ log = get_logger(__name__)
 _BACKOFF_START_S = 0.02
 _BACKOFF_MAX_S = 0.5
 _REFRESH_MIN_INTERVAL_S = 0.1
-_CONNECT_TIMEOUT_S = 5.0
 _IDLE_WAKE_S = 0.2
 _STREAM_GRACE_S = 5.0  # beyond the request timeout, before an unanswered stream is given up
+_FINISH_TIMEOUT_S = 2.0  # for the streams to answer what they carry when the producer closes
+_CANCEL_TIMEOUT_S = 5.0
 
 
 @dataclass(eq=False)
@@ -88,106 +89,6 @@ class _PartitionState:
     resetting: bool = False
     sends: int = 0
     first_failed_send: int | None = None  # of the in-flight round: later answers may be out of order
-
-
-@dataclass(eq=False)
-class _Sent:
-    sequence: int
-    batch: ProducerBatch
-    sent_at: float
-
-
-async def _connect(channel: grpc.aio.Channel, timeout_s: float) -> bool:
-    """Whether the channel gets ready within ``timeout_s``; False at once when the node refuses connections
-    (a dead leader should cost one failed attempt, not a timeout)."""
-    deadline = time.monotonic() + timeout_s
-    state = channel.get_state(try_to_connect=True)
-    while state != grpc.ChannelConnectivity.READY:
-        remaining = deadline - time.monotonic()
-        if state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN) or remaining <= 0:
-            return False
-        try:
-            await asyncio.wait_for(channel.wait_for_state_change(state), remaining)
-        except TimeoutError:
-            return False
-        state = channel.get_state(try_to_connect=True)
-    return True
-
-
-class _Stream:
-    """One ProduceStream to one node; answers come back in request order."""
-
-    def __init__(self, sender: Sender, address: str, channel: grpc.aio.Channel) -> None:
-        self.address = address
-        self.outstanding: deque[_Sent] = deque()
-        self.closed = False
-        self._sender = sender
-        self._channel = channel
-        self._queue: asyncio.Queue[tuple[pb.ProduceRequest, ProducerBatch] | None] = asyncio.Queue()
-        self._call: grpc.aio.StreamStreamCall[pb.ProduceRequest, pb.ProduceResponse] | None = None
-        self._timed_out = False
-        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"produce-stream-{address}")
-
-    def send(self, sequence: int, batch: ProducerBatch, request: pb.ProduceRequest) -> None:
-        self.outstanding.append(_Sent(sequence, batch, time.monotonic()))
-        self._queue.put_nowait((request, batch))
-
-    def finish(self) -> None:
-        """No more requests: the node ends the stream after the last answer."""
-        self._queue.put_nowait(None)
-
-    def give_up(self) -> None:
-        """The oldest request has waited too long for its answer: break the stream."""
-        if self._call is not None and not self._timed_out:
-            self._timed_out = True
-            self._call.cancel()
-
-    async def _requests(self) -> AsyncIterator[pb.ProduceRequest]:
-        while True:
-            item = await self._queue.get()
-            if item is None:
-                return
-            request, batch = item
-            batch.maybe_written = True
-            yield request
-
-    async def _run(self) -> None:
-        error: MultiraftError
-        if not await _connect(self._channel, _CONNECT_TIMEOUT_S):
-            error = ConnectionFailedError(f"could not connect to {self.address}")
-        else:
-            stub = pb_grpc.LogStub(self._channel)
-            call = stub.ProduceStream(self._requests())
-            self._call = call
-            try:
-                async for response in call:
-                    if not self.outstanding or self.outstanding[0].sequence != response.sequence:
-                        error = UnavailableError(f"the produce stream to {self.address} answered out of order")
-                        call.cancel()
-                        break
-                    sent = self.outstanding.popleft()
-                    self._sender.on_response(sent.batch, response, None)
-                else:
-                    error = UnavailableError(f"the produce stream to {self.address} ended")
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                    self._sender.streams_unsupported(self.address)
-                    for sent in self.outstanding:
-                        sent.batch.maybe_written = False  # the node refused the call: nothing was written
-                error = from_rpc_error(exc)
-            except asyncio.CancelledError:
-                if not self._timed_out:
-                    self._fail_outstanding(UnavailableError("the producer closed"))
-                    raise
-                error = RequestTimeoutError(f"no answer from {self.address} within the request timeout")
-        self._fail_outstanding(error)
-
-    def _fail_outstanding(self, error: MultiraftError) -> None:
-        self.closed = True
-        outstanding, self.outstanding = self.outstanding, deque()
-        self._sender.on_stream_closed(self)
-        for sent in outstanding:
-            self._sender.on_response(sent.batch, None, error)
 
 
 class Sender:
@@ -216,7 +117,7 @@ class Sender:
         self._learn_max_bytes = learn_max_bytes
         self._states: dict[TopicPartition, _PartitionState] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, NodeStream] = {}
         self._use_streams = True
         self._request_ids = itertools.count(1)
         self._producer: tuple[int, int] | None = replay  # (id, epoch) once InitProducer answered
@@ -320,14 +221,12 @@ class Sender:
             stream.finish()
         tasks = [stream.task for stream in self._streams.values()]
         if tasks:
-            _done, pending = await asyncio.wait(tasks, timeout=2.0)
-            for task in pending:
-                task.cancel()
-        for helper in list(self._tasks):
-            helper.cancel()
+            await asyncio.wait(tasks, timeout=_FINISH_TIMEOUT_S)
         for channel in self._channels.values():
             await channel.close(grace=None)
         self._channels.clear()
+        # Whatever the cluster did (a node killed or paused mid-call), no task of ours outlives the loop.
+        await cancel_all_tasks(_CANCEL_TIMEOUT_S)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -498,14 +397,14 @@ class Sender:
         if self._use_streams:
             stream = self._streams.get(address)
             if stream is None or stream.closed:
-                stream = self._streams[address] = _Stream(self, address, self._channel(address))
+                stream = self._streams[address] = NodeStream(self, address, self._channel(address))
             stream.send(sequence, batch, request)
         else:
             self._spawn(self._produce_unary(address, batch, request))
 
     async def _produce_unary(self, address: str, batch: ProducerBatch, request: pb.ProduceRequest) -> None:
         channel = self._channel(address)
-        if not await _connect(channel, _CONNECT_TIMEOUT_S):
+        if not await connect(channel, CONNECT_TIMEOUT_S):
             self.on_response(batch, None, ConnectionFailedError(f"could not connect to {address}"))
             return
         batch.maybe_written = True
@@ -536,7 +435,7 @@ class Sender:
             log.info("the cluster does not support ProduceStream; using unary Produce", address=address)
         self._use_streams = False
 
-    def on_stream_closed(self, stream: _Stream) -> None:
+    def on_stream_closed(self, stream: NodeStream) -> None:
         if self._streams.get(stream.address) is stream:
             del self._streams[stream.address]
 

@@ -10,8 +10,8 @@ Errors. A failed call ends with a gRPC status whose details hold a google.rpc.Er
   OFFSET_OUT_OF_RANGE (OUT_OF_RANGE; metadata log_start_offset, high_watermark)
   RECORD_TOO_LARGE (INVALID_ARGUMENT; metadata max_bytes)   CORRUPT_BATCH (INVALID_ARGUMENT)
   INVALID_ARGUMENT (INVALID_ARGUMENT; metadata field)        NOT_ENOUGH_REPLICAS (UNAVAILABLE)
-  OUT_OF_ORDER_SEQUENCE, PRODUCER_FENCED (FAILED_PRECONDITION)
-  NODE_HAS_REPLICAS (FAILED_PRECONDITION)   ASSIGNMENT_CHANGED (ABORTED)
+  OUT_OF_ORDER_SEQUENCE, PRODUCER_FENCED, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH (FAILED_PRECONDITION)
+  NODE_HAS_REPLICAS, DRAIN_REFUSED (FAILED_PRECONDITION)   ASSIGNMENT_CHANGED (ABORTED)
   TIMEOUT (DEADLINE_EXCEEDED)   UNAVAILABLE (UNAVAILABLE)   STORAGE_ERROR (INTERNAL)
 A stream that must outlive one failed item carries the same information in the item's `error` field.
 Offsets are record offsets within a partition; indexes are Raft log indexes and never appear here.
@@ -1128,15 +1128,19 @@ class DrainNodeRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NODE_ID_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
     node_id: _builtins.int
+    force: _builtins.bool
+    """drain even if too few active nodes would remain for a topic's replication factor"""
     def __init__(
         self,
         *,
         node_id: _builtins.int = ...,
+        force: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force", "node_id", b"node_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1168,6 +1172,40 @@ class DrainNodeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DrainNodeResponse: _TypeAlias = DrainNodeResponse  # noqa: Y015
+
+@_typing.final
+class UndrainNodeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UndrainNodeRequest: _TypeAlias = UndrainNodeRequest  # noqa: Y015
+
+@_typing.final
+class UndrainNodeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UndrainNodeResponse: _TypeAlias = UndrainNodeResponse  # noqa: Y015
 
 @_typing.final
 class RemoveNodeRequest(_message.Message):

@@ -464,6 +464,11 @@ class AdminStub:
                 request_serializer=rpc_dot_proto_dot_multiraft__pb2.DrainNodeRequest.SerializeToString,
                 response_deserializer=rpc_dot_proto_dot_multiraft__pb2.DrainNodeResponse.FromString,
                 _registered_method=True)
+        self.UndrainNode = channel.unary_unary(
+                '/multiraft.v1.Admin/UndrainNode',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.UndrainNodeRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.UndrainNodeResponse.FromString,
+                _registered_method=True)
         self.RemoveNode = channel.unary_unary(
                 '/multiraft.v1.Admin/RemoveNode',
                 request_serializer=rpc_dot_proto_dot_multiraft__pb2.RemoveNodeRequest.SerializeToString,
@@ -524,7 +529,15 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DrainNode(self, request, context):
-        """Move every replica and leadership off a node; answers with the drain's progress.
+        """Move every replica and leadership off a node; answers with the drain's progress. Refused (DRAIN_REFUSED)
+        when fewer active nodes would remain than a topic's replication factor, unless `force`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UndrainNode(self, request, context):
+        """Make a draining node active again (Redpanda's recommission); idempotent. A removed node stays removed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -586,6 +599,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DrainNode,
                     request_deserializer=rpc_dot_proto_dot_multiraft__pb2.DrainNodeRequest.FromString,
                     response_serializer=rpc_dot_proto_dot_multiraft__pb2.DrainNodeResponse.SerializeToString,
+            ),
+            'UndrainNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.UndrainNode,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.UndrainNodeRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.UndrainNodeResponse.SerializeToString,
             ),
             'RemoveNode': grpc.unary_unary_rpc_method_handler(
                     servicer.RemoveNode,
@@ -816,6 +834,33 @@ class Admin:
             '/multiraft.v1.Admin/DrainNode',
             rpc_dot_proto_dot_multiraft__pb2.DrainNodeRequest.SerializeToString,
             rpc_dot_proto_dot_multiraft__pb2.DrainNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UndrainNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Admin/UndrainNode',
+            rpc_dot_proto_dot_multiraft__pb2.UndrainNodeRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.UndrainNodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,8 +10,8 @@ Errors. A failed call ends with a gRPC status whose details hold a google.rpc.Er
   OFFSET_OUT_OF_RANGE (OUT_OF_RANGE; metadata log_start_offset, high_watermark)
   RECORD_TOO_LARGE (INVALID_ARGUMENT; metadata max_bytes)   CORRUPT_BATCH (INVALID_ARGUMENT)
   INVALID_ARGUMENT (INVALID_ARGUMENT; metadata field)        NOT_ENOUGH_REPLICAS (UNAVAILABLE)
-  OUT_OF_ORDER_SEQUENCE, PRODUCER_FENCED (FAILED_PRECONDITION)
-  NODE_HAS_REPLICAS (FAILED_PRECONDITION)   ASSIGNMENT_CHANGED (ABORTED)
+  OUT_OF_ORDER_SEQUENCE, PRODUCER_FENCED, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH (FAILED_PRECONDITION)
+  NODE_HAS_REPLICAS, DRAIN_REFUSED (FAILED_PRECONDITION)   ASSIGNMENT_CHANGED (ABORTED)
   TIMEOUT (DEADLINE_EXCEEDED)   UNAVAILABLE (UNAVAILABLE)   STORAGE_ERROR (INTERNAL)
 A stream that must outlive one failed item carries the same information in the item's `error` field.
 Offsets are record offsets within a partition; indexes are Raft log indexes and never appear here.
@@ -179,7 +179,11 @@ class AdminStub:
     AlterTopicConfigs: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.AlterTopicConfigsRequest, _multiraft_pb2.AlterTopicConfigsResponse]
     DescribeCluster: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.DescribeClusterRequest, _multiraft_pb2.DescribeClusterResponse]
     DrainNode: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.DrainNodeRequest, _multiraft_pb2.DrainNodeResponse]
-    """Move every replica and leadership off a node; answers with the drain's progress."""
+    """Move every replica and leadership off a node; answers with the drain's progress. Refused (DRAIN_REFUSED)
+    when fewer active nodes would remain than a topic's replication factor, unless `force`.
+    """
+    UndrainNode: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.UndrainNodeRequest, _multiraft_pb2.UndrainNodeResponse]
+    """Make a draining node active again (Redpanda's recommission); idempotent. A removed node stays removed."""
     RemoveNode: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.RemoveNodeRequest, _multiraft_pb2.RemoveNodeResponse]
     """Forget a node; refused while it still holds replicas."""
     ListGroups: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.ListGroupsRequest, _multiraft_pb2.ListGroupsResponse]
@@ -198,7 +202,11 @@ class AdminAsyncStub(AdminStub):
     AlterTopicConfigs: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.AlterTopicConfigsRequest, _multiraft_pb2.AlterTopicConfigsResponse]  # type: ignore[assignment]
     DescribeCluster: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.DescribeClusterRequest, _multiraft_pb2.DescribeClusterResponse]  # type: ignore[assignment]
     DrainNode: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.DrainNodeRequest, _multiraft_pb2.DrainNodeResponse]  # type: ignore[assignment]
-    """Move every replica and leadership off a node; answers with the drain's progress."""
+    """Move every replica and leadership off a node; answers with the drain's progress. Refused (DRAIN_REFUSED)
+    when fewer active nodes would remain than a topic's replication factor, unless `force`.
+    """
+    UndrainNode: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.UndrainNodeRequest, _multiraft_pb2.UndrainNodeResponse]  # type: ignore[assignment]
+    """Make a draining node active again (Redpanda's recommission); idempotent. A removed node stays removed."""
     RemoveNode: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.RemoveNodeRequest, _multiraft_pb2.RemoveNodeResponse]  # type: ignore[assignment]
     """Forget a node; refused while it still holds replicas."""
     ListGroups: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.ListGroupsRequest, _multiraft_pb2.ListGroupsResponse]  # type: ignore[assignment]
@@ -262,7 +270,17 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         request: _multiraft_pb2.DrainNodeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_multiraft_pb2.DrainNodeResponse, _abc.Awaitable[_multiraft_pb2.DrainNodeResponse]]:
-        """Move every replica and leadership off a node; answers with the drain's progress."""
+        """Move every replica and leadership off a node; answers with the drain's progress. Refused (DRAIN_REFUSED)
+        when fewer active nodes would remain than a topic's replication factor, unless `force`.
+        """
+
+    @_abc_1.abstractmethod
+    def UndrainNode(
+        self,
+        request: _multiraft_pb2.UndrainNodeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.UndrainNodeResponse, _abc.Awaitable[_multiraft_pb2.UndrainNodeResponse]]:
+        """Make a draining node active again (Redpanda's recommission); idempotent. A removed node stays removed."""
 
     @_abc_1.abstractmethod
     def RemoveNode(

@@ -11,7 +11,7 @@ from multiraft.client import Admin, TopicPartition
 from multiraft.errors import UnknownPartitionError, UnknownTopicError
 from rpc.proto import multiraft_pb2 as pb
 from storage import encode_batch
-from tests.cli._helpers import invoke, invoked
+from tests.cli._helpers import invoke, invoked, ok, one_error_line, run_cli
 from tests.integration._helpers import Cluster
 
 pytestmark = pytest.mark.integration
@@ -123,3 +123,16 @@ def test_a_dead_leader_shows_as_under_replicated_and_offsets_still_answer(cluste
     assert fragile["partitions"][0]["under_replicated"] is True
     table = invoked(invoke("topic", "describe", "fragile", bootstrap=cluster.bootstrap))
     assert "under-replicated" in table
+
+
+def test_node_drain_is_refused_when_a_topic_would_lack_nodes_unless_forced_and_undrain_takes_it_back(
+    cluster: Cluster,
+) -> None:
+    cluster.create_topic("everywhere", 1, 3)
+    refused = one_error_line(run_cli("node", "drain", "3", "--no-wait", bootstrap=cluster.bootstrap))
+    assert "DRAIN_REFUSED" in refused and "everywhere" in refused
+    forced = ok(run_cli("node", "drain", "3", "--no-wait", "--force", bootstrap=cluster.bootstrap))
+    assert "node 3 draining" in forced
+    assert ok(run_cli("node", "undrain", "3", bootstrap=cluster.bootstrap)).strip() == "node 3 active"
+    with Admin(cluster.bootstrap, request_timeout_s=20) as admin:
+        assert next(n.state for n in admin.describe_cluster().nodes if n.node_id == 3) != "draining"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from multiraft.cli import app
+from multiraft.node.raftlog import RaftLogStorage
 from storage import LogStore
 from tests.storage._helpers import SMALL, data
 
@@ -42,6 +43,12 @@ def test_check_names_the_file_and_index_and_repair_fixes_it(tmp_path: Path) -> N
     result = runner.invoke(app, ["storage", "repair", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "dropped clicks/2 entries 17..29 (13 entries): entry CRC mismatch" in result.output
+    # The replica may have acknowledged what it lost: it must not vote for a log lacking it (multiraft.raft).
+    assert "clicks/2 will not vote until its leader has sent entries up to 29 again" in result.output
+    with LogStore.open(tmp_path, SMALL) as store:
+        log = store.log("clicks", 2)
+        assert log.last_index() == 16
+        assert RaftLogStorage(log).recover_until() == (29, max(log.hard_state().term, log.term(16)))
     assert runner.invoke(app, ["storage", "check", str(tmp_path)]).exit_code == 0
     assert runner.invoke(app, ["storage", "repair", str(tmp_path)]).output.startswith("nothing to repair")
 

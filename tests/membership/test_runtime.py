@@ -99,6 +99,24 @@ def test_binding_all_interfaces_requires_an_advertised_address() -> None:
     _run(scenario)
 
 
+def test_a_member_bound_to_a_host_name_advertises_the_address_its_packets_come_from() -> None:
+    # Peers believe a member's packets only from the address it advertises, and packets carry an IP.
+    async def scenario() -> None:
+        async with (
+            MemberList(_meta(1), LOCAL, host="localhost") as named,
+            MemberList(_meta(2), LOCAL) as other,
+        ):
+            assert named.gossip_addr == f"127.0.0.1:{named.port}"
+            await other.join([named.gossip_addr])
+            await _until(lambda: named.num_members == other.num_members == 2, timeout=5)
+            probes = named.counters()["probes"]
+            await _until(lambda: named.counters()["probes"] >= probes + 5, timeout=10)
+            assert other.counters()["spoofed_dropped"] == 0
+            assert [m.state for m in other.members()] == [MemberState.ALIVE, MemberState.ALIVE]
+
+    _run(scenario)
+
+
 def test_members_join_through_a_seed_and_all_see_each_other() -> None:
     async def scenario() -> None:
         async with _cluster(4) as members:

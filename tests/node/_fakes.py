@@ -9,9 +9,16 @@ from typing import Any
 
 from multiraft import controller as ctl
 from multiraft.errors import MultiraftError
+from multiraft.node.controller_group import controller_error
 from multiraft.node.directory import Directory
 from multiraft.node.partition import PartitionView, ProduceResult
-from multiraft.node.peer_messages import ControllerOutcome, CreateTopicRequest, PartitionStatus
+from multiraft.node.peer_messages import (
+    ControllerBody,
+    ControllerOutcome,
+    CreateTopicRequest,
+    NodeStateRequest,
+    PartitionStatus,
+)
 from multiraft.node.threads import ThreadOwner
 from storage import ReadResult
 from storage.batch import BatchHeader
@@ -91,12 +98,12 @@ class FakeController:
     """A ControllerClient that applies what it is asked to a Directory's state, as a leader would."""
 
     def __init__(self, found: Directory | None = None) -> None:
-        self.calls: list[ctl.Command | CreateTopicRequest] = []
+        self.calls: list[ControllerBody] = []
         self.directory = found
         self.errors: list[MultiraftError] = []
         self.next_producer_id = 1000
 
-    async def call(self, body: ctl.Command | CreateTopicRequest, *, timeout_s: float = 15.0) -> ControllerOutcome:
+    async def call(self, body: ControllerBody, *, timeout_s: float = 15.0) -> ControllerOutcome:
         self.calls.append(body)
         if self.errors:
             raise self.errors.pop(0)
@@ -110,6 +117,11 @@ class FakeController:
                 placed = ctl.place_new_topic(list(nodes), state, body.partitions, body.replication_factor)
                 configs = ctl.validate_topic_configs(body.configs, creating=True)
                 body = ctl.CreateTopic(body.name, configs, tuple(placed), internal=body.internal)
+            elif isinstance(body, NodeStateRequest):
+                try:
+                    body = ctl.node_state_change(state, body.node_id, body.state, force=body.force)
+                except ctl.ControllerError as exc:
+                    raise controller_error(exc) from exc
             self.directory.set_cluster(run(state, body))
         return ControllerOutcome()
 

@@ -37,6 +37,7 @@ from multiraft.node.peer_messages import (
     encode_controller_outcome,
     encode_error,
 )
+from tests.controller._helpers import cluster
 
 SELF, LEADER, OTHER = 1, 2, 3
 SHORT_S = 0.3  # a deadline for requests that are meant to time out
@@ -46,6 +47,7 @@ SHORT_S = 0.3  # a deadline for requests that are meant to time out
 class View:
     node_id: int = SELF
     controller_leader: int = 0
+    cluster: ctl.ClusterState = field(default_factory=lambda: cluster(3))
 
 
 Answer = tuple[int, bytes] | BaseException
@@ -318,7 +320,7 @@ def test_serve_passes_a_request_from_a_peer_on_once_to_the_known_leader() -> Non
     assert local.requests == []
     [call] = peers.calls
     assert (call.to_node, call.kind) == (LEADER, RequestKind.CONTROLLER)
-    assert call.request == ControllerRequest(DELETE, forwarded=True)
+    assert call.request == ControllerRequest(DELETE, forwarded=True, origin=OTHER)
     assert call.timeout_s == CONTROLLER_TIMEOUT_S
 
 

@@ -24,6 +24,7 @@ from multiraft.node.peer_messages import (
     CreateTopicRequest,
     LeaderAnnouncement,
     MoveReport,
+    NodeStateRequest,
     OffsetRow,
     OffsetsCommit,
     OffsetsFetch,
@@ -57,7 +58,10 @@ class Codec:
 
 
 create_topic_requests = st.builds(CreateTopicRequest, TEXT, I64, I64, TEXT_MAPS, st.booleans())
-controller_requests = st.builds(ControllerRequest, st.one_of(any_commands(), create_topic_requests), st.booleans())
+node_state_requests = st.builds(NodeStateRequest, IDS, st.sampled_from(ctl.NodeState), st.booleans())
+controller_requests = st.builds(
+    ControllerRequest, st.one_of(any_commands(), create_topic_requests, node_state_requests), st.booleans(), IDS
+)
 controller_outcomes = st.builds(ControllerOutcome, TEXT, IDS, st.tuples(IDS, IDS), IDS)
 partition_statuses = st.lists(
     st.builds(
@@ -151,6 +155,17 @@ def test_a_controller_request_carries_each_command_type_and_the_forwarded_flag(
 ) -> None:
     request = ControllerRequest(command, forwarded)
     assert pm.decode_controller_request(pm.encode_controller_request(request)) == request
+
+
+def test_a_node_state_request_keeps_its_state_force_flag_and_the_forwarders_origin() -> None:
+    request = ControllerRequest(NodeStateRequest(3, ctl.NodeState.ACTIVE, force=True), forwarded=True, origin=2)
+    assert pm.decode_controller_request(pm.encode_controller_request(request)) == request
+
+
+def test_a_node_state_request_naming_an_unknown_state_is_refused() -> None:
+    encoded = pm.encode_controller_request(ControllerRequest(NodeStateRequest(3, ctl.NodeState.ACTIVE)))
+    with pytest.raises(InvalidArgumentError, match="state"):
+        pm.decode_controller_request(encoded.replace(b"active", b"ghosts"))
 
 
 def test_a_create_topic_request_keeps_its_configs_and_internal_flag() -> None:

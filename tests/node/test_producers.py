@@ -7,8 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from multiraft.errors import OutOfOrderSequenceError, ProducerFencedError
-from multiraft.node.producers import RETAINED_BATCHES, ProducerStates, Verdict
+from multiraft.errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    UnknownProducerIdError,
+)
+from multiraft.node.producers import REPLAY_PRODUCER_IDS_FROM, RETAINED_BATCHES, ProducerStates, Verdict, check_granted
 from multiraft.node.raftlog import SnapshotManifest, decode_manifest, encode_manifest
 
 
@@ -124,3 +129,34 @@ def test_a_snapshot_manifest_carries_the_producers_state() -> None:
     manifest = SnapshotManifest(next_offset=30, segments=((2, 9),), producers=state)
     assert decode_manifest(encode_manifest(manifest)) == manifest
     assert decode_manifest(encode_manifest(SnapshotManifest(5))).producers == b""
+
+
+# ------------------------------------------------------------------------------------ granted ids and epochs
+
+
+@given(st.integers(1, 2**62 - 1), st.integers(1, 2**62))
+def test_only_ids_below_the_controllers_high_water_mark_are_known(producer_id: int, next_producer_id: int) -> None:
+    if producer_id < next_producer_id:
+        check_granted(producer_id, 0, next_producer_id)
+    else:
+        with pytest.raises(UnknownProducerIdError):
+            check_granted(producer_id, 0, next_producer_id)
+
+
+@pytest.mark.parametrize("producer_id", [0, -0])
+def test_id_zero_is_never_handed_out(producer_id: int) -> None:
+    with pytest.raises(UnknownProducerIdError):
+        check_granted(producer_id, 0, 10)
+
+
+@given(st.integers(1, 2**15 - 1))
+def test_initproducer_grants_epoch_zero_only(epoch: int) -> None:
+    check_granted(5, 0, 10)
+    with pytest.raises(InvalidProducerEpochError) as raised:
+        check_granted(5, epoch, 10)
+    assert raised.value.metadata == {"producer_id": "5", "epoch": str(epoch)}
+
+
+@given(st.integers(REPLAY_PRODUCER_IDS_FROM, 2**63 - 1), st.integers(0, 2**15 - 1))
+def test_replay_producer_ids_carry_their_owners_epochs(producer_id: int, epoch: int) -> None:
+    check_granted(producer_id, epoch, 1)

@@ -181,3 +181,76 @@ def test_recent_entries_are_held_up_to_a_byte_bound_and_older_ones_come_from_the
         read = storage.entries(1, 11, 1 << 30)
         assert [e.payload for e in read] == [e.payload for e in written]
         assert [got is entry for got, entry in zip(read, written, strict=True)] == [False] * 7 + [True] * 3
+
+
+# ---------------------------------------------------------------------------------------------- damage
+
+
+def _flip_payload_byte(store_path: Path, marker: bytes) -> None:
+    data_file = store_path / "log.lmdb" / "data.mdb"
+    raw = bytearray(data_file.read_bytes())
+    at = raw.index(marker)
+    raw[at] ^= 0x20
+    data_file.write_bytes(bytes(raw))
+
+
+def _marked(index: int, term: int = 1) -> raft.Entry:
+    batch = encode_batch([b"<marker-%05d>" % index], timestamps_ms=5)
+    return raft.Entry(index, term, raft.EntryKind.DATA, 1_000 + index, batch)
+
+
+def test_a_damaged_entry_is_cut_off_with_everything_after_it_and_the_lost_end_is_recorded(tmp_path: Path) -> None:
+    config = StorageConfig(segment_bytes=1 << 20)
+    with LogStore.open(tmp_path, config) as store:
+        storage = RaftLogStorage(store.log("t", 0))
+        storage.append([_marked(i, 1 + i // 10) for i in range(1, 31)])
+        storage.set_hard_state(raft.HardState(3, 2, 28))
+        storage.set_applied(27)
+        store.sync()
+    _flip_payload_byte(tmp_path, b"<marker-00021>")
+    with LogStore.open(tmp_path, config) as store:
+        log = store.log("t", 0)
+        assert log.scrub(1, 1 << 30)[2] == 21
+        storage = RaftLogStorage(log)
+        assert storage.recover_until() == (0, 0)
+        assert storage.cut_damaged_suffix(25) == (30, 4)  # reported later, the damage starts at 21
+        store.sync()
+    with LogStore.open(tmp_path, config) as store:
+        storage = RaftLogStorage(store.log("t", 0))
+        assert storage.last_index() == 20
+        assert storage.applied_index() == 20
+        assert storage.recover_until() == (30, 4)
+        assert not storage.recovered()
+        node = raft.RawNode(
+            raft.RaftConfig(id=1), storage, random.Random(0), applied=27, recover_until=storage.recover_until()
+        )
+        assert node.status().commit == 20 and node.recovering_until == 30
+        storage.append([_marked(i, 1 + i // 10) for i in range(21, 31)])
+        assert storage.recovered()
+        storage.clear_recovery()
+        store.sync()
+    with LogStore.open(tmp_path, config) as store:
+        assert RaftLogStorage(store.log("t", 0)).recover_until() == (0, 0)
+
+
+def test_a_damaged_entry_at_or_below_the_compaction_point_is_not_cut(store: LogStore) -> None:
+    storage = RaftLogStorage(store.log("t", 0))
+    storage.append([_data(i) for i in range(1, 11)])
+    storage.set_applied(8)
+    storage.snapshot_for_catchup(8, SnapshotManifest(0))
+    with pytest.raises(raft.IndexCompactedError):
+        storage.cut_damaged_suffix(5)
+    assert storage.last_index() == 10 and storage.recover_until() == (0, 0)
+
+
+def test_scrub_walks_the_log_in_slices_of_about_the_budget(store: LogStore) -> None:
+    log = store.log("t", 0)
+    log.append([_data(i) for i in range(1, 41)])
+    size = len(log.entries(1, 2)[0].payload)
+    position, slices = 1, 0
+    while position <= log.last_index():
+        position, checked, damaged = log.scrub(position, 5 * size)
+        assert damaged is None and checked > 0
+        slices += 1
+    assert position == 41 and 6 <= slices <= 10
+    assert log.scrub(41, 1 << 20) == (41, 0, None)

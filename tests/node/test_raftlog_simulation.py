@@ -61,6 +61,15 @@ class LmdbDisk:
         self.storage = _CountingStorage(self.store.log("sim", 0))
         return lost
 
+    def damage(self, keep: int) -> tuple[int, int]:
+        """A damaged disk: the node's repair cuts the log after ``keep`` (as ``Store.repair_replica`` does,
+        recording where it ended) and syncs; returns that record."""
+        self.crash()
+        record = self.storage.cut_damaged_suffix(keep + 1)
+        assert self.storage.recover_until() == record
+        self.sync()
+        return record
+
     def close(self) -> None:
         self.store.close()
 
@@ -101,7 +110,12 @@ def test_the_lmdb_schedules_crash_with_unsynced_writes_and_compact_the_log(capsy
         pytest.skip("needs the full seeded run of this module")
     with capsys.disabled():
         print(f"\n[raft simulation over LMDB] {LMDB_SEEDS} schedules: {_seconds[0]:.1f} s")
-    for what in ("crashes losing unsynced writes", "crashes losing an unsynced ready", "snapshots installed"):
+    for what in (
+        "crashes losing unsynced writes",
+        "crashes losing an unsynced ready",
+        "snapshots installed",
+        "crashes losing committed entries",
+    ):
         assert _exercised[what] > 5, f"{what}: {_exercised[what]}"
     assert _exercised["acknowledged writes"] > 50 * LMDB_SEEDS
 

@@ -27,7 +27,7 @@ from multiraft import raft
 from multiraft.errors import InvalidArgumentError, RecordTooLargeError, StorageFailureError, UnavailableError
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.scheduler import Group, Scheduler
-from storage import ENTRY_OVERHEAD_BYTES, LogStore, StorageConfig, StorageError
+from storage import ENTRY_OVERHEAD_BYTES, CorruptionError, LogStore, StorageConfig, StorageError
 
 NODE = 1
 PEER = 2
@@ -491,3 +491,33 @@ def test_a_proposal_no_log_entry_can_hold_is_refused_and_never_written() -> None
         assert error.metadata["max_bytes"] == str(largest)
         assert group.pending == {} and storage.last_index() == group.machine.applied[-1]
         assert _commits(node, group)[1] is None and node.scheduler.alive
+
+
+def test_a_stored_entry_that_fails_its_check_in_a_round_hands_its_group_to_the_repair_and_the_node_goes_on() -> None:
+    with node1(2, (1,)) as node:
+        damaged, healthy = node.groups
+        _leaders(node)
+        reported: list[tuple[int, int]] = []
+        node.on_thread(lambda: setattr(node.scheduler, "on_damage", lambda g, i: reported.append((g.group_id, i))))
+        storage = cast(RecordingStorage, damaged.storage)
+        read = storage.entries
+
+        def entries_failing_their_check(lo: int, hi: int, max_size: int) -> list[raft.Entry]:
+            if hi > 2:  # what the adapter raises when the segmented log finds a CRC mismatch at index 2
+                try:
+                    raise CorruptionError("entry CRC mismatch", path="data.mdb", index=2)
+                except CorruptionError as exc:
+                    raise raft.RaftStorageError(str(exc)) from exc
+            return read(lo, hi, max_size)
+
+        storage.entries = entries_failing_their_check  # type: ignore[method-assign]
+        answers: list[BaseException | None] = []
+        node.on_thread(lambda: node.scheduler.propose(damaged, b"batch", lambda _, error: answers.append(error)))
+        node.wait_until(lambda: bool(reported), "the damage report")
+
+        assert reported == [(damaged.group_id, 2)]
+        assert damaged.group_id not in node.scheduler.groups and healthy.group_id in node.scheduler.groups
+        assert node.scheduler.alive
+        node.wait_until(lambda: bool(answers), "the producer's answer")
+        assert isinstance(answers[0], UnavailableError)
+        assert _commits(node, healthy)[1] is None  # the other group still commits

@@ -12,7 +12,9 @@ from multiraft import controller as ctl
 from multiraft.config import NodeConfig
 from multiraft.errors import (
     CorruptBatchError,
+    DrainRefusedError,
     InvalidArgumentError,
+    InvalidProducerEpochError,
     NotLeaderError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -20,6 +22,7 @@ from multiraft.errors import (
     UnavailableError,
     UnknownNodeError,
     UnknownPartitionError,
+    UnknownProducerIdError,
     UnknownTopicError,
 )
 from multiraft.node.offsets import OFFSETS_TOPIC, CommittedOffset
@@ -109,6 +112,31 @@ def test_a_batch_no_log_entry_can_hold_is_refused_as_too_large_and_never_propose
             await service.produce("orders", 0, batch(value), 0)
         assert caught.value.metadata["max_bytes"] == str(StorageConfig().max_entry_bytes - ENTRY_OVERHEAD_BYTES)
         assert store.produced == []
+
+    asyncio.run(scenario())
+
+
+def idempotent(producer_id: int, epoch: int, sequence: int = 0) -> bytes:
+    return encode_batch([b"v"], timestamps_ms=1, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
+
+
+def test_a_batch_under_a_producer_id_or_epoch_nobody_granted_is_refused_and_never_proposed() -> None:
+    async def scenario() -> None:
+        # The controller has handed out ids 1..99; InitProducer grants each at epoch 0.
+        service, found, store, _ = data_service(state=replace(cluster_with_topic(), next_producer_id=100))
+        lead(found, "orders", 0)
+        with pytest.raises(UnknownProducerIdError, match="100"):
+            await service.produce("orders", 0, idempotent(100, 0), 0)
+        with pytest.raises(UnknownProducerIdError):
+            await service.produce("orders", 0, idempotent(0, 0), 0)
+        with pytest.raises(InvalidProducerEpochError, match="epoch 1"):
+            await service.produce("orders", 0, idempotent(5, 1, sequence=3), 0)  # would fence producer 5
+        assert store.produced == []
+
+        store.produce_results = [ProduceResult(0, 1), ProduceResult(1, 1)]
+        await service.produce("orders", 0, idempotent(5, 0), 0)
+        await service.produce("orders", 0, idempotent(2**62 + 5, 7), 0)  # a replay producer's own epoch
+        assert [(h.producer_id, h.producer_epoch) for _, _, h in store.produced] == [(5, 0), (2**62 + 5, 7)]
 
     asyncio.run(scenario())
 
@@ -397,13 +425,31 @@ def test_drain_marks_the_node_draining_once_and_reports_what_is_left_on_it() -> 
         p0, p1 = found.cluster.topics["orders"].partitions
         stat = FakeStatus({p0.group_id: status(p0.group_id, leader=3), p1.group_id: status(p1.group_id, leader=1)})
         service = admin_service(found, stat)
-        drained = await service.drain_node(3)
+        drained = await service.drain_node(3, force=True)
         assert found.cluster.nodes[3].state is ctl.NodeState.DRAINING
         assert (drained.replicas_left, drained.leaders_left, drained.safe_to_stop) == (2, 1, False)
         with pytest.raises(UnknownNodeError):
             await service.drain_node(9)
         with pytest.raises(UnknownNodeError):
             await service.remove_node(9)
+
+    asyncio.run(scenario())
+
+
+def test_a_drain_that_leaves_too_few_nodes_for_a_topic_is_refused_unless_forced_and_undrain_reverts_it() -> None:
+    async def scenario() -> None:
+        found = directory(cluster_with_topic("orders", partitions=2))  # replication factor 3 on 3 nodes
+        service = admin_service(found)
+        with pytest.raises(DrainRefusedError, match="orders"):
+            await service.drain_node(2)
+        assert found.cluster.nodes[2].state is ctl.NodeState.ACTIVE
+        await service.drain_node(2, force=True)
+        assert found.cluster.nodes[2].state is ctl.NodeState.DRAINING
+        await service.undrain_node(2)
+        await service.undrain_node(2)  # idempotent
+        assert found.cluster.nodes[2].state is ctl.NodeState.ACTIVE
+        with pytest.raises(UnknownNodeError):
+            await service.undrain_node(9)
 
     asyncio.run(scenario())
 

@@ -100,6 +100,16 @@ class CrashableMemoryStorage(UnsyncedWriteCounter, MemoryStorage):
             self.unsynced_writes = 0
         return lost
 
+    def lose_suffix(self, keep: int) -> tuple[int, int]:
+        """A damaged disk whose repair cut the durable log after ``keep`` (at least the snapshot's index); the
+        hard state stays as it was. Returns (index, term) of the last entry before the cut."""
+        self.crash()
+        last = self.last_index()
+        before = (last, self.term(last))
+        del self._entries[max(keep, self._offset) - self._offset :]
+        self._image = self._capture()
+        return before
+
 
 def memory_storage(node_id: int, conf_state: ConfState | None) -> MutableStorage:
     """Initial members get the bootstrap snapshot; nodes added later start empty."""
@@ -177,13 +187,15 @@ class ReplicaHost:
         rng: random.Random,
         observer: Observer | None = None,
         sync: Callable[[], None] | None = None,
+        *,
+        recover_until: tuple[int, int] = (0, 0),
     ) -> None:
         self.id = node_id
         self.storage = storage
         self.config = config
         self.observer = observer
         self.sync = sync  # makes what was written durable; None: every write is durable at once
-        self.node = RawNode(config, storage, rng)
+        self.node = RawNode(config, storage, rng, recover_until=recover_until)
         self.state = StateMachine.from_snapshot(storage.snapshot())
         self.pending: Ready | None = None
         self.applied_entries: list[Entry] = []  # in this incarnation, for scenario assertions
@@ -312,13 +324,14 @@ class Cluster:
         for node_id in [*self.ids, *self.learners]:
             self.hosts[node_id] = self._new_host(node_id, self.storage_factory(node_id, conf))
 
-    def _new_host(self, node_id: int, storage: MutableStorage) -> ReplicaHost:
+    def _new_host(self, node_id: int, storage: MutableStorage, recover_until: tuple[int, int] = (0, 0)) -> ReplicaHost:
         return ReplicaHost(
             node_id,
             storage,
             make_config(node_id, **self.config),
             random.Random(self.seed * 1000 + node_id),
             self.observer,
+            recover_until=recover_until,
         )
 
     # --- topology ----------------------------------------------------------------------------------------
@@ -356,10 +369,10 @@ class Cluster:
         """Stop the node; whatever it had not persisted is lost."""
         self.down.add(node_id)
 
-    def restart(self, node_id: int) -> None:
+    def restart(self, node_id: int, *, recover_until: tuple[int, int] = (0, 0)) -> None:
         old = self.hosts[node_id]
         self.down.discard(node_id)
-        self.hosts[node_id] = self._new_host(node_id, old.storage)
+        self.hosts[node_id] = self._new_host(node_id, old.storage, recover_until)
 
     # --- driving -----------------------------------------------------------------------------------------
 

@@ -5,11 +5,14 @@ is delivered next, which node crashes, when a Ready is persisted). Replaying a s
 
 Faults: message drops, duplicates, delays and reordering; partitions and healing; crashes that lose whatever a
 node had taken from ready() but not yet persisted, and whatever it persisted without syncing (a Ready without
-``must_sync``: a new commit index) unless a later sync covered it; restarts from durable storage (each node's
-:class:`Disk`: :class:`CrashableMemoryStorage` here, real LMDB files in ``tests/node``); snapshots and log compaction;
-membership changes (learners, promotions, removals including the leader's, joint replacements); leadership
-transfers; linearizable reads. The simulated runtime calls ``wake()`` on groups whose leader crashed or became
-unreachable, as the node runtime will do when SWIM reports it, and never ticks a quiescent group.
+``must_sync``: a new commit index) unless a later sync covered it; crashes that also lose a durable suffix of
+the log, committed entries included (a damaged disk cut back to its last good entry: the node restarts with
+``recover_until`` set to its former last entry, as the runtime's repair does, until its durable log is back);
+restarts from durable storage (each node's :class:`Disk`: :class:`CrashableMemoryStorage` here, real LMDB files
+in ``tests/node``); snapshots and log compaction; membership changes (learners, promotions, removals including
+the leader's, joint replacements); leadership transfers; linearizable reads. The simulated runtime calls
+``wake()`` on groups whose leader crashed or became unreachable, as the node runtime will do when SWIM reports
+it, and never ticks a quiescent group.
 
 Checked after every step (``InvariantChecker``):
 
@@ -100,6 +103,10 @@ class MemoryDisk:
             self._memory.set_hard_state(hard_state)
         self._memory.sync()
         self.storage: MutableStorage = self._memory
+
+    def damage(self, keep: int) -> tuple[int, int]:
+        """A damaged disk cut back after ``keep`` (durably); returns the last entry it held before."""
+        return self._memory.lose_suffix(keep)
 
     def sync(self) -> None:
         self._memory.sync()
@@ -314,6 +321,7 @@ class Simulation:
         trace: bool = False,
         disk: DiskFactory = MemoryDisk,
         payload: Callable[[bytes], bytes] = as_proposed,
+        lose_suffix: float | None = None,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -342,6 +350,10 @@ class Simulation:
         self.trace: deque[str] = deque(maxlen=400)
         self.liveness_ticks = -1
         self.stats: Counter[str] = Counter()
+        # Damaged disks draw from their own generator, so that every other draw of a seed stays as it was.
+        self.damage_rng = random.Random(seed * 7877 + 13)
+        self.lose_suffix = self.damage_rng.choice((0.0, 0.0, 0.3, 0.7)) if lose_suffix is None else lose_suffix
+        self.recover_until: dict[int, tuple[int, int]] = {}  # node -> its persisted last entry before damage
         ids = list(range(1, self.params.nodes + 1))
         conf = ConfState.of(ids)
         for node_id in ids:
@@ -366,7 +378,12 @@ class Simulation:
         self.incarnation[node_id] = self.incarnation.get(node_id, 0) + 1
         rng = random.Random(self.seed * 7919 + node_id * 104729 + self.incarnation[node_id])
         disk = self.disks[node_id]
-        host = ReplicaHost(node_id, disk.storage, config, rng, self, disk.sync)
+        floor = self.recover_until.get(node_id, (0, 0))
+        last = disk.storage.last_index()
+        if floor[0] and (disk.storage.term(last), last) >= (floor[1], floor[0]):
+            del self.recover_until[node_id]  # the durable log is back: the runtime clears its marker
+            floor = (0, 0)
+        host = ReplicaHost(node_id, disk.storage, config, rng, self, disk.sync, recover_until=floor)
         self.hosts[node_id] = host
         self.up.add(node_id)
         self.checker.reset_node(node_id)
@@ -380,10 +397,38 @@ class Simulation:
         self.persist_at.pop(node_id, None)
         if self.disks[node_id].crash():
             self.stats["crashes losing unsynced writes"] += 1
+        disk = self.disks[node_id]
+        damage: Callable[[int], tuple[int, int]] | None = getattr(disk, "damage", None)
+        if (
+            damage is not None
+            and self.lose_suffix
+            and self.damage_rng.random() < self.lose_suffix
+            and self._may_damage(node_id)
+        ):
+            storage = disk.storage
+            first = max(storage.first_index() - 1, storage.snapshot().meta.index)  # the snapshot is state, not log
+            last = storage.last_index()
+            if last > first:
+                keep = self.damage_rng.randint(first, last - 1)
+                committed = storage.initial_state()[0].commit
+                before = damage(keep)
+                earlier = self.recover_until.get(node_id, (0, 0))
+                self.recover_until[node_id] = max(earlier, before, key=lambda e: (e[1], e[0]))
+                self.stats["crashes losing a durable suffix"] += 1
+                if committed > keep:
+                    self.stats["crashes losing committed entries"] += 1
+                self._note(f"{node_id} lost entries {keep + 1}..{before[0]}")
         self._note(f"crash {node_id}")
         for other in self.up:
             if self.hosts[other].node.leader_id == node_id:
                 self.hosts[other].node.wake()  # the runtime learns of the death from SWIM
+
+    def _may_damage(self, node_id: int) -> bool:
+        """Damage one disk at a time, in groups of three voters or more: a majority of damaged disks (or the
+        only copy) loses committed entries whatever the protocol does, and only waits for an operator."""
+        voters = self.hosts[node_id].node.conf_state.voters
+        recovering = {i for i, host in self.hosts.items() if i in self.up and host.node.recovering_until}
+        return len(voters) >= 3 and not (set(self.recover_until) | recovering) - {node_id}
 
     # Observer hooks, forwarded to the checker (plus acknowledgement tracking)
 

@@ -66,6 +66,8 @@ def test_the_random_schedules_exercise_every_fault_and_feature(capsys: pytest.Ca
         "reads served",
         "messages through the codec",
         "quiesce heartbeats",
+        "crashes losing a durable suffix",
+        "crashes losing committed entries",
     ):
         assert _exercised[what] > 10, f"{what}: {_exercised[what]}"
     assert _exercised["leaders elected"] > CI_SEEDS
@@ -157,3 +159,39 @@ def test_the_checker_catches_a_core_that_lets_new_entries_and_votes_go_unsynced(
     monkeypatch.setattr(RawNode, "ready", never_sync)
     # A crash now loses acknowledged entries and votes: seeds 6, 11 and 22 expose it today.
     assert _failing_seed(range(40)) is not None
+
+
+def test_the_checker_catches_a_replica_that_votes_and_campaigns_with_the_entries_it_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The lost entries still come back from the leader, but the replica votes and stands as if it held them.
+    original = _raft.Raft.hup
+
+    def campaign_anyway(self: _raft.Raft, *, transfer: bool = False) -> None:
+        saved = self.recover_until
+        if self._recovering():
+            self._announce_lost_entries()
+        self.recover_until = (0, 0)
+        try:
+            original(self, transfer=transfer)
+        finally:
+            self.recover_until = saved
+
+    monkeypatch.setattr(_raft.Raft, "_holds_what_we_lost", lambda self, m: True)
+    monkeypatch.setattr(_raft.Raft, "hup", campaign_anyway)
+    failures = []
+    for seed in range(880, 960):
+        try:
+            Simulation(seed, lose_suffix=1.0).run()
+        except AssertionError as exc:
+            failures.append(str(exc))
+    assert any("leader completeness" in failure or "lost" in failure for failure in failures), failures
+
+
+def test_replicas_that_lose_committed_entries_at_crashes_stay_safe_and_live() -> None:
+    # The same seeds as above, with the rule on.
+    lost = 0
+    for seed in range(880, 960):
+        result = Simulation(seed, lose_suffix=1.0).run()
+        lost += result.stats["crashes losing committed entries"]
+    assert lost > 5

@@ -106,9 +106,12 @@ class FakeAdmin:
         self.calls.append(("metadata", list(topics)))
         return self.nodes, self.topics
 
-    async def drain_node(self, node_id: int) -> DrainStatus:
-        self.calls.append(("drain_node", node_id))
+    async def drain_node(self, node_id: int, *, force: bool = False) -> DrainStatus:
+        self.calls.append(("drain_node", node_id, force) if force else ("drain_node", node_id))
         return self.drain
+
+    async def undrain_node(self, node_id: int) -> None:
+        self.calls.append(("undrain_node", node_id))
 
     async def remove_node(self, node_id: int) -> None:
         self.calls.append(("remove_node", node_id))
@@ -432,7 +435,7 @@ def test_subscribe_to_an_unknown_topic_answers_one_error_item() -> None:
 
 
 @pytest.mark.parametrize("node_id", [0, -1])
-@pytest.mark.parametrize("method", ["DrainNode", "RemoveNode"])
+@pytest.mark.parametrize("method", ["DrainNode", "UndrainNode", "RemoveNode"])
 def test_a_node_id_below_one_is_an_invalid_argument_and_never_reaches_the_service(method: str, node_id: int) -> None:
     admin = FakeAdmin()
     request = getattr(pb, f"{method}Request")(node_id=node_id)
@@ -450,18 +453,20 @@ def test_a_node_id_below_one_is_an_invalid_argument_and_never_reaches_the_servic
     assert admin.calls == []
 
 
-def test_drain_and_remove_of_a_valid_node_reach_the_service() -> None:
+def test_drain_undrain_and_remove_of_a_valid_node_reach_the_service() -> None:
     admin = FakeAdmin(drain=DrainStatus(replicas_left=3, leaders_left=1))
 
     async def scenario() -> pb.DrainNodeResponse:
         async with serving(admin=admin) as stubs:
             drained = await stubs.admin.DrainNode(pb.DrainNodeRequest(node_id=4), timeout=TIMEOUT_S)
+            await stubs.admin.DrainNode(pb.DrainNodeRequest(node_id=6, force=True), timeout=TIMEOUT_S)
+            await stubs.admin.UndrainNode(pb.UndrainNodeRequest(node_id=6), timeout=TIMEOUT_S)
             await stubs.admin.RemoveNode(pb.RemoveNodeRequest(node_id=5), timeout=TIMEOUT_S)
             return drained
 
     drained = run(scenario)
     assert (drained.replicas_left, drained.leaders_left, drained.safe_to_stop) == (3, 1, False)
-    assert admin.calls == [("drain_node", 4), ("remove_node", 5)]
+    assert admin.calls == [("drain_node", 4), ("drain_node", 6, True), ("undrain_node", 6), ("remove_node", 5)]
 
 
 def test_metadata_carries_the_cluster_id_and_controller_from_the_admin_service() -> None:

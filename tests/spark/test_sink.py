@@ -104,6 +104,9 @@ def test_batch_write_many_rows_string_values(spark: Any, shared_cluster: Cluster
         ("value binary", {}, "the 'topic' option or a 'topic' column"),
         ("value binary", {"topic": "t", "rowsPerSend": "0"}, "rowsPerSend"),
         ("value binary", {"topic": "t", "bootstrap": ""}, "bootstrap"),
+        ("value binary", {"topic": "t", "rowPerSend": "5"}, "(?i)rowPerSend: unknown option: did you mean rowsPerSend"),
+        # Checked on the driver: before, each task (and each retry of it) waited 30 s to find out.
+        ("value binary", {"topic": "t", "connectTimeoutMs": "300"}, r"no node reachable at 127\.0\.0\.1:1 \(conn"),
     ],
 )
 def test_bad_schema_or_options_fail_before_writing(
@@ -115,6 +118,14 @@ def test_bad_schema_or_options_fail_before_writing(
         writer = writer.option(key, value)
     with pytest.raises(Exception, match=message):
         writer.save()
+
+
+def test_writing_to_a_topic_that_does_not_exist_fails_before_any_task(spark: Any, shared_cluster: Cluster) -> None:
+    shared_cluster.create_topic("sink-target", 1, 3)
+    df = spark.createDataFrame([(b"v",)], "value binary")
+    writer = df.write.format("multiraft").mode("append").option("bootstrap", shared_cluster.bootstrap)
+    with pytest.raises(Exception, match=r"topic: topic 'sink-targt' does not exist \(did you mean sink-target\?\)"):
+        writer.option("topic", "sink-targt").save()
 
 
 # ------------------------------------------------------------------------------------------ streaming

@@ -49,6 +49,6 @@ def test_options() -> None:
     with pytest.raises(ConfigError, match="bootstrap"):
         parse_sink_options({"kafka.bootstrap.servers": "x"})
     with pytest.raises(ConfigError, match="batch_bytes"):
-        parse_sink_options({"bootstrap": "x", "batchBytes": "lots"})
+        parse_sink_options({"bootstrap": "h:1", "batchBytes": "lots"})
     with pytest.raises(ConfigError, match="sortRows"):
-        parse_sink_options({"bootstrap": "x", "sortRows": "yes"})
+        parse_sink_options({"bootstrap": "h:1", "sortRows": "yes"})

@@ -7,9 +7,19 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+from structlog.testing import capture_logs
 
 from multiraft.client import Admin, ConfigError, Producer
-from spark_connector._source import DataLossError, OffsetRange, _ReadSettings, read_range, source_schema
+from spark_connector._source import (
+    DataLossError,
+    MultiraftBatchReader,
+    MultiraftStreamReader,
+    OffsetRange,
+    _ReadSettings,
+    read_range,
+    source_schema,
+)
 from tests.integration._helpers import Cluster
 
 pytestmark = pytest.mark.spark
@@ -163,6 +173,7 @@ def test_starting_timestamp_skips_older_records(spark: Spark, shared_cluster: Cl
         ({"subscribePattern": "(unclosed"}, "subscribePattern"),
         ({"assign": '{"no-such-topic": [0]}'}, "assign"),
         ({"subscribe": "orders", "subscibe": "typo"}, "subscibe"),
+        ({"subscribe": "ordres"}, r"subscribe: topic 'ordres' does not exist \(did you mean orders\?\)"),
     ],
 )
 def test_bad_options_fail_with_an_error_naming_the_option(
@@ -177,6 +188,98 @@ def test_bad_include_headers_fails_when_the_schema_is_asked(spark: Spark, shared
         reader(spark, shared_cluster.bootstrap, subscribe="orders", includeHeaders="yes")
     with pytest.raises(ConfigError, match="includeHeaders"):
         source_schema({"includeHeaders": "yes"})
+
+
+# ------------------------------------------------------------------- subscriptions that name nothing
+
+
+def batch_plan(bootstrap: str, **options: str) -> list[OffsetRange]:
+    """What the driver plans for ``spark.read`` (no SparkSession needed)."""
+    planned = MultiraftBatchReader({"bootstrap": bootstrap, **options}, source_schema({})).partitions()
+    return [p for p in planned if isinstance(p, OffsetRange)]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"subscribe": "ordres"}, r"^subscribe: topic 'ordres' does not exist \(did you mean orders\?\); existing"),
+        ({"subscribe": "orders, nope,zilch"}, r"^subscribe: topics 'nope', 'zilch' do not exist;"),
+        ({"assign": '{"orders": [0], "order": [1]}'}, r"^assign: topic 'order' does not exist \(did you mean orders"),
+        ({"assign": '{"orders": [0, 3]}'}, r"^assign: partition orders/3 does not exist: topic 'orders' has 3 part"),
+    ],
+)
+def test_a_subscription_naming_what_does_not_exist_fails_planning(
+    shared_cluster: Cluster, orders: str, options: dict[str, str], message: str
+) -> None:
+    """A typo used to read 0 rows with nothing logged, in batch and streaming queries alike."""
+    with pytest.raises(ConfigError, match=message):
+        batch_plan(shared_cluster.bootstrap, **options)
+    stream_reader = MultiraftStreamReader({"bootstrap": shared_cluster.bootstrap, **options}, source_schema({}))
+    try:
+        with pytest.raises(ConfigError, match=message):
+            stream_reader.initialOffset()
+    finally:
+        stream_reader.stop()
+
+
+def test_a_pattern_matching_nothing_waits_and_says_so(shared_cluster: Cluster, orders: str) -> None:
+    """As in Kafka, a pattern may match topics not created yet: no error, but a warning (once per stream)."""
+    bootstrap = shared_cluster.bootstrap
+    with capture_logs() as logs:
+        assert batch_plan(bootstrap, subscribePattern="nothing-.*") == []
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+        "subscribePattern matches no topic: the batch read returns no rows"
+    ]
+    stream_reader = MultiraftStreamReader(
+        {"bootstrap": bootstrap, "subscribePattern": "nothing-.*", "startingOffsets": "earliest"}, source_schema({})
+    )
+    try:
+        with capture_logs() as logs:
+            start = stream_reader.initialOffset()
+            assert stream_reader.latestOffset(start, ReadAllAvailable()) == {}
+        assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+            "subscribePattern matches no topic yet; the stream waits"
+        ]
+        shared_cluster.create_topic("nothing-yet", 1, 3)
+        assert stream_reader.latestOffset(start, ReadAllAvailable()) == {"nothing-yet": {"0": 0}}
+    finally:
+        stream_reader.stop()
+
+
+def test_a_subscribed_topic_deleted_under_a_running_stream_is_data_loss_not_a_typo(shared_cluster: Cluster) -> None:
+    bootstrap = shared_cluster.bootstrap
+    shared_cluster.create_topic("short-lived", 1, 3)
+    produce(bootstrap, "short-lived", 0, [b"x"] * 3)
+    options = {"bootstrap": bootstrap, "subscribe": "short-lived", "startingOffsets": "earliest"}
+    failing = MultiraftStreamReader(options, source_schema({}))
+    skipping = MultiraftStreamReader({**options, "failOnDataLoss": "false"}, source_schema({}))
+    try:
+        start = failing.initialOffset()
+        assert start == skipping.initialOffset() == {"short-lived": {"0": 0}}
+        with Admin(bootstrap) as admin:
+            admin.delete_topic("short-lived")
+        with pytest.raises(DataLossError, match="short-lived/0 is gone"):
+            failing.latestOffset(start, ReadAllAvailable())
+        assert skipping.latestOffset(start, ReadAllAvailable()) == {}
+    finally:
+        failing.stop()
+        skipping.stop()
+
+
+def test_a_stream_subscribed_to_a_missing_topic_fails_at_once(
+    spark: Spark, shared_cluster: Cluster, orders: str, tmp_path: Any
+) -> None:
+    query = (
+        stream(spark, shared_cluster.bootstrap, subscribe="ordres")
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        with pytest.raises(Exception, match=r"subscribe: topic 'ordres' does not exist \(did you mean orders\?\)"):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
 
 
 # --------------------------------------------------------------------------------------- streaming

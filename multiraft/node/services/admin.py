@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from multiraft import controller as ctl
 from multiraft.errors import InvalidArgumentError, UnknownNodeError, UnknownTopicError
-from multiraft.node.peer_messages import CreateTopicRequest, PartitionStatus
+from multiraft.node.peer_messages import CreateTopicRequest, NodeStateRequest, PartitionStatus
 from multiraft.node.protocols import (
     ClusterView,
     ControllerClient,
@@ -199,14 +199,14 @@ class AdminService:
             tuple(await self._moves.moves()),
         )
 
-    async def drain_node(self, node_id: int) -> DrainStatus:
+    async def drain_node(self, node_id: int, *, force: bool = False) -> DrainStatus:
         """Mark the node draining (idempotent) and report what is left on it; the controller leader's
-        rebalancing moves its replicas, and preferred leadership, to other nodes."""
-        node = self._cluster.cluster.nodes.get(node_id)
-        if node is None or node.state is ctl.NodeState.REMOVED:
-            raise UnknownNodeError(f"node {node_id} is not a registered node", node_id=node_id)
+        rebalancing moves its replicas, and preferred leadership, to other nodes. Refused (DRAIN_REFUSED)
+        when fewer active nodes would remain than a topic's replication factor, unless ``force``."""
+        node = self._registered(node_id)
         if node.state is not ctl.NodeState.DRAINING:
-            await self._controller.call(ctl.SetNodeState(node_id, ctl.NodeState.DRAINING))
+            await self._controller.call(NodeStateRequest(node_id, ctl.NodeState.DRAINING, force))
+            await self._wait_for_state(node_id, ctl.NodeState.DRAINING)
         partitions = self._cluster.cluster.partitions_on_node(node_id)
         led = 0
         if partitions:
@@ -214,11 +214,34 @@ class AdminService:
             led = sum(1 for p in partitions if (s := status.get(p.group_id)) is not None and s.leader == node_id)
         return DrainStatus(replicas_left=len(partitions), leaders_left=led)
 
+    async def undrain_node(self, node_id: int) -> None:
+        """Make a draining node active again (idempotent; Redpanda's recommission): it may receive replicas
+        again, and the rebalancer stops moving what is left off it. A removed node stays removed."""
+        node = self._registered(node_id)
+        if node.state is not ctl.NodeState.ACTIVE:
+            await self._controller.call(NodeStateRequest(node_id, ctl.NodeState.ACTIVE))
+            await self._wait_for_state(node_id, ctl.NodeState.ACTIVE)
+
     async def remove_node(self, node_id: int) -> None:
         """Forget a node; the controller refuses (NODE_HAS_REPLICAS) while it holds any replica."""
         if node_id not in self._cluster.cluster.nodes:
             raise UnknownNodeError(f"node {node_id} is not a registered node", node_id=node_id)
-        await self._controller.call(ctl.SetNodeState(node_id, ctl.NodeState.REMOVED))
+        await self._controller.call(NodeStateRequest(node_id, ctl.NodeState.REMOVED))
+
+    def _registered(self, node_id: int) -> ctl.NodeInfo:
+        node = self._cluster.cluster.nodes.get(node_id)
+        if node is None or node.state is ctl.NodeState.REMOVED:
+            raise UnknownNodeError(f"node {node_id} is not a registered node", node_id=node_id)
+        return node
+
+    async def _wait_for_state(self, node_id: int, state: ctl.NodeState) -> None:
+        """Until this node has applied the change (bounded), so the caller's next request here sees it."""
+        deadline = time.monotonic() + _CONFIGS_WAIT_S
+        while time.monotonic() < deadline:
+            node = self._cluster.cluster.nodes.get(node_id)
+            if node is None or node.state is state:
+                return
+            await asyncio.sleep(_POLL_S)
 
 
 def _configs_applied(topic: ctl.Topic | None, set_: dict[str, str], delete: Sequence[str]) -> bool:

@@ -1,9 +1,9 @@
 """The data service: produce, fetch, subscribe, list offsets and producer ids (event loop).
 
-A produced batch is checked here (size, header, CRC, producer fields) and handed to the partition leader's
-replica on the scheduler thread at once, so that batches handed over in order (one ProduceStream) are
-proposed in order; the answer comes when the batch commits. Reads go to the local log up to the high
-watermark, so they only ever see committed records.
+A produced batch is checked here (size, header, CRC, its body's consistency, producer fields) and handed
+to the partition leader's replica on the scheduler thread at once, so that batches handed over in order
+(one ProduceStream) are proposed in order; the answer comes when the batch commits. Reads go to the local
+log up to the high watermark, so they only ever see committed records.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from multiraft.errors import (
     UnavailableError,
 )
 from multiraft.node.partition import PartitionView, ProduceResult
+from multiraft.node.producers import check_granted
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, StoreHandle
 from multiraft.node.services.results import FetchResult, ProduceAck
 from storage import StorageConfig
-from storage.batch import BatchHeader, validate_batch
-from storage.errors import BatchFormatError, BeforeLogStartError, StorageError
+from storage.batch import BatchHeader, check_batch
+from storage.errors import BatchFormatError, BeforeLogStartError, CorruptionError, StorageError
 
 __all__ = ["DataService", "DataLimits"]
 
@@ -112,11 +113,11 @@ class DataService:
             )
             raise RecordTooLargeError(f"batch of {len(batch)} bytes exceeds {name}: {limit}", max_bytes=limit)
         try:
-            header = validate_batch(batch)
+            # Consistent with itself (counts, lengths, frame sizes, timestamps), so that a reader can trust it.
+            header = check_batch(batch)
         except BatchFormatError as exc:
-            raise CorruptBatchError(f"bad record batch: {exc}", field="batch") from exc
-        if header.length != len(batch):
-            raise CorruptBatchError("one request carries exactly one record batch", field="batch")
+            field = f"batch.{exc.field}" if exc.field else "batch"
+            raise CorruptBatchError(f"bad record batch: {exc}", field=field) from exc
         if header.base_offset != 0:
             raise InvalidArgumentError("a produced batch must have base offset 0", field="batch.base_offset")
         if header.producer_id >= 0 and (header.base_sequence < 0 or header.producer_epoch < 0):
@@ -125,6 +126,8 @@ class DataService:
             )
         if header.producer_id < -1:
             raise InvalidArgumentError("producer_id must be -1 or a producer id", field="batch.producer_id")
+        if header.producer_id >= 0:
+            check_granted(header.producer_id, header.producer_epoch, self._cluster.cluster.next_producer_id)
         return view, header
 
     async def _produce_outcome(
@@ -182,6 +185,9 @@ class DataService:
                 log_start_offset=view.log_start_offset,
                 high_watermark=view.high_watermark,
             ) from exc
+        except CorruptionError as exc:  # never served: the replica repairs itself and another one leads meanwhile
+            view.report_damage(exc.index)
+            raise UnavailableError(f"{topic}/{partition}: a stored batch failed its check; repairing") from exc
         except StorageError as exc:
             raise StorageFailureError(f"{topic}/{partition}: {exc}") from exc
         return FetchResult(result.data, view.high_watermark, result.log_start_offset, result.next_offset)
