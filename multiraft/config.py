@@ -184,6 +184,25 @@ class NodeConfig:
 
     map_size_bytes: int = _setting(1024 * GiB, "bytes", "LMDB map size: the most the log store may grow to.")
     max_segments: int = _setting(65536, "segments", "Most segments in the node's log store at once.")
+    min_free_disk_bytes: int = _setting(
+        256 * MiB,
+        "bytes",
+        "Low-water mark of free space on data_dir's file system: below it the node refuses Produce to the "
+        "partitions it leads (STORAGE_FULL) while reads go on, and the controller places no new replica on it.",
+    )
+    min_free_map_bytes: int = _setting(
+        64 * MiB,
+        "bytes",
+        "Low-water mark of the LMDB map's headroom (map_size_bytes less what the store uses), acting as "
+        "min_free_disk_bytes does. Below map_size_bytes.",
+    )
+    min_free_segments: int = _setting(
+        16,
+        "segments",
+        "Segment slots (of max_segments) kept for the rolls of existing replicas: the controller places a new "
+        "replica on a node only if this many stay free after it, and below it the node refuses Produce as when "
+        "the disk is low. Below max_segments.",
+    )
 
     replica_replace_after_ms: int = _setting(
         30_000,
@@ -299,6 +318,9 @@ class NodeConfig:
             "leader_balance_ms": (100, 3_600_000),
             "map_size_bytes": (16 * MiB, 1 << 50),
             "max_segments": (16, 1_000_000),
+            "min_free_disk_bytes": (0, 1 << 50),
+            "min_free_map_bytes": (0, 1 << 50),
+            "min_free_segments": (0, 1_000_000),
             "replica_replace_after_ms": (0, 86_400_000),
             "max_concurrent_moves": (1, 1_000),
             "move_bandwidth_mb_s": (0, 100_000),
@@ -309,6 +331,10 @@ class NodeConfig:
             value = getattr(self, key)
             if not low <= value <= high:
                 raise ConfigError(key, f"must be in [{low:g}, {high:g}], got {value}")
+        if self.min_free_segments >= self.max_segments:
+            raise ConfigError("min_free_segments", f"must be below max_segments ({self.max_segments})")
+        if self.min_free_map_bytes >= self.map_size_bytes:
+            raise ConfigError("min_free_map_bytes", f"must be below map_size_bytes ({self.map_size_bytes})")
         if self.default_partitions > self.max_topic_partitions:
             raise ConfigError("default_partitions", "must not exceed max_topic_partitions")
         if self.heartbeat_ticks >= self.election_ticks:

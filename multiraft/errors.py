@@ -32,6 +32,9 @@ whichever side of the wire an error started on::
     ├── UnavailableError            the node or cluster cannot serve now; retry later
     │   └── ConnectionFailedError   the client could not reach any node
     ├── UnsupportedError            the node's version does not serve this method (UNIMPLEMENTED)
+    ├── ResourceExhaustedError      a node resource cannot take the request now (RESOURCE_EXHAUSTED)
+    │   └── InsufficientStorageError disk, LMDB map or segment slots below their low-water mark; ``resource``,
+    │                               ``node_id`` and the free amount name what is short
     ├── CorruptRecordBatchError     a consumer read a batch it cannot decode; names topic, partition, offset
     └── StorageFailureError         a node's storage failed (disk full, corruption)
 """
@@ -71,6 +74,8 @@ __all__ = [
     "ConnectionFailedError",
     "UnsupportedError",
     "StorageFailureError",
+    "ResourceExhaustedError",
+    "InsufficientStorageError",
     "CorruptRecordBatchError",
     "error_for_reason",
     "REASONS",
@@ -293,6 +298,24 @@ class CorruptRecordBatchError(MultiraftError):
 class StorageFailureError(MultiraftError):
     reason = "STORAGE_ERROR"
     code = grpc.StatusCode.INTERNAL
+
+
+class ResourceExhaustedError(MultiraftError):
+    """Retriable: the resource may be freed (retention, deleted topics, an operator)."""
+
+    reason = "RESOURCE_EXHAUSTED"
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    retriable = True
+
+
+class InsufficientStorageError(ResourceExhaustedError):
+    """A node cannot store more: new writes (or new replicas) are refused before any work, reads go on.
+
+    Not retriable: room comes back only when retention, a deletion or an operator frees it, so a client
+    that waited out its deadline would only hide the cause (it may retry later, and writes resume then)."""
+
+    reason = "STORAGE_FULL"
+    retriable = False
 
 
 def _all_subclasses(base: type[MultiraftError]) -> list[type[MultiraftError]]:

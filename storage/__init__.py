@@ -57,6 +57,8 @@ if TYPE_CHECKING:
         ReadResult,
         SegmentedLog,
         SegmentInfo,
+        StoreCapacity,
+        disk_free_bytes,
     )
     from storage.segment_file import (
         SegmentFileInfo,
@@ -68,6 +70,8 @@ if TYPE_CHECKING:
 __all__ = [
     # the log
     "LogStore",
+    "StoreCapacity",
+    "disk_free_bytes",
     "SegmentedLog",
     "ENTRY_OVERHEAD_BYTES",
     "StorageConfig",
@@ -124,6 +128,8 @@ __all__ = [
 _MODULES: dict[str, tuple[str, ...]] = {
     "storage.log": (
         "LogStore",
+        "StoreCapacity",
+        "disk_free_bytes",
         "SegmentedLog",
         "ENTRY_OVERHEAD_BYTES",
         "Entry",

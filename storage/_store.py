@@ -11,6 +11,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -33,7 +34,7 @@ from storage.errors import (
 if TYPE_CHECKING:
     from storage._log_core import LogCore, SyncedView
 
-__all__ = ["LogStore"]
+__all__ = ["LogStore", "StoreCapacity", "disk_free_bytes"]
 
 _PUBLISH_WAIT_S = 0.05
 _READ_ATTEMPTS = 200
@@ -47,6 +48,30 @@ def _name_of(topic: str, partition: int) -> str:
     return f"{topic}/{partition}"
 
 
+@dataclass(frozen=True, slots=True)
+class StoreCapacity:
+    """What a store can still take: segment slots, LMDB map and disk space (:meth:`LogStore.capacity`)."""
+
+    free_segments: int  # slots a new segment can take (never used, or released by a deleted segment)
+    max_segments: int
+    map_used_bytes: int  # the map's high-water mark (LMDB reuses freed pages below it, so free space is at least)
+    map_size_bytes: int
+    disk_free_bytes: int  # free space of the file system that holds the store, for an unprivileged writer
+
+    @property
+    def map_free_bytes(self) -> int:
+        return max(0, self.map_size_bytes - self.map_used_bytes)
+
+
+def disk_free_bytes(path: str | os.PathLike[str]) -> int:
+    """Bytes an unprivileged process may still write on the file system holding ``path``."""
+    try:
+        stats = os.statvfs(path)
+    except OSError as exc:
+        raise StorageError(f"cannot read the free space of {path}: {exc}") from exc
+    return stats.f_bavail * stats.f_frsize
+
+
 class LogStore:
     """Every log of one node (or disk), in one LMDB environment. Open with :meth:`open`."""
 
@@ -58,6 +83,7 @@ class LogStore:
         self._slot_dbs: dict[int, Any] = {}
         self._txn: lmdb.Transaction | None = None
         self._txn_new_slots: list[int] = []
+        self._txn_released = False  # the pending txn frees segments (their pages are reusable one commit later)
         self._dirty: dict[int, LogCore] = {}
         self._logs: dict[str, SegmentedLog] = {}
         self._published_txn = 0
@@ -150,6 +176,26 @@ class LogStore:
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"log store {self.path} is closed")
+
+    # -------------------------------------------------------------------------------------------- capacity
+
+    def capacity(self) -> StoreCapacity:
+        """Free segment slots (counting unsynced changes), map headroom and disk space (owner thread)."""
+        self._check_open()
+        with lmdb_errors(self._data_file):
+            used = (self._env.info()["last_pgno"] + 1) * self._env.stat()["psize"]
+        return StoreCapacity(
+            free_segments=self.config.max_segments - self._next_slot + len(self._free_slots),
+            max_segments=self.config.max_segments,
+            map_used_bytes=used,
+            map_size_bytes=self.config.map_size_bytes,
+            disk_free_bytes=disk_free_bytes(self.path),
+        )
+
+    @property
+    def writes_pending(self) -> bool:
+        """Something was written since the last sync (or rollback)."""
+        return self._txn is not None
 
     # ------------------------------------------------------------------------------------------------ logs
 
@@ -259,6 +305,9 @@ class LogStore:
         with self._publish:
             self._published_txn = committed
             self._publish.notify_all()
+        if self._txn_released:
+            self._txn_released = False
+            self._release_pages()
 
     def rollback(self) -> None:
         """Discard everything appended since the last sync, in every log."""
@@ -269,7 +318,25 @@ class LogStore:
         self._failure = None
         self._rollback_state()
 
+    def _release_pages(self) -> None:
+        """Commit once more, so that the pages the last commit freed can be reused by the next write.
+
+        LMDB lets a write reuse the pages freed by commit N only from commit N + 2 on: without this, a full
+        map that a deletion just made room in stays full for every write that fails and is retried."""
+        try:
+            with lmdb_errors(self._data_file), self._env.begin(write=True) as txn:
+                txn.put(fmt.VERSION_KEY, fmt.U32.pack(fmt.STORE_FORMAT_VERSION), db=self._meta)
+        except StorageFullError as exc:  # nothing else was written; the next commit frees them as well
+            log.warning("could not release freed pages at once", error=str(exc))
+            return
+        with lmdb_errors(self._data_file):
+            committed = self._env.info()["last_txnid"]
+        with self._publish:  # no log changed: every view stays valid at the new transaction
+            self._published_txn = committed
+            self._publish.notify_all()
+
     def _rollback_state(self) -> None:
+        self._txn_released = False
         for slot in self._txn_new_slots:
             self._slot_dbs.pop(slot, None)  # LMDB closed handles opened in the aborted txn
         self._txn_new_slots = []
@@ -398,6 +465,7 @@ class LogStore:
         with lmdb_errors(self._data_file):
             txn.drop(self._slot(slot), delete=False)
         self._free_slots.append(slot)
+        self._txn_released = True
 
     def _clear_orphan_slots(self) -> None:
         """Empty free slots that hold data: what an interrupted import left behind."""

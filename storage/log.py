@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from storage._entries import ENTRY_OVERHEAD_BYTES, Entry, EntryKind, EntryLike, HardState, ReadResult, SegmentInfo
 from storage._segmented import SegmentedLog
-from storage._store import LogStore
+from storage._store import LogStore, StoreCapacity, disk_free_bytes
 
 __all__ = [
     "ENTRY_OVERHEAD_BYTES",
@@ -44,5 +44,7 @@ __all__ = [
     "SegmentInfo",
     "ReadResult",
     "LogStore",
+    "StoreCapacity",
+    "disk_free_bytes",
     "SegmentedLog",
 ]

@@ -8,6 +8,7 @@ names), :mod:`.placement` (replica placement, leader balance, rebalance and repa
 from __future__ import annotations
 
 from .errors import (
+    CapacityUnknownError,
     CommandCodecError,
     CommandDecodeError,
     CommandEncodeError,
@@ -24,6 +25,7 @@ from .errors import (
     NodeNotDrainedError,
     NodeNotFoundError,
     NotEnoughNodesError,
+    NotEnoughStorageError,
     OutOfOrderApplyError,
     PartitionNotFoundError,
     StaleAssignmentError,
@@ -31,6 +33,7 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .placement import (
+    NodeRoom,
     PreferredLeaderChange,
     ReplicaMove,
     node_state_change,
@@ -128,6 +131,7 @@ __all__ = [
     "replica_move_step",
     "node_state_change",
     "ReplicaMove",
+    "NodeRoom",
     "PreferredLeaderChange",
     # errors
     "ControllerError",
@@ -143,6 +147,8 @@ __all__ = [
     "InvalidNodeError",
     "NodeNotFoundError",
     "NotEnoughNodesError",
+    "NotEnoughStorageError",
+    "CapacityUnknownError",
     "NodeNotDrainedError",
     "DrainUnderReplicatesError",
     "StaleAssignmentError",

@@ -17,6 +17,8 @@ and :attr:`ControllerError.metadata` gives the ErrorInfo metadata::
     │   ├── InvalidNodeError                 a NodeInfo or node-state change that can never be valid
     │   └── NodeNotFoundError                a node id that is not registered (or is removed, when placing)
     ├── NotEnoughNodesError                  NOT_ENOUGH_REPLICAS (UNAVAILABLE): too few live nodes right now
+    ├── NotEnoughStorageError                STORAGE_FULL (RESOURCE_EXHAUSTED): the nodes cannot store the replicas
+    ├── CapacityUnknownError                 UNAVAILABLE: a node has not reported its free storage yet; retry
     ├── NodeNotDrainedError                  NODE_HAS_REPLICAS (FAILED_PRECONDITION): drain it first
     ├── DrainUnderReplicatesError            DRAIN_REFUSED (FAILED_PRECONDITION): too few active nodes would remain
     ├── StaleAssignmentError                 ASSIGNMENT_CHANGED (ABORTED): a conditional replica change lost a race
@@ -51,6 +53,8 @@ __all__ = [
     "InvalidNodeError",
     "NodeNotFoundError",
     "NotEnoughNodesError",
+    "NotEnoughStorageError",
+    "CapacityUnknownError",
     "NodeNotDrainedError",
     "DrainUnderReplicatesError",
     "StaleAssignmentError",
@@ -202,6 +206,35 @@ class NotEnoughNodesError(ControllerError):
     @property
     def metadata(self) -> dict[str, str]:
         return {"required": str(self.required), "available": str(self.available)}
+
+
+class NotEnoughStorageError(ControllerError):
+    """The live nodes cannot store the replicas asked for (segment slots, disk or map below their low-water
+    marks); ``short`` names, per node, what it lacks."""
+
+    reason = "STORAGE_FULL"
+    status = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, what: str, short: dict[int, str]) -> None:
+        detail = "; ".join(f"node {node}: {reason}" for node, reason in sorted(short.items()))
+        super().__init__(f"not enough storage for {what}: {detail}")
+        self.short = dict(short)
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {"resource": "storage", "nodes": ",".join(str(n) for n in sorted(self.short))}
+
+
+class CapacityUnknownError(ControllerError):
+    """The controller leader has no capacity report yet from nodes a placement could use (it was just
+    elected, or they just joined): retrying in a moment succeeds."""
+
+    reason = "UNAVAILABLE"
+    status = "UNAVAILABLE"
+
+    def __init__(self, nodes: list[int]) -> None:
+        super().__init__(f"node(s) {nodes} have not reported their free storage to the controller leader yet")
+        self.nodes = list(nodes)
 
 
 class NodeNotDrainedError(ControllerError):

@@ -27,9 +27,11 @@ from .errors import (
     InvalidReplicationFactorError,
     NodeNotFoundError,
     NotEnoughNodesError,
+    NotEnoughStorageError,
 )
 
 __all__ = [
+    "NodeRoom",
     "ReplicaMove",
     "PreferredLeaderChange",
     "place_new_topic",
@@ -41,6 +43,15 @@ __all__ = [
     "replica_move_step",
     "node_state_change",
 ]
+
+
+@dataclass(frozen=True)
+class NodeRoom:
+    """How many more new replicas a node can store (its free segment slots above its reserve, or 0 when its
+    disk or map is below the low-water mark), and what limits it, for the refusal's message."""
+
+    replicas: int
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,6 +132,20 @@ class _Nodes:
         return len(after) >= len(before)
 
 
+class _Room:
+    """What each node may still receive while a plan is made (nodes not listed: no limit)."""
+
+    def __init__(self, room: Mapping[int, NodeRoom] | None) -> None:
+        self.left = {n: r.replicas for n, r in (room or {}).items()}
+
+    def full(self) -> set[int]:
+        return {n for n, free in self.left.items() if free <= 0}
+
+    def take(self, node_id: int) -> None:
+        if node_id in self.left:
+            self.left[node_id] -= 1
+
+
 def _candidates(state: ClusterState, nodes: Iterable[NodeInfo]) -> list[int]:
     """Ids of ``nodes`` that are registered and ACTIVE in ``state`` (what apply will accept as targets)."""
     ids = set()
@@ -135,7 +160,11 @@ def _candidates(state: ClusterState, nodes: Iterable[NodeInfo]) -> list[int]:
 
 
 def place_new_topic(
-    nodes: Sequence[NodeInfo], state: ClusterState, partitions: int, replication_factor: int
+    nodes: Sequence[NodeInfo],
+    state: ClusterState,
+    partitions: int,
+    replication_factor: int,
+    room: Mapping[int, NodeRoom] | None = None,
 ) -> list[tuple[tuple[int, ...], int]]:
     """Choose (replicas, preferred leader) for each partition of a new topic, for a CreateTopic command.
 
@@ -147,6 +176,10 @@ def place_new_topic(
     Raises :class:`InvalidPartitionCountError` for ``partitions < 1``, :class:`InvalidReplicationFactorError`
     when ``replication_factor`` is below 1 or above the number of registered nodes, and
     :class:`NotEnoughNodesError` when it is above the number of candidates.
+
+    ``room`` limits how many replicas each node may receive (nodes it does not list are not limited); when
+    the replicas cannot all be placed within it, :class:`NotEnoughStorageError` names what each short node
+    lacks, so that a topic is refused whole rather than created on nodes that cannot store it.
     """
     if partitions < 1:
         raise InvalidPartitionCountError(partitions)
@@ -157,8 +190,35 @@ def place_new_topic(
     if len(candidates) < replication_factor:
         raise NotEnoughNodesError(replication_factor, len(candidates))
 
-    pool = _Nodes(state, candidates, state.replica_counts())
     leaders = _Nodes(state, candidates, state.preferred_leader_counts())
+    replica_sets = _place_replicas(state, candidates, leaders, partitions, replication_factor, room or {}, False)
+    if replica_sets is None:  # the balanced order ran out of room: fill the roomiest nodes first
+        replica_sets = _place_replicas(state, candidates, leaders, partitions, replication_factor, room or {}, True)
+    if replica_sets is None:
+        assert room is not None
+        needed = partitions * replication_factor
+        short = {n: room[n].reason or f"room for {room[n].replicas} more replica(s)" for n in candidates if n in room}
+        raise NotEnoughStorageError(f"{partitions} partition(s) x {replication_factor} replica(s) ({needed})", short)
+
+    chosen_leaders = _balance_leaders(leaders, replica_sets, [None] * partitions)
+    return [
+        ((leader, *(r for r in replicas if r != leader)), leader)
+        for replicas, leader in zip(replica_sets, chosen_leaders, strict=True)
+    ]
+
+
+def _place_replicas(
+    state: ClusterState,
+    candidates: list[int],
+    leaders: _Nodes,
+    partitions: int,
+    replication_factor: int,
+    room: Mapping[int, NodeRoom],
+    roomiest_first: bool,
+) -> list[tuple[int, ...]] | None:
+    """Replica sets for a new topic within ``room``, or None when they do not fit this way."""
+    pool = _Nodes(state, candidates, state.replica_counts())
+    left = {n: room[n].replicas for n in candidates if n in room}
     # Where replica counts tie, the first replica (the likely leader) goes to a node with few preferred
     # leaders and the others to nodes with many, keeping the least-led nodes free to lead: that leaves the
     # leader balancing below little to do.
@@ -167,20 +227,24 @@ def place_new_topic(
     replica_sets: list[tuple[int, ...]] = []
     for _ in range(partitions):
         chosen: list[int] = []
+        full = [n for n, free in left.items() if free <= 0]
         for slot in range(replication_factor):
-            target = pool.best_target(chosen, tiebreak=followers if slot else tentative)
-            assert target is not None  # enough candidates were checked above
+            tiebreak = followers if slot else tentative
+            if roomiest_first and left:
+                options = [n for n in candidates if n not in chosen and n not in full]
+                target = min(options, key=lambda n: (-left.get(n, 1 << 62), n)) if options else None
+            else:
+                target = pool.best_target(chosen, exclude=full, tiebreak=tiebreak)
+            if target is None:
+                return None
             chosen.append(target)
             pool.count[target] += 1
+            if target in left:
+                left[target] -= 1
         tentative[chosen[0]] += 1
         followers[chosen[0]] -= 1
         replica_sets.append(tuple(chosen))
-
-    chosen_leaders = _balance_leaders(leaders, replica_sets, [None] * partitions)
-    return [
-        ((leader, *(r for r in replicas if r != leader)), leader)
-        for replicas, leader in zip(replica_sets, chosen_leaders, strict=True)
-    ]
+    return replica_sets
 
 
 def _balance_leaders(pool: _Nodes, options: list[tuple[int, ...]], current: list[int | None]) -> list[int]:
@@ -294,7 +358,12 @@ def plan_preferred_leaders(state: ClusterState, active_nodes: Sequence[NodeInfo]
 # ---------------------------------------------------------------------------------------------- moves
 
 
-def plan_rebalance(state: ClusterState, active_nodes: Sequence[NodeInfo], max_moves: int) -> list[ReplicaMove]:
+def plan_rebalance(
+    state: ClusterState,
+    active_nodes: Sequence[NodeInfo],
+    max_moves: int,
+    room: Mapping[int, NodeRoom] | None = None,
+) -> list[ReplicaMove]:
     """Up to ``max_moves`` replica moves: first off DRAINING nodes, then from the most to the least loaded.
 
     ``active_nodes`` are the live ACTIVE nodes that may receive replicas; replicas on other nodes (dead or
@@ -307,7 +376,11 @@ def plan_rebalance(state: ClusterState, active_nodes: Sequence[NodeInfo], max_mo
     replica counts balanced, or a swap of two replicas, which needs ``max_moves >= 2``. Applied repeatedly
     (each move completed), the plans bring replica counts within 1 of each other for equal capacities, and
     then :func:`plan_preferred_leaders` brings preferred leaders within 1 too.
+
+    ``room`` limits the replicas each node may receive, as for :func:`place_new_topic`: a node without room
+    receives none (a replica may still move off it).
     """
+    left = _Room(room)
     pool = _Nodes(state, _candidates(state, active_nodes), state.replica_counts())
     moves: list[ReplicaMove] = []
     moved: set[int] = set()
@@ -321,30 +394,32 @@ def plan_rebalance(state: ClusterState, active_nodes: Sequence[NodeInfo], max_mo
             if node.state is not NodeState.DRAINING:
                 continue
             staying = [m for m in p.members if m != node_id]
-            target = pool.best_target(staying, exclude=[node_id])
+            target = pool.best_target(staying, exclude=[node_id, *left.full()])
             if target is not None:
                 moves.append(ReplicaMove(p.topic, p.partition, node_id, target))
                 pool.count[target] += 1
+                left.take(target)
                 moved.add(p.group_id)
                 break
 
     use_racks = pool.racks_in_use()
     while len(moves) < max_moves:
-        move = _balancing_move(pool, [p for p in settled if p.group_id not in moved], use_racks)
+        move = _balancing_move(pool, [p for p in settled if p.group_id not in moved], use_racks, left.full())
         if move is None:
             break
         p, source, target = move
         moves.append(ReplicaMove(p.topic, p.partition, source, target))
         pool.count[source] -= 1
         pool.count[target] += 1
+        left.take(target)
         moved.add(p.group_id)
     if not moves:
-        moves = _leader_balancing_moves(state, pool, settled, max_moves, use_racks)
+        moves = _leader_balancing_moves(state, pool, settled, max_moves, use_racks, left)
     return moves
 
 
 def _balancing_move(
-    pool: _Nodes, partitions: list[PartitionState], use_racks: bool
+    pool: _Nodes, partitions: list[PartitionState], use_racks: bool, full: set[int]
 ) -> tuple[PartitionState, int, int] | None:
     by_node: dict[int, list[PartitionState]] = {}
     for p in partitions:
@@ -358,7 +433,10 @@ def _balancing_move(
             options = [
                 n
                 for n in pool.ids
-                if n not in p.members and pool.improves(source, n) and (not use_racks or pool.keeps_racks(p, source, n))
+                if n not in p.members
+                and n not in full
+                and pool.improves(source, n)
+                and (not use_racks or pool.keeps_racks(p, source, n))
             ]
             if options:
                 return p, source, min(options, key=lambda n: (pool.load(n, 1), n))
@@ -366,7 +444,7 @@ def _balancing_move(
 
 
 def _leader_balancing_moves(
-    state: ClusterState, pool: _Nodes, settled: list[PartitionState], max_moves: int, use_racks: bool
+    state: ClusterState, pool: _Nodes, settled: list[PartitionState], max_moves: int, use_racks: bool, left: _Room
 ) -> list[ReplicaMove]:
     """Replica moves that let preferred leaders balance when changing preferred leaders alone cannot.
 
@@ -389,6 +467,7 @@ def _leader_balancing_moves(
         return (
             p.group_id not in moved
             and target not in p.members
+            and target not in left.full()
             and (not use_racks or pool.keeps_racks(p, source, target))
         )
 
@@ -420,6 +499,7 @@ def _leader_balancing_moves(
             moves.append(ReplicaMove(p.topic, p.partition, source, target))
             pool.count[source] -= 1
             pool.count[target] += 1
+            left.take(target)
             moved.add(p.group_id)
         first, u, v = chosen[0]
         leader_of[first.group_id] = v
@@ -428,30 +508,51 @@ def _leader_balancing_moves(
     return moves
 
 
-def plan_repair(state: ClusterState, dead: set[int], candidates: Sequence[NodeInfo]) -> list[ReplicaMove]:
+def plan_repair(
+    state: ClusterState,
+    dead: set[int],
+    candidates: Sequence[NodeInfo],
+    room: Mapping[int, NodeRoom] | None = None,
+    stranded: Mapping[int, Iterable[int]] | None = None,
+) -> list[ReplicaMove]:
     """One added replica (``from_node=None``, ``replaces`` = the dead node) per voter lost to a dead node.
 
     Targets are live ACTIVE ``candidates`` outside the partition, in an unused rack where one remains, least
     loaded first. Live learners count as replacements already under way. Partitions whose live voters are not
     a majority are skipped: their group cannot change membership (see :func:`partitions_without_quorum`).
-    When no target is left, the partition is repaired as far as possible.
+    When no target is left, the partition is repaired as far as possible. Targets stay within ``room``.
+
+    ``stranded`` (node id -> group ids) are replicas a live node was assigned but could not store: each is
+    moved (``from_node`` = that node) to a node with room, as a lost one is replaced.
     """
     live = [n for n in _candidates(state, candidates) if n not in dead]
     pool = _Nodes(state, live, state.replica_counts())
+    left = _Room(room)
+    unstored = {(node, group) for node, groups in (stranded or {}).items() for group in groups}
     moves: list[ReplicaMove] = []
     for p in state.groups().values():
         lost = [r for r in p.replicas if r in dead]
-        if not lost or 2 * (len(p.replicas) - len(lost)) <= len(p.replicas):
-            continue
-        pending = [n for n in p.learners if n not in dead]
-        members = [m for m in p.members if m not in dead]
-        for replaced in lost[len(pending) :]:
-            target = pool.best_target(members, exclude=p.members)
-            if target is None:
-                break
-            moves.append(ReplicaMove(p.topic, p.partition, None, target, replaces=replaced))
-            members.append(target)
-            pool.count[target] += 1
+        if lost and 2 * (len(p.replicas) - len(lost)) > len(p.replicas):
+            pending = [n for n in p.learners if n not in dead]
+            members = [m for m in p.members if m not in dead]
+            for replaced in lost[len(pending) :]:
+                target = pool.best_target(members, exclude=[*p.members, *left.full()])
+                if target is None:
+                    break
+                moves.append(ReplicaMove(p.topic, p.partition, None, target, replaces=replaced))
+                members.append(target)
+                pool.count[target] += 1
+                left.take(target)
+        elif not lost and not p.learners:
+            for node in p.replicas:
+                if (node, p.group_id) not in unstored:
+                    continue
+                target = pool.best_target([m for m in p.members if m != node], exclude=[node, *left.full()])
+                if target is not None:
+                    moves.append(ReplicaMove(p.topic, p.partition, node, target))
+                    pool.count[target] += 1
+                    left.take(target)
+                break  # one move per partition at a time
     return moves
 
 

@@ -22,6 +22,7 @@ from multiraft import controller as ctl
 from multiraft import raft
 from multiraft.errors import MultiraftError, NotLeaderError, error_for_reason
 from multiraft.logging import get_logger
+from multiraft.node.capacity import RoomLedger
 from multiraft.node.peer_messages import ControllerBody, CreateTopicRequest, NodeStateRequest
 from multiraft.node.scheduler import Completion, Group, Scheduler
 
@@ -48,6 +49,7 @@ class ControllerMachine:
     on_leader: Callable[[int], None]  # controller leader id (0 if unknown), on the scheduler thread
     # (ids the member-list holds live: alive or suspect, every id it remembers); published by the event loop.
     liveness: Callable[[], tuple[frozenset[int], frozenset[int]]] | None = None
+    room: RoomLedger | None = None  # what each node can still store (placement refuses what does not fit)
     state: ctl.ClusterState = field(default_factory=ctl.ClusterState)
     _snapshot_index: int = 0
 
@@ -127,7 +129,9 @@ class ControllerMachine:
         except ctl.ControllerError as exc:
             completion(None, controller_error(exc))
             return
-        self.scheduler.propose(group, payload, completion, kind=raft.EntryKind.CONTROL)
+        index = self.scheduler.propose(group, payload, completion, kind=raft.EntryKind.CONTROL)
+        if self.room is not None:
+            self.room.reserve(index, command, self.state.applied_index)
 
     def _command_for(self, group: Group, request: ControllerBody) -> ctl.Command:
         if isinstance(request, CreateTopicRequest):
@@ -135,9 +139,9 @@ class ControllerMachine:
             if request.name in self.state.topics:
                 raise ctl.DuplicateTopicError(request.name)
             configs = ctl.validate_topic_configs(request.configs, creating=True)
-            assignments = ctl.place_new_topic(
-                self.live_nodes(group), self.state, request.partitions, request.replication_factor
-            )
+            live, state = self.live_nodes(group), self.state
+            place = ctl.place_new_topic if self.room is None else self.room.place_new_topic
+            assignments = place(live, state, request.partitions, request.replication_factor)
             return ctl.CreateTopic(
                 request.name,
                 configs,

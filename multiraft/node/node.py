@@ -21,7 +21,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -32,6 +32,7 @@ from multiraft import raft
 from multiraft.config import NodeConfig
 from multiraft.errors import MultiraftError, UnavailableError
 from multiraft.logging import get_logger
+from multiraft.node.capacity import CapacityMonitor, NodeCapacity, RoomLedger
 from multiraft.node.catchup import CatchupManager
 from multiraft.node.controller_client import RemoteController
 from multiraft.node.debug import DEBUG_GC_MS, DEBUG_ISOLATION, Isolation, record_gc_pauses
@@ -142,6 +143,7 @@ class Node(LoopOwned):
         self.scrubber: Scrubber | None = None
         self.rebalancer: Rebalancer | None = None
         self.membership: NodeMembership | None = None
+        self.capacity: CapacityMonitor | None = None
 
     @property
     def services(self) -> NodeServices:
@@ -196,8 +198,16 @@ class Node(LoopOwned):
         directory.on_cluster(self._on_cluster)
 
         scheduler = self._scheduler = Scheduler(store_opener=self._open_store, tick_ms=config.tick_ms, outbox=self)
-        store = self._store = Store(config, scheduler, directory, LoopHandoff(loop), self.liveness.ids)
+        room = RoomLedger(self._capacity_reports)
+        store = self._store = Store(config, scheduler, directory, LoopHandoff(loop), self.liveness.ids, room)
         store_client = StoreClient(store, SchedulerHandoff(scheduler, loop))
+        capacity = self.capacity = CapacityMonitor(
+            self.node_id,
+            store_client.capacity,
+            transport,
+            self.liveness.peers,
+            lambda: directory.controller_leader == self.node_id,
+        )
         catchup = self.catchup = CatchupManager(
             node_id=self.node_id,
             data_dir=config.data_dir,
@@ -242,6 +252,7 @@ class Node(LoopOwned):
             self.liveness,
             status,
             controller,
+            room,
         )
         moves = MoveReporter(self.node_id, lambda: directory.controller_leader, rebalancer.snapshot, transport)
         offsets = OffsetsService(
@@ -270,6 +281,7 @@ class Node(LoopOwned):
                 directory,
                 store_client,
                 controller,
+                storage_short=lambda: capacity.short,
             ),
             offsets=offsets,
             admin=AdminService(
@@ -306,6 +318,7 @@ class Node(LoopOwned):
             loop.create_task(self._register(controller)),
             loop.create_task(LeaderBroadcaster(directory, transport).run()),
             loop.create_task(rebalancer.run()),
+            loop.create_task(capacity.run()),
         ]
         log.info(
             "node started",
@@ -343,6 +356,11 @@ class Node(LoopOwned):
         record_lost_suffixes(store, [(dropped.log, dropped.last_index) for dropped in report.dropped])
         log.warning("repaired the log store", dropped=[str(d) for d in report.dropped], copy=report.damaged_copy)
         return store
+
+    def _capacity_reports(self) -> Mapping[int, NodeCapacity]:
+        """The controller leader's latest capacity reports (any thread: the mapping is replaced whole)."""
+        capacity = self.capacity
+        return capacity.reports if capacity is not None else {}
 
     def advertised_client(self) -> str:
         configured = self.config.advertise_client_address

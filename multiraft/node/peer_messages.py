@@ -75,6 +75,7 @@ class RequestKind(IntEnum):
     LEADERS = 3
     OFFSETS = 4
     MOVES = 5
+    CAPACITY = 6  # multiraft.node.capacity: what the node can still store
     SEGMENT_CHUNK = 20
 
 

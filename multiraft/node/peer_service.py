@@ -12,6 +12,7 @@ from typing import Protocol
 
 from multiraft.errors import MultiraftError
 from multiraft.logging import get_logger
+from multiraft.node.capacity import encode_capacity
 from multiraft.node.controller_client import RemoteController
 from multiraft.node.directory import Directory
 from multiraft.node.offsets import CommittedOffset
@@ -70,6 +71,7 @@ class PeerService:
             RequestKind.OFFSETS: self._offsets_request,
             RequestKind.MOVES: self._moves_request,
             RequestKind.LEADERS: self._leaders,
+            RequestKind.CAPACITY: self._capacity,
         }
 
     async def serve(self, from_node: int, kind: int, body: bytes) -> tuple[int, bytes]:
@@ -107,6 +109,9 @@ class PeerService:
 
     async def _moves_request(self, from_node: int, body: bytes) -> bytes:
         return encode_moves(self._moves())
+
+    async def _capacity(self, from_node: int, body: bytes) -> bytes:
+        return encode_capacity(await self._store.capacity())
 
     async def _leaders(self, from_node: int, body: bytes) -> bytes:
         self._directory.learn_leaders(decode_leaders(body))

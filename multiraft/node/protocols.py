@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from multiraft import controller as ctl
 from multiraft.errors import NotLeaderError
+from multiraft.node.capacity import NodeCapacity
 from multiraft.node.partition import PartitionView, ProduceResult
 from multiraft.node.peer_messages import (
     ControllerBody,
@@ -109,6 +110,10 @@ class StoreHandle(Protocol):
 
     async def partition_status(self, group_ids: Sequence[int]) -> list[PartitionStatus]:
         """Status of the partitions among ``group_ids`` that this node leads."""
+        ...
+
+    async def capacity(self) -> NodeCapacity:
+        """What this node's store can still take (``multiraft.node.capacity``)."""
         ...
 
 

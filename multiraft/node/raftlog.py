@@ -159,6 +159,18 @@ class RaftLogStorage:
 
     def __init__(self, log: SegmentedLog, *, recent_bytes: int = DEFAULT_RECENT_BYTES) -> None:
         self.log = log
+        # Set by the catch-up copier once the files of the catch-up snapshot at this index are in place.
+        self.segment_installer: tuple[int, Callable[[SegmentedLog, SnapshotManifest], None]] | None = None
+        self._recent_limit = recent_bytes
+        self._load()
+
+    def reload(self) -> None:
+        """Forget what is cached and read it from the log again: after the store rolled back a round's
+        unsynced writes (it did not fit; the scheduler retries it later). The installer stays for the retry."""
+        self._load()
+
+    def _load(self) -> None:
+        log = self.log
         meta_bytes = log.attribute(_SNAPSHOT_META)
         if meta_bytes is None:
             index, term = log.compaction_point()
@@ -176,13 +188,10 @@ class RaftLogStorage:
         )
         recover = log.attribute(_RECOVER_UNTIL)
         self._recover_until: tuple[int, int] = _INDEX_TERM.unpack(recover) if recover else (0, 0)
-        # Set by the catch-up copier once the files of the catch-up snapshot at this index are in place.
-        self.segment_installer: tuple[int, Callable[[SegmentedLog, SnapshotManifest], None]] | None = None
         # The entries appended last, as given (contiguous, ending at the last index), until applied or compacted.
-        # In memory only: after a rollback the node stops, and a restart starts with none.
+        # In memory only: a rollback reloads (none), and a restart starts with none.
         self._recent: list[raft.Entry] = []
         self._recent_size = 0
-        self._recent_limit = recent_bytes
 
     # ----------------------------------------------------------------------------------------------- reads
 
@@ -331,7 +340,7 @@ class RaftLogStorage:
         manifest = decode_manifest(snapshot.data)
         self._recent.clear()
         self._recent_size = 0
-        installer, self.segment_installer = self.segment_installer, None
+        installer = self.segment_installer
         if manifest.files and installer is not None and installer[0] == snapshot.meta.index:
             installer[1](self.log, manifest)  # the copied segments become the log, up to the snapshot index
         else:
@@ -340,6 +349,7 @@ class RaftLogStorage:
         self._save_snapshot(snapshot.meta, snapshot.data)
         self._set_compacted(snapshot.meta.index, snapshot.meta.term)
         self.set_applied(snapshot.meta.index)
+        self.segment_installer = None  # kept until here: a round that did not fit is retried with it
 
     def create_snapshot(self, index: int, conf_state: raft.ConfState, data: bytes) -> raft.Snapshot:
         if index <= self._snapshot_meta.index:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from multiraft import controller as ctl
 from multiraft.errors import MultiraftError
 from multiraft.logging import get_logger
+from multiraft.node.capacity import RoomLedger
 from multiraft.node.peer_messages import PartitionStatus
 from multiraft.node.protocols import ClusterView, ControllerClient, Liveness, PartitionStatusSource
 
@@ -81,8 +82,10 @@ class Rebalancer:
         liveness: Liveness,
         status: PartitionStatusSource,
         controller: ControllerClient,
+        room: RoomLedger | None = None,
     ) -> None:
         self.settings = settings
+        self.room = room  # what each node can still store: no replica moves to a node without room
         self._cluster = cluster
         self._liveness = liveness
         self._status = status
@@ -139,16 +142,21 @@ class Rebalancer:
         budget = self.settings.max_concurrent_moves - len(self.moves)
         if budget <= 0:
             return
+        room: dict[int, ctl.NodeRoom] | None = None
+        stranded: dict[int, tuple[int, ...]] | None = None
+        if self.room is not None:  # no replica goes to a node whose room is unknown (or short)
+            room = self.room.room(state, [n.node_id for n in live_active])
+            stranded = self.room.stranded()
         busy = set(self.moves) | {p.group_id for p in state.groups().values() if p.learners}
         planned: list[ctl.ReplicaMove] = []
-        for move in ctl.plan_repair(state, dead, live_active):
+        for move in ctl.plan_repair(state, dead, live_active, room, stranded):
             group_id = state.partition(move.topic, move.partition).group_id
             if group_id not in busy and len(planned) < budget:
                 planned.append(move)
                 busy.add(group_id)
         if len(planned) < budget and not any(self._liveness.is_suspect(n) for n in state.nodes):
             # Balancing waits while a node is suspect: its replicas may be about to need repair instead.
-            for move in ctl.plan_rebalance(state, live_active, budget - len(planned)):
+            for move in ctl.plan_rebalance(state, live_active, budget - len(planned), room):
                 group_id = state.partition(move.topic, move.partition).group_id
                 if group_id not in busy:
                     planned.append(move)

@@ -12,6 +12,11 @@ Each round:
 7. send each Ready's ``persisted_messages`` (acks, votes), which may only follow the fsync;
 8. apply committed entries (offsets, high watermarks, answers to producers) and advance.
 
+A round that does not fit (the disk, the LMDB map or the segment slots are full) is rolled back and each of
+its Readies is written on its own: those that fit go on, the others stay outstanding and are written again
+every ``_FULL_RETRY_S``, as a slow disk would delay them (Raft retransmits meanwhile, and the store reports
+the condition so that the node refuses new writes). Only other storage failures (I/O errors) stop the node.
+
 Why a thread of its own: an LMDB write transaction belongs to the thread that began it, and the Raft core
 reads its storage while it steps messages; so the store and the cores live together on this thread. The
 asyncio loop (gRPC, peer connections) runs on another and keeps receiving while this one waits on fsync,
@@ -33,11 +38,13 @@ from multiraft.errors import NotLeaderError, RecordTooLargeError, StorageFailure
 from multiraft.logging import get_logger
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.threads import ThreadOwner
-from storage import CorruptionError, LogStore, StorageConfig, StorageError
+from storage import CorruptionError, LogStore, StorageConfig, StorageError, StorageFullError
 
 __all__ = ["Scheduler", "Group", "StateMachine", "Completion", "Outbox", "DamageHandler", "damaged_index"]
 
 log = get_logger(__name__)
+
+_FULL_RETRY_S = 1.0  # how often Readies that did not fit are written again
 
 Completion = Callable[[Any, BaseException | None], None]
 """Called on the scheduler thread with (result, error) when a proposal is applied or fails."""
@@ -132,6 +139,9 @@ class Scheduler:
         self._periodic: list[tuple[float, float, Callable[[], None]]] = []  # (interval, next due, action)
         self.rounds = 0
         self.syncs = 0
+        self._parked: list[tuple[Group, raft.Ready]] = []  # Readies that did not fit, outstanding in their group
+        self._retry_at = 0.0
+        self.storage_full = ""  # why the last write did not fit, while Readies wait for room ("" otherwise)
         # Set by the store: a group whose entries fail their check is handed over for repair, not fatal.
         self.on_damage: DamageHandler | None = None
         self.owner = ThreadOwner("scheduler")  # what lives here says so in its type (multiraft.node.threads)
@@ -169,6 +179,8 @@ class Scheduler:
         try:
             self.store = self._store_opener()
             self._on_started()
+            if self.store.writes_pending:  # what loading wrote stands alone too (see _discard_if_full)
+                self.store.sync()
         except BaseException as exc:
             self._failure = exc
             self._started.set()
@@ -178,6 +190,8 @@ class Scheduler:
         try:
             while not self._stopping:
                 timeout = max(0.0, next_tick - time.monotonic())
+                if self._parked:  # Readies waiting for room are retried on their own schedule
+                    timeout = min(timeout, max(0.0, self._retry_at - time.monotonic()))
                 if not self._inbox and not self._touched:
                     self._wakeup.wait(timeout)
                 self._wakeup.clear()
@@ -206,8 +220,9 @@ class Scheduler:
             work = inbox.popleft()
             try:
                 work()
-            except (StorageError, raft.RaftStorageError, StorageFailureError):
-                raise  # a failed write leaves the store's transaction unusable: the node cannot go on
+            except (StorageError, raft.RaftStorageError, StorageFailureError) as exc:
+                if not self._discard_if_full(exc, work):
+                    raise  # a failed write leaves the store's transaction unusable: the node cannot go on
             except raft.RaftError as exc:
                 log.warning("raft refused work", work=repr(work), error=repr(exc))
             except Exception as exc:  # one request's failure (input, or a bug it hit) is only its own
@@ -217,7 +232,24 @@ class Scheduler:
         for position, (interval, due, action) in enumerate(self._periodic):
             if now >= due:
                 self._periodic[position] = (interval, now + interval, action)
-                action()
+                try:
+                    action()
+                except (StorageError, raft.RaftStorageError) as exc:
+                    if not self._discard_if_full(exc, action):
+                        raise
+
+    def _discard_if_full(self, exc: BaseException, work: object) -> bool:
+        """Work between rounds that did not fit in storage: roll back its writes (each round syncs its own,
+        so the transaction holds nothing else) and go on; it runs again when it next comes. False for any
+        other storage failure."""
+        if not _is_full(exc):
+            return False
+        assert self.store is not None
+        self.store.rollback()
+        for group in self.groups.values():
+            group.storage.reload()
+        log.warning("work did not fit in storage; its writes are discarded", work=repr(work), error=str(exc))
+        return True
 
     # ----------------------------------------------------------------------------------------------- groups
 
@@ -329,20 +361,43 @@ class Scheduler:
                 if group is None or not self.report_damage(group, exc):
                     raise
         self._touched.clear()
-        if not readies:
+        retried: list[tuple[Group, raft.Ready]] = []
+        if self._parked and time.monotonic() >= self._retry_at:
+            retried = [(group, ready) for group, ready in self._parked if groups.get(group.group_id) is group]
+            self._parked = []
+        if not readies and not retried:
             return
         self.rounds += 1
         must_sync = any(ready.must_sync for _, ready in readies)
         if must_sync:
             self._send(readies, persisted=False)
+        assert self.store is not None
+        if self.store.writes_pending:
+            # What work between rounds wrote is synced on its own, so that a round that does not fit can be
+            # rolled back alone (and that work's writes, if they do not fit, are discarded alone).
+            try:
+                self.store.sync()
+            except StorageError as exc:
+                if not self._discard_if_full(exc, "writes of work between rounds"):
+                    raise
+            self.syncs += 1
+        written = retried + readies
         try:
-            self._persist(readies)
+            self._persist(written)
         except (StorageError, raft.RaftStorageError) as exc:  # the Raft adapter reports storage failures as its own
-            self._storage_failed(readies, exc)
-            return
+            if not _is_full(exc):
+                self._storage_failed(written, exc)
+                return
+            unsent = set() if must_sync else {id(ready) for _, ready in readies}
+            written = self._persist_what_fits(written, exc, unsent)
+        if not self._parked and self.storage_full:
+            log.info("storage has room again; the writes that waited are durable")
+            self.storage_full = ""
         # Without a sync nothing waits between the two kinds of messages: one batch, so one write per peer.
-        self._send(readies, persisted=True, unpersisted=not must_sync)
-        for group, ready in readies:
+        again = {id(ready) for _, ready in retried}
+        self._send([pair for pair in written if id(pair[1]) not in again], persisted=True, unpersisted=not must_sync)
+        self._send([pair for pair in written if id(pair[1]) in again], persisted=True)
+        for group, ready in written:
             try:
                 self._apply(group, ready)
             except (StorageError, raft.RaftStorageError) as exc:
@@ -351,6 +406,53 @@ class Scheduler:
                 continue  # the group is being rebuilt from its repaired log
             group.raw.advance(ready)
             self.touch(group)
+        if self.store.writes_pending:
+            # What applying wrote (retention, snapshots, new replicas) is made durable now, on its own, so
+            # that work between rounds starts from an empty transaction and can be rolled back alone.
+            self.store.sync()
+            self.syncs += 1
+
+    def _persist_what_fits(
+        self, readies: list[tuple[Group, raft.Ready]], exc: BaseException, unsent: set[int]
+    ) -> list[tuple[Group, raft.Ready]]:
+        """After a round that did not fit: roll it back, then write each Ready alone (synced); park those that
+        still do not fit, outstanding, for a later round."""
+        self._undo(readies)
+        if len(readies) == 1:
+            self._park(readies, exc, unsent)
+            return []
+        written = []
+        for pair in readies:
+            try:
+                self._persist([pair], force_sync=True)
+            except (StorageError, raft.RaftStorageError) as again:
+                if not _is_full(again):
+                    self._storage_failed([pair], again)
+                self._undo([pair])
+                self._park([pair], again, unsent)
+            else:
+                written.append(pair)
+        return written
+
+    def _undo(self, readies: list[tuple[Group, raft.Ready]]) -> None:
+        assert self.store is not None
+        self.store.rollback()
+        for group, _ in readies:
+            group.storage.reload()
+
+    def _park(self, readies: list[tuple[Group, raft.Ready]], exc: BaseException, unsent: set[int]) -> None:
+        # Messages not sent before the write may go before it is durable (only persisted_messages must wait).
+        self._send([pair for pair in readies if id(pair[1]) in unsent], persisted=False)
+        if not self.storage_full:
+            log.warning(
+                "a write did not fit in storage; it waits and is retried",
+                groups=[group.group_id for group, _ in readies],
+                error=str(exc),
+                retry_s=_FULL_RETRY_S,
+            )
+        self.storage_full = f"storage: a write did not fit ({exc}); retried every {_FULL_RETRY_S:g} s"
+        self._parked.extend(readies)
+        self._retry_at = time.monotonic() + _FULL_RETRY_S
 
     def _send(self, readies: list[tuple[Group, raft.Ready]], *, persisted: bool, unpersisted: bool = False) -> None:
         """Hand each Ready's ``messages`` (``persisted=False``) or ``persisted_messages`` to the outbox, or
@@ -369,8 +471,8 @@ class Scheduler:
         if batches:
             self._outbox.send(batches)
 
-    def _persist(self, readies: list[tuple[Group, raft.Ready]]) -> None:
-        must_sync = False
+    def _persist(self, readies: list[tuple[Group, raft.Ready]], *, force_sync: bool = False) -> None:
+        must_sync = force_sync
         for group, ready in readies:
             storage = group.storage
             if ready.snapshot is not None:
@@ -428,3 +530,15 @@ class Scheduler:
                     waiting.completion(None, result)
                 else:
                     waiting.completion(result, None)
+
+
+def _is_full(exc: BaseException) -> bool:
+    """The failure, or one it was raised from, is a full disk, map or segment pool (not an I/O error)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, StorageFullError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -19,6 +19,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from typing import Any
 
 from multiraft import controller as ctl
@@ -32,6 +33,7 @@ from multiraft.errors import (
     UnavailableError,
 )
 from multiraft.logging import get_logger
+from multiraft.node.capacity import LowWater, NodeCapacity, RoomLedger, shortage
 from multiraft.node.catchup import snapshot_peers
 from multiraft.node.controller_group import CONTROLLER_TOPIC, ControllerMachine
 from multiraft.node.directory import Directory
@@ -47,7 +49,7 @@ from multiraft.node.peer_messages import ControllerRequest, OffsetsCommit, Offse
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.scheduler import Completion, Group, Scheduler, damaged_index
 from multiraft.node.threads import LoopHandoff, SchedulerHandoff, SchedulerOwned, on_owner_thread
-from storage import CorruptionError, StorageError
+from storage import CorruptionError, StorageError, StoreCapacity
 from storage.batch import BatchHeader
 
 __all__ = ["Store", "StoreClient", "LiveIds", "CatchupHook"]
@@ -75,6 +77,7 @@ class Store(SchedulerOwned):
         directory: Directory,
         to_loop: LoopHandoff,
         liveness: LiveIds,
+        room: RoomLedger | None = None,
     ) -> None:
         self.owner = scheduler.owner
         self.config = config
@@ -83,10 +86,16 @@ class Store(SchedulerOwned):
         self._directory = directory
         self._to_loop = to_loop
         self._liveness = liveness
+        self._room = room
         self._rng = random.Random()  # every group's election jitter; used only on this thread
         self.controller_group: Group | None = None
         self.controller: ControllerMachine | None = None
         self.catchup_progress: CatchupHook | None = None  # set by the catch-up copier
+        self.low_water = LowWater(config.min_free_disk_bytes, config.min_free_map_bytes, config.min_free_segments)
+        self.disk_free: Callable[[], int] | None = None  # overrides the file system's answer (tests)
+        # Replicas assigned here that could not be stored: group id -> (what is short, bootstrap state if
+        # this node was to create the group). Retried every housekeeping round; listed in capacity reports.
+        self.unstorable: dict[int, tuple[str, ctl.PartitionState | None]] = {}
         self.repairs = 0  # replicas whose damaged suffix was cut off to be fetched again
         self._repair_attempts: dict[int, int] = {}
         scheduler.on_damage = self.repair_replica
@@ -121,7 +130,12 @@ class Store(SchedulerOwned):
             storage.apply_snapshot(snapshot)
             storage.set_hard_state(hard_state)
         machine = ControllerMachine(
-            self.node_id, scheduler, self._on_cluster_state, self._on_controller_leader, liveness=self._liveness
+            self.node_id,
+            scheduler,
+            self._on_cluster_state,
+            self._on_controller_leader,
+            liveness=self._liveness,
+            room=self._room,
         )
         # the cluster state is rebuilt from the snapshot, then replayed
         raw = self._raw_node_repairing(storage, storage.snapshot().meta.index)
@@ -306,20 +320,70 @@ class Store(SchedulerOwned):
             group = scheduler.remove_group(group_id)
             if group is not None and isinstance(group.machine, PartitionMachine):
                 self._delete_local(group.machine)
-        for partition in state.partitions_on_node(self.node_id):
+        self._open_assigned(state, created)
+        self._to_loop.post(lambda: self._directory.set_cluster(state))
+
+    def _open_assigned(self, state: ctl.ClusterState, created: Collection[int]) -> None:
+        """Open the replicas ``state`` assigns here that are not open yet, where they can be stored."""
+        scheduler = self.scheduler
+        assigned = state.partitions_on_node(self.node_id)
+        assigned_ids = {p.group_id for p in assigned}
+        self.unstorable = {g: why for g, why in self.unstorable.items() if g in assigned_ids}
+        on_disk: set[tuple[str, int]] | None = None
+        for partition in assigned:
             configs = ctl.effective_topic_config(state.topics[partition.topic].configs)
             group = scheduler.groups.get(partition.group_id)
             if group is None:
+                held = self.unstorable.get(partition.group_id)
+                bootstrap = partition if partition.group_id in created else held[1] if held else None
+                if on_disk is None:
+                    assert scheduler.store is not None
+                    on_disk = set(scheduler.store.logs())
+                if (partition.topic, partition.partition) not in on_disk:
+                    # A new log takes a segment slot and map space: never let a command that replays at every
+                    # start fail the node because this one cannot be stored. It stays offline, reported.
+                    short = shortage(self._store_capacity(), self.low_water, self.config.data_dir, new_segments=1)
+                    if short:
+                        if held is None:
+                            log.error(
+                                "cannot store a replica assigned to this node; it stays offline until there is room",
+                                topic=partition.topic,
+                                partition=partition.partition,
+                                group=partition.group_id,
+                                short=short,
+                            )
+                        self.unstorable[partition.group_id] = (short, bootstrap)
+                        continue
+                self.unstorable.pop(partition.group_id, None)
                 group = self.open_partition(
-                    partition.topic,
-                    partition.partition,
-                    partition.group_id,
-                    bootstrap=partition if partition.group_id in created else None,
-                    configs=configs,
+                    partition.topic, partition.partition, partition.group_id, bootstrap=bootstrap, configs=configs
                 )
             if isinstance(group.machine, PartitionMachine):
                 group.machine.retention = RetentionPolicy(configs.retention_ms, configs.retention_bytes)
-        self._to_loop.post(lambda: self._directory.set_cluster(state))
+
+    def _store_capacity(self) -> StoreCapacity:
+        store = self.scheduler.store
+        assert store is not None
+        capacity = store.capacity()
+        if self.disk_free is not None:
+            capacity = replace(capacity, disk_free_bytes=self.disk_free())
+        return capacity
+
+    @on_owner_thread
+    def capacity(self) -> NodeCapacity:
+        """What this node can still store, for its own write check and the controller leader's placement."""
+        capacity = self._store_capacity()
+        short = shortage(capacity, self.low_water, self.config.data_dir) or self.scheduler.storage_full
+        return NodeCapacity(
+            node_id=self.node_id,
+            assigned=len(self.cluster_state().partitions_on_node(self.node_id)),
+            free_segments=capacity.free_segments,
+            reserved_segments=self.low_water.min_free_segments,
+            disk_free_bytes=capacity.disk_free_bytes,
+            map_free_bytes=capacity.map_free_bytes,
+            short=short,
+            unstorable=tuple(sorted(self.unstorable)),
+        )
 
     def _on_controller_leader(self, leader_id: int) -> None:
         self._to_loop.post(lambda: self._directory.set_controller_leader(leader_id))
@@ -348,6 +412,8 @@ class Store(SchedulerOwned):
         """Every ``retention_check_ms``: retention and segment rolls on the partitions led here, and the
         catch-up copier's leader check."""
         now_ms = int(time.time() * 1000)
+        if self.unstorable:
+            self._open_assigned(self.cluster_state(), ())
         for group in list(self.scheduler.groups.values()):
             storage = group.storage
             if storage.recover_until()[0] and not group.raw.recovering_until and storage.recovered():
@@ -500,6 +566,10 @@ class StoreClient:
     async def partition_status(self, group_ids: Sequence[int]) -> list[PartitionStatus]:
         store = self._store
         return await asyncio.wait_for(self._handoff.run(lambda: store.partition_status(group_ids)), 5.0)
+
+    async def capacity(self) -> NodeCapacity:
+        store = self._store
+        return await asyncio.wait_for(self._handoff.run(store.capacity), 5.0)
 
 
 async def _within(future: asyncio.Future[Any], message: str, timeout_s: float = _REQUEST_TIMEOUT_S) -> Any:

@@ -74,6 +74,7 @@ class FakeStore:
         self.disk = disk
         self.syncs = 0
         self.rollbacks = 0
+        self.writes_pending = False
 
     def sync(self) -> None:
         disk = self.disk
@@ -131,6 +132,9 @@ class RecordingStorage(raft.MemoryStorage):
 
     def set_applied(self, index: int, conf_state: raft.ConfState | None = None) -> None:
         self.disk.record("write", self.group_id, "applied", index)
+
+    def reload(self) -> None:
+        pass
 
 
 class RecordingOutbox:

@@ -9,12 +9,13 @@ log up to the high watermark, so they only ever see committed records.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from multiraft import controller as ctl
 from multiraft.errors import (
     CorruptBatchError,
+    InsufficientStorageError,
     InvalidArgumentError,
     MultiraftError,
     OffsetOutOfRangeError,
@@ -57,8 +58,10 @@ class DataService:
         leaders: LeaderDirectory,
         store: StoreHandle,
         controller: ControllerClient,
+        storage_short: Callable[[], str] = lambda: "",
     ) -> None:
         self._limits = limits
+        self._storage_short = storage_short  # what this node's storage is short of ("" when nothing)
         self._cluster = cluster
         self._leaders = leaders
         self._store = store
@@ -88,6 +91,14 @@ class DataService:
 
     def _check_produce(self, topic: str, partition: int, batch: bytes) -> tuple[PartitionView, BatchHeader]:
         view = self._leaders.leader_view(topic, partition)
+        short = self._storage_short()
+        if short:
+            # Kafka's leader answers KAFKA_STORAGE_ERROR when its log dir fails; here nothing failed, the node
+            # refuses new data until there is room again (retention, deleted topics, an operator) and serves reads.
+            raise InsufficientStorageError(
+                f"{topic}/{partition}: node storage is low, writes are refused until there is room: {short}",
+                resource=short.partition(":")[0],
+            )
         configs = ctl.effective_topic_config(self._cluster.cluster.topics[topic].configs)
         limits = self._limits
         limit = min(limits.max_payload_bytes, limits.max_batch_bytes, configs.max_message_bytes)
