@@ -35,6 +35,8 @@ class CheckResult:
     indeterminate: int = 0
     read_back: int = 0
     lost: int = 0
+    unreadable: int = 0
+    """Acknowledged, and beyond the position where the final read was stopped by errors."""
     misplaced: int = 0
     duplicated: int = 0
     reordered: int = 0
@@ -48,6 +50,7 @@ class CheckResult:
     recovery_bound_s: float = 60.0
     faults: collections.Counter[str] = field(default_factory=collections.Counter)
     client_crashes: int = 0
+    read_up_to: dict[int, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -56,6 +59,7 @@ class CheckResult:
             name: count
             for name, count in (
                 ("lost", self.lost),
+                ("unreadable", self.unreadable),
                 ("misplaced", self.misplaced),
                 ("duplicated", self.duplicated),
                 ("reordered", self.reordered),
@@ -119,14 +123,15 @@ def check(events: Iterable[Event], *, recovery_bound_s: float = 60.0) -> CheckRe
 def _final_log(history: list[Event], result: CheckResult) -> dict[tuple[int, int], str | None]:
     """(partition, offset) -> value, from the runner's final read."""
     log: dict[tuple[int, int], str | None] = {}
-    complete = [e for e in history if e.f == "final-read" and e.type == "ok"]
-    failed = [e for e in history if e.f == "final-read" and e.type not in {"ok", "invoke"}]
-    for event in failed:
-        result._example("final_read", str(event.value.get("error")))
-    result.final_read_complete = bool(complete) and not failed
-    for event in complete:
-        for partition, offset, _key, value in event.value["rows"]:
+    reads = [e for e in history if e.f == "final-read" and e.type != "invoke"]
+    for event in reads:
+        if event.type != "ok":
+            result._example("final_read", str(event.value.get("error")))
+        for partition, offset, _key, value in event.value.get("rows", ()):
             log[(int(partition), int(offset))] = value
+        for partition, position in event.value.get("positions", {}).items():
+            result.read_up_to[int(partition)] = int(position)
+    result.final_read_complete = bool(reads) and all(e.type == "ok" for e in reads)
     return log
 
 
@@ -147,7 +152,11 @@ def _check_final(
             result._example("duplicated", f"{value!r} at {sorted(positions)}")
     for value, event in acked.items():
         found = where.get(value)
-        if not found:
+        partition, offset = int(event.value["partition"]), int(event.value["offset"])
+        if not found and not result.final_read_complete and offset >= result.read_up_to.get(partition, 0):
+            result.unreadable += 1  # beyond where the final read could get: not known lost, not readable
+            result._example("unreadable", f"{value!r} acknowledged at {partition}/{offset}")
+        elif not found:
             result.lost += 1
             result._example("lost", f"{value!r} acknowledged at {event.value['partition']}/{event.value['offset']}")
         elif (int(event.value["partition"]), int(event.value["offset"])) not in found:

@@ -52,7 +52,6 @@ FAULT_KINDS = (
     "churn",
 )
 _RESTART_TIMEOUT_S = 60.0
-_DRAIN_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -74,6 +73,7 @@ class Nemesis:
         *,
         topic: str,
         disk_node: int | None = None,
+        drain_timeout_s: float = 60.0,
     ) -> None:
         self.cluster = cluster
         self.admin = admin
@@ -81,6 +81,7 @@ class Nemesis:
         self.rng = rng
         self.topic = topic
         self.disk_node = disk_node
+        self.drain_timeout_s = drain_timeout_s
         self.members = sorted(cluster.nodes)  # nodes that are part of the cluster (not removed)
         self.active: Fault | None = None
         self._generation = 0
@@ -119,8 +120,18 @@ class Nemesis:
                 self._filler().unlink()
         elif fault.kind == "churn":
             self._finish_churn(fault)
-        self._restart_stopped()
-        self.history.record("nemesis", "ok", "heal", kind=fault.kind)
+        error = ""
+        for _ in range(2):  # a node that stopped itself (e.g. on a full disk) may die after the first look
+            try:
+                self._restart_stopped()
+                wait_serving(self.cluster, self.members, timeout_s=_RESTART_TIMEOUT_S)
+            except (RuntimeError, TimeoutError) as exc:
+                error = str(exc)[-2_000:]
+                continue
+            self.history.record("nemesis", "ok", "heal", kind=fault.kind)
+            return
+        # A node that cannot come back is a finding, not a harness crash.
+        self.history.record("nemesis", "fail", "heal", kind=fault.kind, error=error)
 
     def heal_all(self) -> None:
         """Whatever happened: every member node running and continued, no cut."""
@@ -128,7 +139,10 @@ class Nemesis:
         for node_id in self.members:
             self._signal(node_id, signal.SIGCONT)
         self._cut({})
-        self._restart_stopped()
+        try:
+            self._restart_stopped()
+        except (RuntimeError, TimeoutError) as exc:
+            self.history.record("nemesis", "fail", "heal", kind="all", error=str(exc)[-2_000:])
 
     # ------------------------------------------------------------------------------------------ faults
 
@@ -205,21 +219,29 @@ class Nemesis:
             return None
         victim = self.rng.choice(followers)
         stop_node(self.cluster, victim)
-        data = Path(self.cluster.nodes[victim].directory) / "data" / "data.mdb"
+        data = next((Path(self.cluster.nodes[victim].directory) / "data").rglob("data.mdb"))
         detail: dict[str, object] = {"file": str(data)}
         with data.open("r+b") as file:
             content = file.read()
             if how == "bitflip":
-                # Inside a stored record (a value of this run), so the damage is to data, not to LMDB's tree.
+                # Inside a stored record (a value of this run), so the damage is to data, not to LMDB's tree;
+                # every copy of that value in the file (LMDB keeps stale pages), so the live one is hit too.
                 spots = _find_all(content, b"producer-", limit=10_000)
                 if not spots:
                     start_node(self.cluster, victim)
                     return None
-                at = self.rng.choice(spots) + self.rng.randrange(len(b"producer-"))
+                value = _value_at(content, self.rng.choice(spots))
+                at = self.rng.randrange(len(value))
                 bit = self.rng.randrange(8)
-                file.seek(at)
-                file.write(bytes([content[at] ^ (1 << bit)]))
-                detail |= {"offset": at, "bit": bit}
+                hits = [
+                    spot
+                    for spot in _find_all(content, value, limit=1_000)
+                    if not _continues(content, spot + len(value))
+                ]
+                for spot in hits:
+                    file.seek(spot + at)
+                    file.write(bytes([content[spot + at] ^ (1 << bit)]))
+                detail |= {"value": value.decode(), "byte": at, "bit": bit, "copies": len(hits)}
             else:
                 size = len(content)
                 keep = size - max(4096, self.rng.randrange(size // 4 + 1)) // 4096 * 4096
@@ -253,13 +275,20 @@ class Nemesis:
 
     def _finish_churn(self, fault: Fault) -> None:
         drained = int(str(fault.detail["drained"]))
-        deadline = time.monotonic() + _DRAIN_TIMEOUT_S
+        deadline = time.monotonic() + self.drain_timeout_s
+        status = "unknown"
         for _ in range(10_000):
             with contextlib.suppress(MultiraftError):
-                if self.admin.drain_node(drained).safe_to_stop:
+                drain = self.admin.drain_node(drained)
+                if drain.safe_to_stop:
                     break
+                moves = [f"{m.topic}/{m.partition} {m.from_node}->{m.to_node} {m.phase}"
+                         for m in self.admin.describe_cluster().moves]  # fmt: skip
+                status = f"{drain.replicas_left} replicas and {drain.leaders_left} leaders left; moves {moves}"
             if time.monotonic() > deadline:
-                self.history.record("nemesis", "info", "drain", node=drained, error="not drained in time; kept")
+                self.history.record(
+                    "nemesis", "info", "drain", node=drained, error=f"not drained in time, kept: {status}"
+                )
                 return
             time.sleep(0.5)
         stop_node(self.cluster, drained)
@@ -308,9 +337,25 @@ class Nemesis:
     def _restart_stopped(self) -> None:
         stopped = [n for n in self.members if not _runs(self.cluster.nodes[n].pid, self.cluster.nodes[n].config_path)]
         for node_id in stopped:
+            status = _reap(self.cluster.nodes[node_id].pid)
+            if status:  # it stopped by itself (not a kill of ours): a finding worth its line in the history
+                self.history.record("nemesis", "info", "node-exited", node=node_id, status=status)
             start_node(self.cluster, node_id)
         if stopped:
             wait_serving(self.cluster, stopped, timeout_s=_RESTART_TIMEOUT_S)
+
+
+def _reap(pid: int) -> str:
+    """How our child ``pid`` ended, if it had not been reaped yet ("" if unknown or already reaped)."""
+    try:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return ""
+    if reaped == 0:
+        return ""
+    return (
+        f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.WEXITSTATUS(status)}"
+    )
 
 
 def _runs(pid: int, config_path: Path) -> bool:
@@ -319,6 +364,18 @@ def _runs(pid: int, config_path: Path) -> bool:
         return str(config_path).encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
+
+
+def _value_at(content: bytes, start: int) -> bytes:
+    """The whole value (``producer-N:M``) that starts at ``start``."""
+    end = start
+    while end < len(content) and end - start < 64 and _continues(content, end):
+        end += 1
+    return content[start:end]
+
+
+def _continues(content: bytes, at: int) -> bool:
+    return at < len(content) and (chr(content[at]).isalnum() or content[at] in b"-:")
 
 
 def _find_all(content: bytes, needle: bytes, *, limit: int) -> list[int]:

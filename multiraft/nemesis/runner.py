@@ -39,7 +39,6 @@ FAST_NODE_SETTINGS: dict[str, object] = {
 }
 TOPIC = "nemesis"
 _OFFSETS_TOPIC = "__consumer_offsets"
-_SETTLE_TIMEOUT_S = 60.0
 _FINAL_READ_TIMEOUT_S = 60.0
 _DISK_BYTES = 48 << 20
 
@@ -57,6 +56,10 @@ class RunSettings:
     """A fault lasts this long (uniform), longer than an election timeout."""
     quiet_s: tuple[float, float] = (0.5, 1.5)
     recovery_bound_s: float = 60.0
+    settle_timeout_s: float = 60.0
+    """How long the healed cluster may take to have every partition led and no follower behind."""
+    drain_timeout_s: float = 60.0
+    """How long a churn's drained node may take to empty (else it is kept, and the history says so)."""
 
     def validate(self) -> RunSettings:
         unknown = sorted(set(self.faults) - set(FAULT_KINDS))
@@ -157,7 +160,9 @@ def _run(
         workers = [*producers, *readers]
         for worker in workers:
             worker.start()
-        nemesis = Nemesis(cluster, admin, history, rng, topic=TOPIC, disk_node=disk_node)
+        nemesis = Nemesis(
+            cluster, admin, history, rng, topic=TOPIC, disk_node=disk_node, drain_timeout_s=settings.drain_timeout_s
+        )
         try:
             _schedule(settings, nemesis, rng, faults)
         finally:
@@ -166,7 +171,7 @@ def _run(
         _await_recovery(history, settings.recovery_bound_s)
         for worker in workers:
             worker.stop()
-        _settle(admin, history, nemesis.members)
+        _settle(admin, history, nemesis.members, settings.settle_timeout_s)
         _final_read(cluster.bootstrap, admin, history, settings.partitions)
     finally:
         admin.close()
@@ -202,9 +207,9 @@ def _await_recovery(history: History, bound_s: float) -> None:
         time.sleep(0.2)
 
 
-def _settle(admin: Admin, history: History, members: list[int]) -> None:
+def _settle(admin: Admin, history: History, members: list[int], timeout_s: float) -> None:
     """Until every partition (the topic's and the offsets topic's) has a leader and no follower lags."""
-    deadline = time.monotonic() + _SETTLE_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     last = ""
     for _ in range(10_000):
         try:
@@ -226,7 +231,7 @@ def _settle(admin: Admin, history: History, members: list[int]) -> None:
         if time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    history.record("runner", "info", "settle", error=f"not settled in {_SETTLE_TIMEOUT_S}s: {last}")
+    history.record("runner", "info", "settle", error=f"not settled in {timeout_s}s: {last}")
 
 
 def _final_read(bootstrap: str, admin: Admin, history: History, partitions: int) -> None:
@@ -242,13 +247,16 @@ def _final_read(bootstrap: str, admin: Admin, history: History, partitions: int)
     with Consumer(bootstrap, auto_offset_reset="earliest", request_timeout_s=10) as consumer:
         consumer.assign([(TOPIC, p) for p in range(partitions)], start="earliest")
         positions = dict.fromkeys(range(partitions), 0)
+        last_error = ""
         for _ in range(100_000):
             if all(positions[p] >= ends.get(p, 0) for p in positions) or time.monotonic() > deadline:
                 break
             try:
                 records = consumer.poll(timeout_s=0.5, max_records=5_000)
             except MultiraftError as exc:
-                history.record("final", "info", "poll", error=repr(exc))
+                if repr(exc) != last_error:  # the same error again and again is recorded once
+                    last_error = repr(exc)
+                    history.record("final", "info", "poll", error=last_error)
                 time.sleep(0.2)
                 continue
             for record in records:
@@ -258,9 +266,14 @@ def _final_read(bootstrap: str, admin: Admin, history: History, partitions: int)
                 positions[record.partition] = max(positions[record.partition], record.offset + 1)
     short = {p: (positions[p], ends.get(p, 0)) for p in positions if positions[p] < ends.get(p, 0)}
     if short:
-        history.record("final", "fail", "final-read", error=f"read up to (position, end): {short}", rows=rows)
+        error = f"read up to (position, end): {short}; last error: {last_error or 'none'}"
+        history.record("final", "fail", "final-read", error=error, rows=rows, positions=_by_name(positions))
     else:
-        history.record("final", "ok", "final-read", rows=rows, ends={str(p): e for p, e in ends.items()})
+        history.record("final", "ok", "final-read", rows=rows, positions=_by_name(positions))
+
+
+def _by_name(positions: dict[int, int]) -> dict[str, int]:
+    return {str(p): n for p, n in positions.items()}
 
 
 def _compare_replicas(cluster: ClusterInfo, history: History) -> None:
