@@ -50,6 +50,8 @@ class CheckResult:
     recovery_bound_s: float = 60.0
     faults: collections.Counter[str] = field(default_factory=collections.Counter)
     client_crashes: int = 0
+    stalled_drains: int = 0
+    """Churn whose drained node still held replicas when the bound ran out (it could not be removed)."""
     read_up_to: dict[int, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)
 
@@ -68,6 +70,7 @@ class CheckResult:
                 ("offset_regressions", self.offset_regressions),
                 ("divergent_replicas", self.divergent_replicas),
                 ("client_crashes", self.client_crashes),
+                ("stalled_drains", self.stalled_drains),
             )
             if count
         }
@@ -103,6 +106,9 @@ def check(events: Iterable[Event], *, recovery_bound_s: float = 60.0) -> CheckRe
     for event in history:
         if event.f == "crash":
             result._example("client_crashes", f"{event.process}: {event.value.get('error')}")
+        elif event.f == "drain" and event.type == "info":
+            result.stalled_drains += 1
+            result._example("stalled_drains", f"node {event.value.get('node')}: {event.value.get('error')}")
     result.faults.update(str(e.value["kind"]) for e in history if e.f == "fault" and e.type == "ok")
 
     sent = {str(e.value["value"]): e for e in history if e.f == "send" and e.type == "invoke"}

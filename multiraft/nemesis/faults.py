@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import signal
 import time
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ FAULT_KINDS = (
     "churn",
 )
 _RESTART_TIMEOUT_S = 60.0
+_VALUE = re.compile(rb"producer-[0-9]+:[0-9]+")
 
 
 @dataclass
@@ -367,15 +369,14 @@ def _runs(pid: int, config_path: Path) -> bool:
 
 
 def _value_at(content: bytes, start: int) -> bytes:
-    """The whole value (``producer-N:M``) that starts at ``start``."""
-    end = start
-    while end < len(content) and end - start < 64 and _continues(content, end):
-        end += 1
-    return content[start:end]
+    """The whole value (``producer-N:M``) that starts at ``start`` (its key may follow it at once)."""
+    match = _VALUE.match(content, start)
+    return match.group(0) if match else content[start : start + len(b"producer-")]
 
 
 def _continues(content: bytes, at: int) -> bool:
-    return at < len(content) and (chr(content[at]).isalnum() or content[at] in b"-:")
+    """Whether a value's digits go on at ``at`` (``producer-0:12`` is a prefix of ``producer-0:123``)."""
+    return at < len(content) and content[at] in b"0123456789"
 
 
 def _find_all(content: bytes, needle: bytes, *, limit: int) -> list[int]:

@@ -47,7 +47,8 @@ _DISK_BYTES = 48 << 20
 class RunSettings:
     seed: int
     duration_s: float = 10.0
-    """How long faults are injected (the run takes longer: start, heal, final read, comparison)."""
+    """How long faults are injected, at least one of each kind (the run takes longer: start, heal, final
+    read, comparison)."""
     faults: tuple[str, ...] = FAULT_KINDS
     nodes: int = 3
     partitions: int = 3
@@ -178,13 +179,13 @@ def _run(
 
 
 def _schedule(settings: RunSettings, nemesis: Nemesis, rng: random.Random, faults: list[str]) -> None:
-    """Quiet, inject, hold, heal, until the duration ends; the kinds are dealt from shuffled decks so that
-    every kind named comes up once before any comes up twice."""
+    """Quiet, inject, hold, heal, until the duration ends and every kind has come up once; the kinds are
+    dealt from shuffled decks, so every kind comes up once before any comes up twice."""
     deadline = time.monotonic() + settings.duration_s
     deck: list[str] = []
-    for _ in range(10_000):
+    for dealt in range(10_000):
         time.sleep(rng.uniform(*settings.quiet_s))
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline and dealt >= len(faults):
             return
         if not deck:
             deck = rng.sample(faults, len(faults))
