@@ -67,3 +67,45 @@ def test_an_unreadable_cuts_file_leaves_the_cuts_as_they_were(tmp_path: Path, te
     (tmp_path / CUTS_FILE).write_text(text)
     isolation.reload()
     assert isolation.cuts(2, outgoing=True)
+
+
+def test_a_cut_peer_request_is_lost_in_either_direction_and_answered_again_once_healed() -> None:
+    import asyncio
+
+    from multiraft.node.transport import PeerTransport
+
+    cuts: dict[str, set[tuple[int, bool]]] = {"one": set(), "two": set()}
+
+    async def answer(from_node: int, kind: int, body: bytes) -> tuple[int, bytes]:
+        return 0, b"pong"
+
+    def transport(node_id: int, name: str) -> PeerTransport:
+        peer = PeerTransport(
+            node_id=node_id, cluster_id="t", listen="127.0.0.1:0", deliver=lambda *_: None,
+            on_unreachable=lambda _: None, handle_request=answer,
+        )  # fmt: skip
+        peer.drop_request = lambda node, outgoing: (node, outgoing) in cuts[name]
+        return peer
+
+    async def scenario() -> list[str]:
+        one, two = transport(1, "one"), transport(2, "two")
+        await one.start()
+        await two.start()
+        one.set_peer(2, f"127.0.0.1:{two.port}")
+        two.set_peer(1, f"127.0.0.1:{one.port}")
+        outcomes = []
+        try:
+            for cut in [set(), {("one", (2, True))}, {("two", (1, False))}, {("two", (1, True))},
+                        {("one", (2, False))}, set()]:  # fmt: skip
+                cuts["one"] = {c for side, c in cut if side == "one"}
+                cuts["two"] = {c for side, c in cut if side == "two"}
+                try:
+                    outcomes.append((await one.call(2, 1, b"ping", timeout_s=0.5))[1].decode())
+                except TimeoutError:
+                    outcomes.append("lost")
+        finally:
+            await one.stop()
+            await two.stop()
+        return outcomes
+
+    assert asyncio.run(scenario()) == ["pong", "lost", "lost", "lost", "lost", "pong"]
