@@ -57,6 +57,6 @@ def nemesis(
     for kind, reason in summary.skipped.items():
         console.print(f"skipped {kind}: {reason}")
     if markdown:
-        console.print(summary_markdown(summary), markup=False, highlight=False)
+        typer.echo(summary_markdown(summary))  # unwrapped, to paste into docs/reliability.md
     if summary.failed_runs:
         raise typer.Exit(1)
