@@ -88,6 +88,8 @@ class MemberList:
         self._queues: list[asyncio.Queue[MemberEvent]] = []
         self._leave_done: asyncio.Event | None = None
         self._log = _log.bind(node_id=meta.node_id)
+        # Test hook for network cuts: (peer gossip address, outgoing) -> drop that datagram or push-pull.
+        self.drop_packet: Callable[[str, bool], bool] | None = None
 
     # Lifecycle
 
@@ -270,6 +272,8 @@ class MemberList:
         core = self._core
         if core is None or self._phase is not _Phase.RUNNING:
             return
+        if self.drop_packet is not None and self.drop_packet(src_addr, False):
+            return
         try:
             core.receive(self._event_loop().time(), src_addr, data)
         except Exception:
@@ -300,6 +304,8 @@ class MemberList:
         try:
             request = core.push_pull_request(join=join)
             self._pump()
+            if self.drop_packet and self.drop_packet(addr, True):
+                raise TransportError(f"push-pull to {addr} cut (test hook)")
             reply = await self._transport.exchange(addr, request, self._config.tcp_timeout)
         except (TransportError, MembershipCodecError) as exc:
             self._counters.push_pull_failures += 1
@@ -334,7 +340,8 @@ class MemberList:
         if core is None or self._phase is not _Phase.RUNNING:
             return
         for addr, data in core.take_packets():
-            self._transport.send_packet(addr, data)
+            if not (self.drop_packet and self.drop_packet(addr, True)):
+                self._transport.send_packet(addr, data)
         for addr in core.take_push_pulls():
             self._spawn(self._push_pull(addr, join=False))
         for event in core.take_events():

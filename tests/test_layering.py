@@ -71,6 +71,18 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "storage",
     ),
     "multiraft.client": ("storage",),
+    # The nemesis drives clusters from outside, as a user would: the public client API and the launcher
+    # (it reads stopped nodes' log stores offline with storage), never the node runtime.
+    "multiraft.nemesis": (
+        "multiraft.node",
+        "multiraft.controller",
+        "multiraft.raft",
+        "rpc",
+        "membership",
+        "spark_connector",
+        "tests",
+        "benchmarks",
+    ),
     "spark_connector": ("multiraft.", "storage", "rpc.", "membership", "tests", "benchmarks"),
 }
 # Exceptions to a forbidden prefix for a layer: the connector may use the public client API only.
@@ -81,6 +93,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # The client shares the record-batch format with storage and uses none of the engine (light to import).
     "rpc.client": ("storage.batch", "storage.errors"),
     "multiraft.client": ("storage.batch", "storage.errors"),
+    # The debug switch's module defines the cuts file the nemesis writes.
+    "multiraft.nemesis": ("multiraft.node.debug",),
 }
 
 

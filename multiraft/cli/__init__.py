@@ -16,6 +16,7 @@ from multiraft import __version__
 from multiraft.cli._bench import bench_app
 from multiraft.cli._common import state
 from multiraft.cli._consume import consume
+from multiraft.cli._nemesis import nemesis
 from multiraft.cli._options import describe_error
 from multiraft.cli._produce import produce
 from multiraft.cli._status import status
@@ -39,6 +40,7 @@ app.command("status")(status)
 app.add_typer(storage_app, name="storage")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(bench_app, name="bench")
+app.command("nemesis")(nemesis)
 
 
 def _version(value: bool) -> None:

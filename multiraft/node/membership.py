@@ -69,6 +69,10 @@ class NodeMembership:
         self.joined = asyncio.Event()
         self._join_task: asyncio.Task[None] | None = None
 
+    def cut_gossip(self, drop: Callable[[str, bool], bool]) -> None:
+        """Debug network cuts (:mod:`multiraft.node.debug`): drop gossip with some addresses."""
+        self._members.drop_packet = drop
+
     async def start(self) -> None:
         self._members.subscribe(self._handle)
         await self._members.start()

@@ -35,7 +35,7 @@ from multiraft.logging import get_logger
 from multiraft.node.capacity import CapacityMonitor, NodeCapacity, RoomLedger
 from multiraft.node.catchup import CatchupManager
 from multiraft.node.controller_client import RemoteController
-from multiraft.node.debug import DEBUG_GC_MS, DEBUG_ISOLATION, Isolation, record_gc_pauses
+from multiraft.node.debug import CUTS_FILE, DEBUG_GC_MS, DEBUG_ISOLATION, Isolation, record_gc_pauses
 from multiraft.node.directory import Directory
 from multiraft.node.leader_broadcast import LeaderBroadcaster
 from multiraft.node.membership import NodeMembership
@@ -176,8 +176,8 @@ class Node(LoopOwned):
         self.owner.bind()
         self.client_port = client_port
         if os.environ.get(DEBUG_ISOLATION) == "1":
-            self._isolation = Isolation(self.node_id)
-            loop.add_signal_handler(signal.SIGUSR1, self._isolation.toggle)
+            self._isolation = Isolation(self.node_id, Path(self.config.data_dir) / CUTS_FILE)
+            loop.add_signal_handler(signal.SIGUSR1, self._isolation.reload)
         config = self.config
         directory = self.directory
         transport = self._transport = PeerTransport(
@@ -190,6 +190,8 @@ class Node(LoopOwned):
             max_frame_bytes=config.max_frame_bytes,
             heartbeat_interval_s=config.heartbeat_interval_s,
         )
+        if self._isolation is not None:
+            transport.drop_request = self._isolation.drop_request
         await transport.start()
         self.peer_port = transport.port
         for node_id, address in config.initial_members().items():
@@ -313,6 +315,8 @@ class Node(LoopOwned):
             peer_address=self.advertised_peer(),
             on_event=self._on_member_event,
         )
+        if self._isolation is not None:
+            self.membership.cut_gossip(self._isolation.drop_packet)
         await self.membership.start()
         self._tasks = [
             loop.create_task(self._register(controller)),
@@ -424,13 +428,13 @@ class Node(LoopOwned):
         transport = self._transport
         if transport is None:
             return
-        if self._isolation is not None and self._isolation.drop(batches.values(), outgoing=True):
-            return
+        if self._isolation is not None:
+            batches = self._isolation.keep_outgoing(batches)
         for to_node, messages in batches.items():
             transport.send(to_node, messages)
 
     def _deliver(self, from_node: int, messages: list[tuple[int, raft.Message]]) -> None:
-        if self._isolation is not None and self._isolation.drop((messages,), outgoing=False):
+        if self._isolation is not None and self._isolation.drop_incoming(from_node, messages):
             return
         scheduler = self._scheduler
         assert scheduler is not None

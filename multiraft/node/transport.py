@@ -135,6 +135,8 @@ class PeerTransport:
         self._closed = False
         self.stats = TransportStats()
         self.port = 0
+        # Debug network cuts (multiraft.node.debug): (peer, outgoing) -> drop this REQUEST or RESPONSE.
+        self.drop_request: Callable[[int, bool], bool] | None = None
 
     # ------------------------------------------------------------------------------------------- lifecycle
 
@@ -515,7 +517,8 @@ class PeerTransport:
                 CALL_HEAD.size + len(body),
                 0,
             )
-            if not self._write_frames(to_node, [request]):
+            cut = self.drop_request is not None and self.drop_request(to_node, True)
+            if not cut and not self._write_frames(to_node, [request]):  # a cut request times out, as if lost
                 raise ConnectionError(f"node {to_node} is unreachable")
             return await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
         finally:
@@ -526,12 +529,14 @@ class PeerTransport:
         if len(body) < CALL_HEAD.size or self._handle_request is None:
             return
         call_id, kind = CALL_HEAD.unpack_from(body)
+        if self.drop_request is not None and self.drop_request(from_node, False):
+            return
         try:
             status, answer = await self._handle_request(from_node, kind, body[CALL_HEAD.size :])
         except Exception as exc:  # a failed handler answers with an error; the connection lives on
             log.warning("peer request failed", peer=from_node, kind=kind, error=repr(exc))
             status, answer = 255, repr(exc).encode()
-        if writer.is_closing():
+        if writer.is_closing() or (self.drop_request is not None and self.drop_request(from_node, True)):
             return
         if 1 + CALL_HEAD.size + len(answer) > self._max_frame:
             log.error("peer request answer too large for a frame", peer=from_node, kind=kind, bytes=len(answer))
@@ -544,6 +549,9 @@ class PeerTransport:
         if len(body) < CALL_HEAD.size:
             raise BadFrameError("short response")
         call_id, status = CALL_HEAD.unpack_from(body)
+        peer = self._call_peers.get(call_id)
+        if peer is not None and self.drop_request is not None and self.drop_request(peer, False):
+            return
         future = self._calls.get(call_id)
         if future is not None and not future.done():
             future.set_result((status, bytes(body[CALL_HEAD.size :])))

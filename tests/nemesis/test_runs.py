@@ -1,0 +1,96 @@
+"""Seeded nemesis runs against real 3-node clusters on 127.0.0.1, one short run per family of faults.
+
+Each run injects every kind of its family at least once (the kinds are dealt from a shuffled deck), heals,
+and checks its history: no acknowledged record lost, duplicated or reordered, nothing read that was not
+committed, no committed group offset going back, replicas byte-identical, writes acknowledged again after
+the heal. ``-m slow`` runs many longer seeded runs of every kind and prints the table of
+``docs/reliability.md`` (``multiraft nemesis --runs 100`` does the same from the command line).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from multiraft.nemesis import FAULT_KINDS, RunResult, RunSettings, run_once, summarize, summary_markdown
+from multiraft.nemesis.report import runs_table, summary_table
+from multiraft.nemesis.runner import disk_faults_possible
+
+pytestmark = pytest.mark.integration
+
+# Short and bounded for CI: a fault holds 1 to 2.5 s (several election timeouts of 250 to 500 ms).
+_CI = {"settle_timeout_s": 15.0, "drain_timeout_s": 20.0, "recovery_bound_s": 30.0}
+
+
+def _run(tmp_path: Path, seed: int, faults: tuple[str, ...], duration_s: float) -> RunResult:
+    result = run_once(RunSettings(seed, duration_s, faults, **_CI), tmp_path / f"run-{seed}")
+    assert set(result.check.faults) == set(faults) - set(result.skipped), f"not every kind ran: {result.check.faults}"
+    return result
+
+
+def _assert_valid(result: RunResult) -> None:
+    check = result.check
+    assert check.valid, f"seed {result.settings.seed}: {check.problems()}; history {result.history_path}"
+    assert check.acknowledged > 0 and check.read_back >= check.acknowledged
+
+
+def test_kills_of_one_node_a_minority_and_every_node_lose_no_acknowledged_record(tmp_path: Path) -> None:
+    _assert_valid(_run(tmp_path, 11, ("kill", "kill-minority", "power-loss"), 1.0))
+
+
+def test_pauses_of_leaders_and_followers_longer_than_an_election_timeout_lose_nothing(tmp_path: Path) -> None:
+    _assert_valid(_run(tmp_path, 12, ("pause-leader", "pause-follower"), 1.0))
+
+
+def test_partitions_of_every_shape_lose_nothing_and_reads_see_only_committed_records(tmp_path: Path) -> None:
+    _assert_valid(_run(tmp_path, 13, ("partition-halves", "partition-bridge", "partition-oneway"), 1.0))
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="finding (docs/reliability.md): draining a node stalls: moves of idle __consumer_offsets partitions "
+    "to the new node stay in phase 'adding' (learner never promoted), and with max_concurrent_moves of them "
+    "stuck no other replica moves, so the drained node cannot be removed",
+)
+def test_membership_churn_during_writes_loses_nothing_and_the_drained_node_is_removed(tmp_path: Path) -> None:
+    _assert_valid(_run(tmp_path, 15, ("churn",), 1.0))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a corrupted follower does not repair itself yet (issue 13's self-repairing replicas, the 'scrub' "
+    "work): a truncated data file keeps the node from starting, a flipped bit makes its reads fail",
+)
+def test_a_follower_whose_data_file_is_corrupted_while_stopped_repairs_itself(tmp_path: Path) -> None:
+    _assert_valid(_run(tmp_path, 14, ("corrupt-bitflip", "corrupt-truncate"), 1.0))
+
+
+@pytest.mark.skipif(disk_faults_possible() is not None, reason=f"{disk_faults_possible()}")
+@pytest.mark.xfail(
+    strict=False,
+    reason="finding (docs/reliability.md): a leader whose disk fills answers STORAGE_ERROR for a batch its "
+    "followers may already hold; the idempotent producer then reuses that batch's sequences, and the next "
+    "batches are acknowledged as duplicates of it and never written",
+)
+def test_a_full_disk_on_one_node_loses_no_acknowledged_record(tmp_path: Path) -> None:
+    _assert_valid(_run(tmp_path, 7, ("disk-full",), 1.0))
+
+
+@pytest.mark.slow
+def test_many_seeded_runs_of_every_fault_kind_find_no_anomaly(tmp_path: Path) -> None:
+    runs = int(os.environ.get("NEMESIS_RUNS", "100"))
+    duration_s = float(os.environ.get("NEMESIS_DURATION_S", "60"))
+    first = int(os.environ.get("NEMESIS_SEED", "1000"))
+    results = [
+        run_once(RunSettings(seed, duration_s, FAULT_KINDS), tmp_path / f"run-{seed}")
+        for seed in range(first, first + runs)
+    ]
+    console = Console(width=200)
+    console.print(runs_table(results))
+    summary = summarize(results)
+    console.print(summary_table(summary))
+    console.print(summary_markdown(summary), markup=False)
+    assert summary.failed_runs == 0, [r.check.problems() for r in results if not r.check.valid]
