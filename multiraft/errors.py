@@ -25,6 +25,7 @@ whichever side of the wire an error started on::
     ├── NodeHasReplicasError        a node still holds replicas (drain it before removing it)
     ├── AssignmentChangedError      a planned replica change lost a race with another change; plan again
     ├── RequestTimeoutError         the request did not complete within its deadline (outcome unknown)
+    ├── ResourceExhaustedError      a node-wide budget (in-flight bytes, calls) is used up; retry later
     ├── UnavailableError            the node or cluster cannot serve now; retry later
     │   └── ConnectionFailedError   the client could not reach any node
     ├── UnsupportedError            the node's version does not serve this method (UNIMPLEMENTED)
@@ -58,6 +59,7 @@ __all__ = [
     "NodeHasReplicasError",
     "AssignmentChangedError",
     "RequestTimeoutError",
+    "ResourceExhaustedError",
     "UnavailableError",
     "ConnectionFailedError",
     "UnsupportedError",
@@ -207,6 +209,14 @@ class AssignmentChangedError(MultiraftError):
 class RequestTimeoutError(MultiraftError):
     reason = "TIMEOUT"
     code = grpc.StatusCode.DEADLINE_EXCEEDED
+    retriable = True
+
+
+class ResourceExhaustedError(MultiraftError):
+    """A budget of the node (``field`` names its config key) is used up by other requests; retry later."""
+
+    reason = "RESOURCE_EXHAUSTED"
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
     retriable = True
 
 

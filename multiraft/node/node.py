@@ -183,6 +183,8 @@ class Node(LoopOwned):
             handle_request=self._serve_peer,
             max_frame_bytes=config.max_frame_bytes,
             heartbeat_interval_s=config.heartbeat_interval_s,
+            max_connections=config.max_peer_connections,
+            max_requests_per_connection=config.max_peer_requests_per_connection,
         )
         await transport.start()
         self.peer_port = transport.port
@@ -252,6 +254,8 @@ class Node(LoopOwned):
                     config.fetch_max_bytes,
                     config.fetch_max_wait_ms,
                     config.producer_id_block,
+                    fetch_max_bytes_limit=config.fetch_max_bytes_limit,
+                    max_inflight_produce_bytes=config.max_inflight_produce_bytes,
                 ),
                 directory,
                 directory,

@@ -79,6 +79,8 @@ class TransportStats:
     forged_messages: int = 0  # Raft messages whose sender is not the connection's node, dropped
     stranger_messages: int = 0  # Raft messages (heartbeats included) from a node not known as a peer, dropped
     connects: int = 0
+    refused_connections: int = 0  # closed on arrival: the listener held max_peer_connections
+    refused_requests: int = 0  # answered busy: the connection had max_peer_requests_per_connection in service
 
 
 def coalescible(message: Message) -> bool:
