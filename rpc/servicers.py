@@ -187,7 +187,7 @@ class LogServicer(pb_grpc.LogServicer):
             while (item := await queue.get()) is not None:
                 sequence, size, future = item
                 try:
-                    ack = await future
+                    response = _produce_response(sequence, await future)
                 except MultiraftError as exc:
                     yield pb.ProduceResponse(sequence=sequence, error=to_proto_error(exc))
                     continue
@@ -198,7 +198,7 @@ class LogServicer(pb_grpc.LogServicer):
                 finally:
                     in_flight.release()
                     budget.release(size)
-                yield _produce_response(sequence, ack)
+                yield response
             failure = reader.exception() if reader.done() and not reader.cancelled() else None
             if isinstance(failure, Exception) and not isinstance(failure, grpc.RpcError):
                 error = failure if isinstance(failure, MultiraftError) else _unexpected("ProduceStream", None, failure)
