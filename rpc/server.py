@@ -17,7 +17,7 @@ from grpc_reflection.v1alpha import reflection
 from multiraft.config import NodeConfig
 from multiraft.logging import get_logger
 from multiraft.node import Node, NodeServices
-from rpc.limits import RequestLimits
+from rpc.limits import RequestLimits, UndecodableRequests
 from rpc.proto import multiraft_pb2, multiraft_pb2_grpc
 from rpc.servicers import AdminServicer, LogServicer
 
@@ -54,6 +54,7 @@ class GrpcFrontDoor:
                 ("grpc.max_allowed_incoming_connections", config.max_client_connections),
             ],
             maximum_concurrent_rpcs=config.max_concurrent_rpcs,
+            interceptors=[UndecodableRequests()],
         )
         self._limits = RequestLimits(
             config.max_request_items, config.max_request_string_chars, config.max_stream_inflight_bytes

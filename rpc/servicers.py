@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 from multiraft.errors import InvalidArgumentError, MultiraftError
 from multiraft.logging import get_logger
 from multiraft.node.offsets import CommittedOffset
-from rpc.limits import RequestLimits, check_request
+from rpc.limits import RequestLimits, Undecodable, check_request
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import to_proto_error, to_status
@@ -167,6 +167,8 @@ class LogServicer(pb_grpc.LogServicer):
         async def read() -> None:
             try:
                 async for request in request_iterator:
+                    if _undecodable(request):  # no sequence to answer it by: the stream ends, INVALID_ARGUMENT
+                        check_request(request, self._limits)
                     size = len(request.batch)
                     await in_flight.acquire()
                     await budget.acquire(size)
@@ -219,10 +221,9 @@ class LogServicer(pb_grpc.LogServicer):
             ):
                 yield _fetch_response(request.topic, request.partition, result)
         except MultiraftError as exc:
-            yield pb.FetchResponse(topic=request.topic, partition=request.partition, error=to_proto_error(exc))
+            yield _subscribe_error(request, exc)
         except Exception as exc:
-            error = _unexpected("Subscribe", request, exc)
-            yield pb.FetchResponse(topic=request.topic, partition=request.partition, error=to_proto_error(error))
+            yield _subscribe_error(request, _unexpected("Subscribe", request, exc))
 
     @_mapped
     async def InitProducer(  # noqa: N802
@@ -258,6 +259,16 @@ class LogServicer(pb_grpc.LogServicer):
                 for o in found
             ]
         )
+
+
+def _undecodable(request: object) -> bool:
+    return isinstance(request, Undecodable)
+
+
+def _subscribe_error(request: pb.SubscribeRequest | Undecodable, error: MultiraftError) -> pb.FetchResponse:
+    if isinstance(request, Undecodable):
+        return pb.FetchResponse(error=to_proto_error(error))
+    return pb.FetchResponse(topic=request.topic, partition=request.partition, error=to_proto_error(error))
 
 
 def _produce_response(sequence: int, ack: ProduceAck) -> pb.ProduceResponse:
