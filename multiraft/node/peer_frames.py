@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ __all__ = [
     "HEARTBEAT",
     "HEARTBEAT_RESPONSE",
     "HEARTBEAT_QUIESCE",
+    "write_response",
 ]
 
 PROTOCOL_VERSION = 2  # 2: HEARTBEATS frames
@@ -115,3 +117,12 @@ def check_ranges(message: Message) -> None:
 
 class BadFrameError(Exception):
     """A received frame is malformed: its connection is closed."""
+
+
+def write_response(writer: asyncio.StreamWriter, request: bytes, status: int, answer: bytes) -> None:
+    """Answer the REQUEST frame body ``request`` on ``writer`` (unless it is closing or the request is short)."""
+    if len(request) < CALL_HEAD.size or writer.is_closing():
+        return
+    call_id, _ = CALL_HEAD.unpack_from(request)
+    head = CALL_HEAD.pack(call_id, status)
+    writer.writelines([FRAME_HEAD.pack(1 + len(head) + len(answer), FrameType.RESPONSE), head, answer])

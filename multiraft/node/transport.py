@@ -64,6 +64,7 @@ from multiraft.node.peer_frames import (
     TransportStats,
     check_ranges,
     coalescible,
+    write_response,
 )
 from multiraft.raft import DecodeError, Message, MessageType, decode_message, encode_message_buffers
 
@@ -431,7 +432,7 @@ class PeerTransport:
         elif frame_type == FrameType.REQUEST:
             if len(serving) >= self._max_requests:  # answered at once: tasks never pile up behind a flood
                 self.stats.refused_requests += 1
-                self._answer(writer, body, _STATUS_BUSY, b"busy: max_peer_requests_per_connection in service")
+                write_response(writer, body, _STATUS_BUSY, b"busy: max_peer_requests_per_connection in service")
                 return
             task = self._spawn(self._serve_request(from_node, body, writer))
             serving.add(task)
@@ -569,15 +570,7 @@ class PeerTransport:
             log.error("peer request answer too large for a frame", peer=from_node, kind=kind, bytes=len(answer))
             status = 255
             answer = f"the answer of {len(answer)} bytes exceeds max_frame_bytes ({self._max_frame})".encode()
-        self._answer(writer, body, status, answer)
-
-    @staticmethod
-    def _answer(writer: asyncio.StreamWriter, request: bytes, status: int, answer: bytes) -> None:
-        if len(request) < CALL_HEAD.size or writer.is_closing():
-            return
-        call_id, _ = CALL_HEAD.unpack_from(request)
-        head = CALL_HEAD.pack(call_id, status)
-        writer.writelines([FRAME_HEAD.pack(1 + len(head) + len(answer), FrameType.RESPONSE), head, answer])
+        write_response(writer, body, status, answer)
 
     def _complete_call(self, body: bytes) -> None:
         if len(body) < CALL_HEAD.size:
