@@ -15,6 +15,7 @@ import grpc
 import pytest
 
 from multiraft.config import NodeConfig
+from multiraft.errors import ResourceExhaustedError
 from multiraft.node.services import FetchResult
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
@@ -118,16 +119,16 @@ def test_a_request_above_max_request_bytes_is_refused_resource_exhausted_before_
 
 
 def test_calls_beyond_max_concurrent_rpcs_are_refused_resource_exhausted_and_the_rest_go_on(tmp_path: Path) -> None:
-    async def scenario(channel: grpc.aio.Channel) -> tuple[grpc.StatusCode, int]:
+    async def scenario(channel: grpc.aio.Channel) -> tuple[grpc.aio.AioRpcError, int]:
         stub = pb_grpc.LogStub(channel)
         streams = [stub.Subscribe(pb.SubscribeRequest(topic="t"), timeout=20) for _ in range(2)]
         for stream in streams:
             await stream.read()  # each is being served
         try:
             await stub.InitProducer(pb.InitProducerRequest(), timeout=10)
-            code = grpc.StatusCode.OK
+            raise AssertionError("a third call was served")
         except grpc.aio.AioRpcError as exc:
-            code = exc.code()
+            refused = exc
         streams[0].cancel()
         for _ in range(100):  # the server notices the cancel
             try:
@@ -136,8 +137,10 @@ def test_calls_beyond_max_concurrent_rpcs_are_refused_resource_exhausted_and_the
             except grpc.aio.AioRpcError:
                 await asyncio.sleep(0.05)
         streams[1].cancel()
-        return code, answer.producer_id
+        return refused, answer.producer_id
 
-    code, producer_id = _front_door(tmp_path, scenario, max_concurrent_rpcs=2)
-    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    refused, producer_id = _front_door(tmp_path, scenario, max_concurrent_rpcs=2)
+    assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    error = from_rpc_error(refused)
+    assert isinstance(error, ResourceExhaustedError) and error.retriable, "the client retries later"
     assert producer_id == 17
