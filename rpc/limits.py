@@ -23,7 +23,6 @@ from multiraft.errors import InvalidArgumentError
 __all__ = ["RequestLimits", "check_request", "Undecodable", "UndecodableRequests"]
 
 _STRING = FieldDescriptor.TYPE_STRING
-_MESSAGE = FieldDescriptor.TYPE_MESSAGE
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +39,7 @@ def check_request(request: Message, limits: RequestLimits) -> None:
     ``request`` that holds too many items or too long a string, or for a request that did not parse."""
     if isinstance(request, Undecodable):
         raise InvalidArgumentError(f"the request does not parse: {request.reason}", field="request")
-    _check(request, limits, "")
+    _check(request, _plan(request.DESCRIPTOR), limits, "")
 
 
 class Undecodable:
@@ -78,38 +77,66 @@ def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return tolerant
 
 
-def _check(message: Message, limits: RequestLimits, prefix: str) -> None:
-    for descriptor, value in message.ListFields():
-        name = prefix + descriptor.name
-        if descriptor.is_repeated:
-            if len(value) > limits.max_request_items:
-                raise InvalidArgumentError(
-                    f"{name} has {len(value)} items, above max_request_items ({limits.max_request_items})",
-                    field=name,
-                )
-            if descriptor.message_type is not None and descriptor.message_type.GetOptions().map_entry:
-                for key, item in value.items():
-                    _check_scalar(key, limits, name)
-                    _check_item(descriptor.message_type.fields_by_name["value"], item, limits, name)
-            elif descriptor.type in (_MESSAGE, _STRING):
-                for item in value:
-                    _check_item(descriptor, item, limits, name)
-        else:
-            _check_item(descriptor, value, limits, name)
+# What to look at in a message type: (field name, kind, plan of its message type if it has one)
+_Plan = list[tuple[str, int, "_Plan | None"]]
+_TEXT, _TEXTS, _ITEMS, _MAP, _CHILD, _CHILDREN = range(6)
+_plans: dict[str, _Plan] = {}
 
 
-def _check_item(descriptor: FieldDescriptor, value: object, limits: RequestLimits, name: str) -> None:
-    if descriptor.type == _MESSAGE:
-        assert isinstance(value, Message)
-        _check(value, limits, name + ".")
-    elif descriptor.type == _STRING:
-        _check_scalar(value, limits, name)
+def _plan(descriptor: Any) -> _Plan:
+    """The fields of a message type that a limit applies to, worked out once per type (a request's check
+    is then a few attribute reads, not a walk of the descriptor)."""
+    plan = _plans.get(descriptor.full_name)
+    if plan is not None:
+        return plan
+    plan = _plans[descriptor.full_name] = []
+    for field in descriptor.fields:
+        message = field.message_type
+        if field.is_repeated:
+            if message is not None and message.GetOptions().map_entry:
+                plan.append((field.name, _MAP, None))
+            elif message is not None:
+                plan.append((field.name, _CHILDREN, _plan(message)))
+            else:
+                plan.append((field.name, _TEXTS if field.type == _STRING else _ITEMS, None))
+        elif message is not None:
+            plan.append((field.name, _CHILD, _plan(message)))
+        elif field.type == _STRING:
+            plan.append((field.name, _TEXT, None))
+    return plan
 
 
-def _check_scalar(value: object, limits: RequestLimits, name: str) -> None:
-    if isinstance(value, str) and len(value) > limits.max_request_string_chars:
-        raise InvalidArgumentError(
-            f"{name} is {len(value)} characters long, above max_request_string_chars "
-            f"({limits.max_request_string_chars})",
-            field=name,
-        )
+def _check(message: Message, plan: _Plan, limits: RequestLimits, prefix: str) -> None:
+    most, longest = limits.max_request_items, limits.max_request_string_chars
+    for name, kind, child in plan:
+        value: Any = getattr(message, name)
+        if kind == _TEXT:
+            if len(value) > longest:
+                _too_long(prefix + name, len(value), limits)
+            continue
+        if kind == _CHILD:
+            if message.HasField(name):
+                _check(value, child or [], limits, prefix + name + ".")
+            continue
+        if len(value) > most:
+            raise InvalidArgumentError(
+                f"{prefix}{name} has {len(value)} items, above max_request_items ({most})", field=prefix + name
+            )
+        if kind == _TEXTS:
+            if value and max(map(len, value)) > longest:
+                _too_long(prefix + name, max(map(len, value)), limits)
+        elif kind == _MAP:
+            if value and max(len(k) for k in value) > longest:
+                _too_long(prefix + name, max(len(k) for k in value), limits)
+            if value and max(len(v) for v in value.values()) > longest:
+                _too_long(prefix + name, max(len(v) for v in value.values()), limits)
+        elif kind == _CHILDREN:
+            for item in value:
+                _check(item, child or [], limits, prefix + name + ".")
+
+
+def _too_long(name: str, length: int, limits: RequestLimits) -> None:
+    raise InvalidArgumentError(
+        f"{name} is {length} characters long, above max_request_string_chars ({limits.max_request_string_chars})",
+        field=name,
+    )
