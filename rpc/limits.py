@@ -94,7 +94,8 @@ def _plan(descriptor: Any) -> _Plan:
         message = field.message_type
         if field.is_repeated:
             if message is not None and message.GetOptions().map_entry:
-                plan.append((field.name, _MAP, None))
+                texts = all(message.fields_by_name[part].type == _STRING for part in ("key", "value"))
+                plan.append((field.name, _MAP if texts else _ITEMS, None))  # only map<string, string> today
             elif message is not None:
                 plan.append((field.name, _CHILDREN, _plan(message)))
             else:
