@@ -34,7 +34,9 @@ class Waiting(FaultyServices):
         await asyncio.Event().wait()
 
 
-def _front_door(tmp_path: Path, scenario: Callable[[grpc.aio.Channel], Coroutine[Any, Any, Any]], **keys: Any) -> Any:
+def _front_door(
+    tmp_path: Path, scenario: Callable[[grpc.aio.Channel, str], Coroutine[Any, Any, Any]], **keys: Any
+) -> Any:
     config = replace(NodeConfig(node_id=1, data_dir=str(tmp_path), client_address="127.0.0.1:0"), **keys).validate()
     services = Waiting()
 
@@ -45,7 +47,7 @@ def _front_door(tmp_path: Path, scenario: Callable[[grpc.aio.Channel], Coroutine
             async with grpc.aio.insecure_channel(
                 f"127.0.0.1:{door.port}", options=[("grpc.max_send_message_length", -1)]
             ) as channel:
-                return await scenario(channel)
+                return await scenario(channel, f"127.0.0.1:{door.port}")
         finally:
             await door.stop()
 
@@ -66,7 +68,7 @@ def _front_door(tmp_path: Path, scenario: Callable[[grpc.aio.Channel], Coroutine
 def test_request_bytes_that_do_not_parse_are_an_invalid_argument_naming_the_request(
     tmp_path: Path, method: str
 ) -> None:
-    async def scenario(channel: grpc.aio.Channel) -> tuple[grpc.aio.AioRpcError, bytes]:
+    async def scenario(channel: grpc.aio.Channel, address: str) -> tuple[grpc.aio.AioRpcError, bytes]:
         call = channel.unary_unary(method)
         try:
             await call(CORRUPT, timeout=10)
@@ -85,7 +87,7 @@ def test_request_bytes_that_do_not_parse_are_an_invalid_argument_naming_the_requ
 
 
 def test_streams_given_bytes_that_do_not_parse_end_with_invalid_argument(tmp_path: Path) -> None:
-    async def scenario(channel: grpc.aio.Channel) -> tuple[Any, list[bytes]]:
+    async def scenario(channel: grpc.aio.Channel, address: str) -> tuple[Any, list[bytes]]:
         produce = channel.stream_stream("/multiraft.v1.Log/ProduceStream")
         good = pb.ProduceRequest(topic="t", batch=b"b").SerializeToString()
         answers: list[bytes] = []
@@ -106,7 +108,7 @@ def test_streams_given_bytes_that_do_not_parse_end_with_invalid_argument(tmp_pat
 
 
 def test_a_request_above_max_request_bytes_is_refused_resource_exhausted_before_parsing(tmp_path: Path) -> None:
-    async def scenario(channel: grpc.aio.Channel) -> grpc.StatusCode:
+    async def scenario(channel: grpc.aio.Channel, address: str) -> grpc.StatusCode:
         stub = pb_grpc.LogStub(channel)
         try:
             await stub.Produce(pb.ProduceRequest(topic="t", batch=b"x" * (2 << 20)), timeout=10)
@@ -119,7 +121,7 @@ def test_a_request_above_max_request_bytes_is_refused_resource_exhausted_before_
 
 
 def test_calls_beyond_max_concurrent_rpcs_are_refused_resource_exhausted_and_the_rest_go_on(tmp_path: Path) -> None:
-    async def scenario(channel: grpc.aio.Channel) -> tuple[grpc.aio.AioRpcError, int]:
+    async def scenario(channel: grpc.aio.Channel, address: str) -> tuple[grpc.aio.AioRpcError, int]:
         stub = pb_grpc.LogStub(channel)
         streams = [stub.Subscribe(pb.SubscribeRequest(topic="t"), timeout=20) for _ in range(2)]
         for stream in streams:
@@ -143,4 +145,23 @@ def test_calls_beyond_max_concurrent_rpcs_are_refused_resource_exhausted_and_the
     assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     error = from_rpc_error(refused)
     assert isinstance(error, ResourceExhaustedError) and error.retriable, "the client retries later"
+    assert producer_id == 17
+
+
+def test_client_connections_beyond_max_client_connections_are_closed_and_the_first_goes_on(tmp_path: Path) -> None:
+    async def scenario(channel: grpc.aio.Channel, address: str) -> tuple[grpc.StatusCode, int]:
+        stub = pb_grpc.LogStub(channel)
+        await stub.InitProducer(pb.InitProducerRequest(), timeout=10)  # the one connection allowed
+        options = [("grpc.use_local_subchannel_pool", 1)]  # a connection of its own
+        async with grpc.aio.insecure_channel(address, options=options) as second:
+            try:
+                await pb_grpc.LogStub(second).InitProducer(pb.InitProducerRequest(), timeout=5)
+                code = grpc.StatusCode.OK
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+        answer = await stub.InitProducer(pb.InitProducerRequest(), timeout=10)
+        return code, answer.producer_id
+
+    code, producer_id = _front_door(tmp_path, scenario, max_client_connections=1)
+    assert code == grpc.StatusCode.UNAVAILABLE
     assert producer_id == 17
