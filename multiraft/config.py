@@ -204,16 +204,17 @@ class NodeConfig:
         "answers free room (back-pressure). Per connection, at most max_concurrent_streams times this.",
     )
     max_concurrent_streams: int = _setting(
-        100,
+        10_000,
         "streams",
         "Most concurrent calls (HTTP/2 streams) on one client connection (grpc.max_concurrent_streams); the "
-        "client waits for a free one.",
+        "client waits for a free one. A consumer holds one Subscribe stream per partition it reads from the "
+        "node, so this is at least max_topic_partitions.",
     )
     max_concurrent_rpcs: int = _setting(
-        10_000,
+        50_000,
         "calls",
         "Most calls the gRPC listener runs at once, streams included (grpc maximum_concurrent_rpcs); more are "
-        "answered RESOURCE_EXHAUSTED.",
+        "answered RESOURCE_EXHAUSTED, which clients retry.",
     )
     max_client_connections: int = _setting(
         1_024,
@@ -419,6 +420,12 @@ class NodeConfig:
                 "max_request_bytes",
                 f"must hold the largest batch: at least max_batch_bytes + 64 KiB ({needed}), "
                 f"got {self.max_request_bytes}",
+            )
+        if self.max_concurrent_streams < self.max_topic_partitions:
+            raise ConfigError(
+                "max_concurrent_streams",
+                f"must be at least max_topic_partitions ({self.max_topic_partitions}): a consumer reading every "
+                f"partition of a topic from one node holds a stream for each, got {self.max_concurrent_streams}",
             )
         for key in ("max_topic_partitions", "max_offsets_per_commit"):
             if self.max_request_items < getattr(self, key):

@@ -218,6 +218,7 @@ def test_check_request_refuses_exactly_the_requests_over_a_limit(items: int, cha
         ({"max_stream_inflight_bytes": 1024 * 1024}, "max_stream_inflight_bytes"),
         ({"max_peer_connections": 1}, "max_peer_connections"),
         ({"max_concurrent_rpcs": 0}, "max_concurrent_rpcs"),
+        ({"max_concurrent_streams": 100}, "max_concurrent_streams"),  # a consumer of a 4096-partition topic
         ({"max_request_string_chars": 100}, "max_request_string_chars"),  # below a group id's 255
     ],
 )
