@@ -229,10 +229,11 @@ class NodeConfig:
         "closed as they arrive.",
     )
     max_peer_requests_per_connection: int = _setting(
-        64,
+        256,
         "requests",
-        "Most node-to-node requests one peer connection may have in service at once; more are answered at once "
-        "with an error (the caller retries), never queued.",
+        "Most node-to-node requests one peer connection may have in service at once (offsets commits forwarded "
+        "to their leader, controller changes, status queries); more are answered at once with an error (the "
+        "caller retries), never queued.",
     )
     producer_id_block: int = _setting(
         1_000, "ids", "Producer ids a node reserves from the controller at a time for InitProducer."

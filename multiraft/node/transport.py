@@ -119,7 +119,7 @@ class PeerTransport:
         max_buffered_bytes: int = 64 * 1024 * 1024,
         heartbeat_interval_s: float | None = 0.1,
         max_connections: int = 256,
-        max_requests_per_connection: int = 64,
+        max_requests_per_connection: int = 256,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
