@@ -23,6 +23,7 @@ from multiraft.errors import InvalidArgumentError
 __all__ = ["RequestLimits", "check_request", "Undecodable", "UndecodableRequests"]
 
 _STRING = FieldDescriptor.TYPE_STRING
+_OUR_METHODS = "/multiraft."
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +59,8 @@ class UndecodableRequests(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any) -> Any:
         handler = await continuation(handler_call_details)
         deserialize = getattr(handler, "request_deserializer", None)
-        if deserialize is None:
-            return handler
+        if deserialize is None or not str(handler_call_details.method).startswith(_OUR_METHODS):
+            return handler  # health and reflection cannot take an Undecodable
         cached = self._wrapped.get(id(handler))
         if cached is None or cached[0] is not handler:
             cached = (handler, handler._replace(request_deserializer=_tolerant(deserialize)))
