@@ -207,7 +207,7 @@ class LogServicer(pb_grpc.LogServicer):
                 await context.abort_with_status(to_status(error))  # type: ignore[attr-defined]
         finally:
             reader.cancel()
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(Exception, asyncio.CancelledError):  # its failure was answered above
                 await reader
 
     async def Subscribe(  # noqa: N802
