@@ -24,8 +24,9 @@ within an election timeout. Heartbeats that carry a ReadIndex context, and their
 RAFT frames: a linearizable read waits for them.
 
 The peer listener holds at most ``max_peer_connections`` connections (more are closed as they arrive), and
-each connection at most ``max_peer_requests_per_connection`` REQUESTs in service (more are answered busy at
-once, never queued). A frame whose handling raises unexpectedly is dropped alone and logged.
+each connection at most ``max_peer_requests_per_connection`` REQUESTs, and ``max_frame_bytes`` of their bodies,
+in service (more are answered busy at once, never queued). A frame whose handling raises unexpectedly is
+dropped alone and logged.
 A connection that sends a malformed frame, a frame above ``max_frame_bytes``, a foreign cluster id or a term
 or index above ``MAX_TERM_OR_INDEX`` is closed and logged; nothing else is affected. A Raft message whose
 sender is not the node that said HELLO on its connection is dropped alone (counted in
@@ -77,6 +78,7 @@ _BACKOFF_MAX_S = 2.0
 _DIAL_TIMEOUT_S = 2.0
 _HELLO_TIMEOUT_S = 5.0
 _STATUS_BUSY = 255  # not a peer_messages status: the caller decodes it as UnavailableError, and retries
+_BUSY = b"busy: max_peer_requests_per_connection or max_frame_bytes of requests in service"
 
 
 class _Peer:
@@ -394,7 +396,7 @@ class PeerTransport:
         try:
             frame_type, body = await asyncio.wait_for(self._read_frame(reader), _HELLO_TIMEOUT_S)
             from_node = self._check_hello(frame_type, body)
-            serving: set[asyncio.Task[None]] = set()  # this connection's requests in service
+            serving: dict[asyncio.Task[None], int] = {}  # this connection's requests in service -> body bytes
             while True:
                 frame_type, body = await self._read_frame(reader)
                 try:
@@ -419,7 +421,7 @@ class PeerTransport:
             writer.close()
 
     def _handle_frame(
-        self, from_node: int, frame_type: int, body: bytes, writer: asyncio.StreamWriter, serving: set[Any]
+        self, from_node: int, frame_type: int, body: bytes, writer: asyncio.StreamWriter, serving: dict[Any, int]
     ) -> None:
         if frame_type == FrameType.RAFT:
             messages = self._decode_raft(from_node, body)
@@ -430,13 +432,15 @@ class PeerTransport:
             if heartbeats and self._known(from_node, heartbeats):
                 self._deliver(from_node, heartbeats)
         elif frame_type == FrameType.REQUEST:
-            if len(serving) >= self._max_requests:  # answered at once: tasks never pile up behind a flood
+            # Answered at once when the connection has enough in service: tasks and bodies never pile up
+            # behind a flood. One request of any size a frame holds is always served alone.
+            if len(serving) >= self._max_requests or (serving and sum(serving.values()) + len(body) > self._max_frame):
                 self.stats.refused_requests += 1
-                write_response(writer, body, _STATUS_BUSY, b"busy: max_peer_requests_per_connection in service")
+                write_response(writer, body, _STATUS_BUSY, _BUSY)
                 return
             task = self._spawn(self._serve_request(from_node, body, writer))
-            serving.add(task)
-            task.add_done_callback(serving.discard)
+            serving[task] = len(body)
+            task.add_done_callback(serving.pop)
         else:
             raise BadFrameError(f"unexpected frame type {frame_type}")
 

@@ -1,6 +1,7 @@
 """The peer listener's limits (issue 13): it holds at most ``max_connections`` connections, each connection
-at most ``max_requests_per_connection`` requests in service (more are answered busy at once, no task is
-started for them), and a frame whose handling raises is dropped alone while its connection goes on."""
+at most ``max_requests_per_connection`` requests and a frame's worth of their bodies in service (more are
+answered busy at once, no task is started for them), and a frame whose handling raises is dropped alone while
+its connection goes on."""
 
 from __future__ import annotations
 
@@ -117,6 +118,23 @@ def test_a_frame_whose_handling_raises_is_dropped_alone_and_its_connection_goes_
             await inbox.wait_for(1)
             assert [m.entries[0].payload for _, _, m in inbox.messages] == [b"second"]
             assert two.stats.bad_frames == 1
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_request_bodies_in_service_beyond_a_frame_s_worth_are_answered_busy_but_one_alone_is_served() -> None:
+    async def scenario() -> None:
+        async with _node(Inbox(), max_frame_bytes=4096) as (two, release):
+            reader, writer = await asyncio.open_connection("127.0.0.1", two.port)
+            body = b"x" * 1500
+            writer.write(_hello(5, "test") + b"".join(_request(i, body) for i in (1, 2, 3)))
+            busy = await _responses(reader, 1)  # two bodies fit in 4096 bytes, a third does not
+            assert list(busy) == [3] and busy[3][0] != 0
+            release.set()
+            assert set(await _responses(reader, 2)) == {1, 2}
+            writer.write(_request(4, b"y" * 4000))  # nothing else in service: served however large
+            assert await _responses(reader, 1) == {4: (0, b"served:" + b"y" * 4000)}
             writer.close()
 
     asyncio.run(scenario())
