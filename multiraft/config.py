@@ -232,8 +232,8 @@ class NodeConfig:
         256,
         "requests",
         "Most node-to-node requests one peer connection may have in service at once (offsets commits forwarded "
-        "to their leader, controller changes, status queries); more are answered at once with an error (the "
-        "caller retries), never queued.",
+        "to their leader, controller changes, status queries), holding at most max_frame_bytes of request "
+        "bodies; more are answered at once with an error (the caller retries), never queued.",
     )
     producer_id_block: int = _setting(
         1_000, "ids", "Producer ids a node reserves from the controller at a time for InitProducer."
