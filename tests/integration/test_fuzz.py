@@ -6,14 +6,18 @@ with a *precise* status (a multiraft reason and a gRPC code other than INTERNAL 
 node asked must still serve after each, the data committed before the fuzzing must read back unchanged after
 it, and every replica must hold the same bytes. ``test_every_rpc_is_fuzzed`` keeps the list complete.
 
-CI runs the derandomized ``ci`` profile (examples derive from each test's source); ``HYPOTHESIS_PROFILE=wide``
-runs a randomized search ten times as long. DrainNode is fuzzed only with ids that are not the cluster's (a
-drain cannot be undone); RemoveNode of a real node is refused while it holds replicas, as all three do here.
+CI runs the derandomized ``ci`` profile (examples derive from each test's source); ``-m slow`` (or
+``HYPOTHESIS_PROFILE=wide``) runs a randomized search ten times as long. DrainNode is fuzzed only with ids
+that are not the cluster's (a drain cannot be undone); RemoveNode of a real node is refused while it holds
+replicas, as all three do here.
 """
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -386,3 +390,12 @@ def test_drain_and_remove_answer_every_request_precisely(
 def test_every_rpc_is_fuzzed() -> None:
     methods = {m.name for service in pb.DESCRIPTOR.services_by_name.values() for m in service.methods}
     assert methods == FUZZED_RPCS
+
+
+@pytest.mark.slow
+def test_the_wide_search_runs_every_fuzzer_randomly_under_slow() -> None:
+    """``-m slow`` selects only slow tests: run this module's fuzzers again with the wide profile loaded."""
+    command = [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-m", "not slow"]
+    env = {**os.environ, "HYPOTHESIS_PROFILE": "wide"}
+    result = subprocess.run(command, env=env, timeout=3 * 3600, check=False, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-5_000:]
