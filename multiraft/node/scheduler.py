@@ -306,6 +306,8 @@ class Scheduler:
         # Without a sync nothing waits between the two kinds of messages: one batch, so one write per peer.
         self._send(readies, persisted=True, unpersisted=not must_sync)
         for group, ready in readies:
+            if groups.get(group.group_id) is not group:
+                continue  # removed by an entry applied earlier in this round (its topic deleted): its log is closed
             self._apply(group, ready)
             group.raw.advance(ready)
             self.touch(group)
