@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from multiraft.errors import NotLeaderError, RequestTimeoutError, ResourceExhaustedError
+from multiraft.errors import InvalidArgumentError, NotLeaderError, RequestTimeoutError, ResourceExhaustedError
 from multiraft.node.partition import ProduceResult
 from storage import ReadResult
 from tests.node._fakes import FakeLog, FakeStore, lead
@@ -85,3 +85,12 @@ def _capture_futures(store: FakeStore) -> list[asyncio.Future[ProduceResult]]:
 
     store.produce = capturing  # type: ignore[method-assign]
     return futures
+
+
+def test_a_time_lookup_before_the_epoch_is_refused_naming_timestamp_ms() -> None:
+    service, found, _, _ = data_service()
+    lead(found, "orders", 0, high_watermark=5, log=FakeLog(by_timestamp={-1: 0}))
+    with pytest.raises(InvalidArgumentError) as caught:
+        service.list_offset("orders", 0, "timestamp", -1)
+    assert caught.value.field == "timestamp_ms"
+    assert service.list_offset("orders", 0, "timestamp", 0) == -1

@@ -216,6 +216,10 @@ class DataService:
 
     def list_offset(self, topic: str, partition: int, spec: str, timestamp_ms: int = 0) -> int:
         """``earliest``, ``latest`` or ``timestamp`` (first offset at or after it, -1 if none), on the leader."""
+        if spec == "timestamp" and timestamp_ms < 0:  # Kafka's -1 and -2 are our LATEST and EARLIEST specs
+            raise InvalidArgumentError(
+                f"timestamp_ms must be >= 0 with spec TIMESTAMP, got {timestamp_ms}", field="timestamp_ms"
+            )
         view = self._leaders.leader_view(topic, partition)
         if spec == "earliest":
             return view.log_start_offset
