@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from multiraft.errors import REASONS
@@ -207,6 +207,7 @@ def test_fetch_answers_every_request_precisely(
     spec=st.integers(-3, 6),
     timestamp=int64s,
 )
+@example(node=1, topic=TOPIC, partitions=[], spec=pb.TIMESTAMP, timestamp=-1)  # found by the wide search: INTERNAL
 def test_list_offsets_answers_every_request_precisely(
     fuzzed: tuple[Cluster, Any], node: int, topic: str, partitions: list[int], spec: int, timestamp: int
 ) -> None:
