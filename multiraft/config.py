@@ -38,6 +38,8 @@ MAX_STORABLE_BATCH_BYTES = StorageConfig().max_payload_bytes
 
 # Headers of one append message on the peer transport: 68 bytes, 29 per entry (at most 1024), 8 for the group.
 _APPEND_OVERHEAD_BYTES = 64 * KiB
+# A produce request's fields besides its batch (topic name, numbers) and the protobuf framing around them.
+_REQUEST_OVERHEAD_BYTES = 64 * KiB
 # A coalesced heartbeat waits up to one heartbeat interval in the transport: a leader's CheckQuorum must still
 # hear a round trip within an election timeout, and a follower a heartbeat, with an interval to spare.
 _MIN_ELECTION_HEARTBEATS = 3
@@ -159,6 +161,79 @@ class NodeConfig:
         "Largest offsets commit as it is written to the log (its JSON encoding, where a control character of "
         "metadata takes 6 bytes); a larger CommitOffsets is refused before it is proposed. At most 16 MiB - 37 "
         "bytes, what one log entry holds.",
+    )
+    max_request_bytes: int = _setting(
+        17 * MiB,
+        "bytes",
+        "Largest client request the gRPC listener accepts (grpc.max_receive_message_length); a larger one is "
+        "refused with RESOURCE_EXHAUSTED before it is parsed. At least max_batch_bytes + 64 KiB, so that the "
+        "largest allowed batch fits with its request fields.",
+    )
+    max_request_items: int = _setting(
+        10_000,
+        "items",
+        "Most items of any one repeated or map field of a client request (ListOffsets partitions, Metadata "
+        "topics, CommitOffsets and FetchOffsets rows, topic configs); more are refused with INVALID_ARGUMENT "
+        "naming the field, before any work. At least max_topic_partitions and max_offsets_per_commit.",
+    )
+    max_request_string_chars: int = _setting(
+        4_096,
+        "characters",
+        "Longest string field of a client request (topic names, group ids, config keys and values, offset "
+        "metadata); a longer one is refused with INVALID_ARGUMENT naming the field, before any work. Topic "
+        "names (249) and group ids (255) have their own, lower limits.",
+    )
+    fetch_max_bytes_limit: int = _setting(
+        16 * MiB,
+        "bytes",
+        "Ceiling on a Fetch's or Subscribe's max_bytes: a larger request is clamped to it, as Kafka clamps to "
+        "the broker's fetch.max.bytes. An answer still holds at least one whole batch, so it may exceed this by "
+        "up to one batch. At least fetch_max_bytes.",
+    )
+    max_inflight_produce_bytes: int = _setting(
+        256 * MiB,
+        "bytes",
+        "Most bytes of produced batches this node holds uncommitted at once, over all clients; a batch above "
+        "the budget is refused with RESOURCE_EXHAUSTED (retriable) before it is proposed. At least "
+        "max_batch_bytes.",
+    )
+    max_stream_inflight_bytes: int = _setting(
+        64 * MiB,
+        "bytes",
+        "Most bytes of batches one ProduceStream has uncommitted at once: the stream stops reading until "
+        "answers free room (back-pressure). Per connection, at most max_concurrent_streams times this.",
+    )
+    max_concurrent_streams: int = _setting(
+        10_000,
+        "streams",
+        "Most concurrent calls (HTTP/2 streams) on one client connection (grpc.max_concurrent_streams); the "
+        "client waits for a free one. A consumer holds one Subscribe stream per partition it reads from the "
+        "node, so this is at least max_topic_partitions.",
+    )
+    max_concurrent_rpcs: int = _setting(
+        50_000,
+        "calls",
+        "Most calls the gRPC listener runs at once, streams included (grpc maximum_concurrent_rpcs); more are "
+        "answered RESOURCE_EXHAUSTED, which clients retry.",
+    )
+    max_client_connections: int = _setting(
+        1_024,
+        "connections",
+        "Most client connections the gRPC listener holds (grpc.max_allowed_incoming_connections); more are "
+        "closed as they arrive.",
+    )
+    max_peer_connections: int = _setting(
+        256,
+        "connections",
+        "Most connections the peer listener holds at once (a cluster needs one per other node); more are "
+        "closed as they arrive.",
+    )
+    max_peer_requests_per_connection: int = _setting(
+        256,
+        "requests",
+        "Most node-to-node requests one peer connection may have in service at once (offsets commits forwarded "
+        "to their leader, controller changes, status queries), holding at most max_frame_bytes of request "
+        "bodies; more are answered at once with an error (the caller retries), never queued.",
     )
     producer_id_block: int = _setting(
         1_000, "ids", "Producer ids a node reserves from the controller at a time for InitProducer."
@@ -313,6 +388,17 @@ class NodeConfig:
             "offsets_partitions": (1, 1_000),
             "max_offsets_per_commit": (1, 1_000_000),
             "max_offsets_commit_bytes": (1 * KiB, MAX_STORABLE_BATCH_BYTES),
+            "max_request_bytes": (1 * MiB, 2 * GiB - 1),
+            "max_request_items": (1, 10_000_000),
+            "max_request_string_chars": (255, 1 * MiB),
+            "fetch_max_bytes_limit": (1 * KiB, 1 * GiB),
+            "max_inflight_produce_bytes": (1 * KiB, 1 << 40),
+            "max_stream_inflight_bytes": (1 * KiB, 1 << 40),
+            "max_concurrent_streams": (1, 1_000_000),
+            "max_concurrent_rpcs": (1, 1_000_000),
+            "max_client_connections": (1, 1_000_000),
+            "max_peer_connections": (2, 1_000_000),
+            "max_peer_requests_per_connection": (1, 1_000_000),
             "producer_id_block": (1, 1_000_000),
             "retention_check_ms": (10, 3_600_000),
             "leader_balance_ms": (100, 3_600_000),
@@ -337,6 +423,7 @@ class NodeConfig:
             raise ConfigError("min_free_map_bytes", f"must be below map_size_bytes ({self.map_size_bytes})")
         if self.default_partitions > self.max_topic_partitions:
             raise ConfigError("default_partitions", "must not exceed max_topic_partitions")
+        self._validate_request_limits()
         if self.heartbeat_ticks >= self.election_ticks:
             raise ConfigError("heartbeat_ticks", "must be smaller than election_ticks")
         if self.election_ticks < _MIN_ELECTION_HEARTBEATS * self.heartbeat_ticks:
@@ -359,6 +446,35 @@ class NodeConfig:
         if self.log_format not in ("text", "json"):
             raise ConfigError("log_format", f"must be text or json, got {self.log_format!r}")
         return self
+
+    def _validate_request_limits(self) -> None:
+        """Limits of the client front door that must leave room for what other keys allow."""
+        needed = self.max_batch_bytes + _REQUEST_OVERHEAD_BYTES
+        if self.max_request_bytes < needed:
+            raise ConfigError(
+                "max_request_bytes",
+                f"must hold the largest batch: at least max_batch_bytes + 64 KiB ({needed}), "
+                f"got {self.max_request_bytes}",
+            )
+        if self.max_concurrent_streams < self.max_topic_partitions:
+            raise ConfigError(
+                "max_concurrent_streams",
+                f"must be at least max_topic_partitions ({self.max_topic_partitions}): a consumer reading every "
+                f"partition of a topic from one node holds a stream for each, got {self.max_concurrent_streams}",
+            )
+        for key in ("max_topic_partitions", "max_offsets_per_commit"):
+            if self.max_request_items < getattr(self, key):
+                raise ConfigError(
+                    "max_request_items",
+                    f"must be at least {key} ({getattr(self, key)}), got {self.max_request_items}",
+                )
+        if self.fetch_max_bytes > self.fetch_max_bytes_limit:
+            raise ConfigError(
+                "fetch_max_bytes", f"must not exceed fetch_max_bytes_limit ({self.fetch_max_bytes_limit})"
+            )
+        for key in ("max_inflight_produce_bytes", "max_stream_inflight_bytes"):
+            if getattr(self, key) < self.max_batch_bytes:
+                raise ConfigError(key, f"must hold one batch: at least max_batch_bytes ({self.max_batch_bytes})")
 
 
 _FIELDS = {f.name: f for f in fields(NodeConfig)}

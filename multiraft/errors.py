@@ -32,7 +32,7 @@ whichever side of the wire an error started on::
     ├── UnavailableError            the node or cluster cannot serve now; retry later
     │   └── ConnectionFailedError   the client could not reach any node
     ├── UnsupportedError            the node's version does not serve this method (UNIMPLEMENTED)
-    ├── ResourceExhaustedError      a node resource cannot take the request now (RESOURCE_EXHAUSTED)
+    ├── ResourceExhaustedError      a node budget (in-flight bytes, calls) or resource is used up; retry later
     │   └── InsufficientStorageError disk, LMDB map or segment slots below their low-water mark; ``resource``,
     │                               ``node_id`` and the free amount name what is short
     ├── CorruptRecordBatchError     a consumer read a batch it cannot decode; names topic, partition, offset
@@ -70,11 +70,11 @@ __all__ = [
     "NodeHasReplicasError",
     "AssignmentChangedError",
     "RequestTimeoutError",
+    "ResourceExhaustedError",
     "UnavailableError",
     "ConnectionFailedError",
     "UnsupportedError",
     "StorageFailureError",
-    "ResourceExhaustedError",
     "InsufficientStorageError",
     "CorruptRecordBatchError",
     "error_for_reason",
@@ -254,6 +254,15 @@ class RequestTimeoutError(MultiraftError):
     retriable = True
 
 
+class ResourceExhaustedError(MultiraftError):
+    """A budget of the node (``field`` names its config key) is used up by other requests, or a resource that
+    may be freed (retention, deleted topics, an operator); retriable."""
+
+    reason = "RESOURCE_EXHAUSTED"
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    retriable = True
+
+
 class UnavailableError(MultiraftError):
     reason = "UNAVAILABLE"
     code = grpc.StatusCode.UNAVAILABLE
@@ -298,14 +307,6 @@ class CorruptRecordBatchError(MultiraftError):
 class StorageFailureError(MultiraftError):
     reason = "STORAGE_ERROR"
     code = grpc.StatusCode.INTERNAL
-
-
-class ResourceExhaustedError(MultiraftError):
-    """Retriable: the resource may be freed (retention, deleted topics, an operator)."""
-
-    reason = "RESOURCE_EXHAUSTED"
-    code = grpc.StatusCode.RESOURCE_EXHAUSTED
-    retriable = True
 
 
 class InsufficientStorageError(ResourceExhaustedError):

@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha import reflection
 from multiraft.config import NodeConfig
 from multiraft.logging import get_logger
 from multiraft.node import Node, NodeServices
+from rpc.limits import RequestLimits, UndecodableRequests
 from rpc.proto import multiraft_pb2, multiraft_pb2_grpc
 from rpc.servicers import AdminServicer, LogServicer
 
@@ -24,26 +25,48 @@ __all__ = ["GrpcFrontDoor", "run_node"]
 
 log = get_logger(__name__)
 
-_HEADROOM_BYTES = 1024 * 1024  # protobuf framing around the largest batch a request may carry
+_HEADROOM_BYTES = 1024 * 1024  # protobuf framing around the largest batch an answer may carry
 _STOP_GRACE_S = 1.0
 _WATCH_S = 0.5
 
 
 class GrpcFrontDoor:
-    """The client port: the Log and Admin services, gRPC health and reflection."""
+    """The client port: the Log and Admin services, gRPC health and reflection.
+
+    gRPC enforces the listener's limits before our code runs: request bytes (RESOURCE_EXHAUSTED), calls at
+    once (RESOURCE_EXHAUSTED), streams per connection (the client waits) and connections (closed as they
+    arrive). What gRPC cannot bound per connection, in-flight bytes, is bounded per stream
+    (``max_stream_inflight_bytes``) and per node (``max_inflight_produce_bytes``) by the servicers and the data
+    service; the rest of a request's shape is checked by :mod:`rpc.limits`.
+    """
 
     def __init__(self, config: NodeConfig) -> None:
-        limit = config.max_batch_bytes + _HEADROOM_BYTES
+        # An answer holds at most a fetch's worth of batches plus one (reads return at least one batch);
+        # a metadata answer may be larger than a request.
+        send = max(
+            2 * config.max_request_bytes, config.fetch_max_bytes_limit + config.max_batch_bytes + _HEADROOM_BYTES
+        )
         self._server = grpc.aio.server(
-            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", 2 * limit)]
+            options=[
+                ("grpc.max_receive_message_length", config.max_request_bytes),
+                ("grpc.max_send_message_length", send),
+                ("grpc.max_concurrent_streams", config.max_concurrent_streams),
+                ("grpc.max_allowed_incoming_connections", config.max_client_connections),
+            ],
+            maximum_concurrent_rpcs=config.max_concurrent_rpcs,
+            interceptors=[UndecodableRequests()],
+        )
+        self._limits = RequestLimits(
+            config.max_request_items, config.max_request_string_chars, config.max_stream_inflight_bytes
         )
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.port = self._server.add_insecure_port(config.client_address)
 
     async def start(self, services: NodeServices) -> None:
         server = self._server
-        multiraft_pb2_grpc.add_LogServicer_to_server(LogServicer(services.data, services.offsets), server)
-        multiraft_pb2_grpc.add_AdminServicer_to_server(AdminServicer(services.admin, services.offsets), server)
+        limits = self._limits
+        multiraft_pb2_grpc.add_LogServicer_to_server(LogServicer(services.data, services.offsets, limits), server)
+        multiraft_pb2_grpc.add_AdminServicer_to_server(AdminServicer(services.admin, services.offsets, limits), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         names = [d.full_name for d in multiraft_pb2.DESCRIPTOR.services_by_name.values()]
         reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)

@@ -2,7 +2,8 @@
 (:mod:`multiraft.node.services`).
 
 Every handler maps a :class:`multiraft.errors.MultiraftError` to its gRPC status (``rpc.status``); anything
-unexpected is logged and answered INTERNAL, and the node keeps serving.
+unexpected is logged with the request's shape and answered INTERNAL (a stream: its item, or its end), and the
+node keeps serving. Every request is first held to the limits of :mod:`rpc.limits`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from functools import wraps
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from multiraft.errors import InvalidArgumentError, MultiraftError
 from multiraft.logging import get_logger
 from multiraft.node.offsets import CommittedOffset
+from rpc.limits import RequestLimits, Undecodable, check_request
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import to_proto_error, to_status
@@ -45,19 +48,36 @@ Handler = Callable[[Any, Request, grpc.aio.ServicerContext[Request, Response]], 
 
 
 def _mapped(handler: Handler[Request, Response]) -> Handler[Request, Response]:
+    """Hold the request to the limits, then answer its error (if any) as a precise status: one request's
+    failure, whatever it is, fails that request only."""
+
     @wraps(handler)
     async def wrapper(self: Any, request: Request, context: grpc.aio.ServicerContext[Request, Response]) -> Response:
         try:
+            check_request(request, self._limits)  # type: ignore[arg-type]
             return await handler(self, request, context)
         except MultiraftError as exc:
             error = exc
         except Exception as exc:
-            log.exception("request failed unexpectedly", method=handler.__name__, error=repr(exc))
-            error = MultiraftError(f"internal error in {handler.__name__}: {exc!r}")
+            error = _unexpected(handler.__name__, request, exc)
         await context.abort_with_status(to_status(error))  # type: ignore[attr-defined]
         raise AssertionError("abort_with_status returned")  # pragma: no cover
 
     return wrapper
+
+
+def _unexpected(method: str, request: object, exc: Exception) -> MultiraftError:
+    """Log a bug met while serving ``request`` with the request's shape (never its payload), as INTERNAL."""
+    log.exception("request failed unexpectedly", method=method, error=repr(exc), **_shape(request))
+    return MultiraftError(f"internal error in {method}: {exc!r}")
+
+
+def _shape(request: object) -> dict[str, object]:
+    """The request's type, size and repeated-field counts: enough to reproduce the failure's scale."""
+    if not isinstance(request, Message):
+        return {"request": type(request).__name__}
+    counts = {d.name: len(v) for d, v in request.ListFields() if d.is_repeated}
+    return {"request": type(request).__name__, "request_bytes": request.ByteSize(), "items": counts}
 
 
 def _topic_pb(topic: TopicDescription) -> pb.TopicInfo:
@@ -95,9 +115,10 @@ def _node_pb(node: NodeDescription) -> pb.NodeInfo:
 
 
 class LogServicer(pb_grpc.LogServicer):
-    def __init__(self, data: DataService, offsets: OffsetsService) -> None:
+    def __init__(self, data: DataService, offsets: OffsetsService, limits: RequestLimits | None = None) -> None:
         self._data = data
         self._offsets = offsets
+        self._limits = limits or RequestLimits()
 
     @_mapped
     async def Produce(  # noqa: N802 - gRPC method names
@@ -136,45 +157,57 @@ class LogServicer(pb_grpc.LogServicer):
         self, request_iterator: AsyncIterator[pb.ProduceRequest], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.ProduceResponse]:
         """Requests are handed to the node in arrival order; answers come back in the same order, a failed
-        batch answering with ``error`` while the stream goes on."""
-        queue: asyncio.Queue[tuple[int, asyncio.Future[ProduceAck]] | None] = asyncio.Queue()
+        batch answering with ``error`` while the stream goes on. At most ``_STREAM_IN_FLIGHT`` batches and
+        ``max_stream_inflight_bytes`` are uncommitted at once: the stream stops reading until answers free room.
+        Anything unexpected outside one batch ends the stream with INTERNAL."""
+        queue: asyncio.Queue[tuple[int, int, asyncio.Future[ProduceAck]] | None] = asyncio.Queue()
         in_flight = asyncio.Semaphore(_STREAM_IN_FLIGHT)
+        budget = _ByteBudget(self._limits.max_stream_inflight_bytes)
 
         async def read() -> None:
             try:
                 async for request in request_iterator:
+                    if _undecodable(request):  # no sequence to answer it by: the stream ends, INVALID_ARGUMENT
+                        check_request(request, self._limits)
+                    size = len(request.batch)
                     await in_flight.acquire()
+                    await budget.acquire(size)
                     try:
+                        check_request(request, self._limits)
                         future = self._data.begin_produce(
                             request.topic, request.partition, request.batch, request.timeout_ms
                         )
                     except Exception as exc:  # answered in order like any failed batch
                         future = asyncio.get_running_loop().create_future()
                         future.set_exception(exc)
-                    queue.put_nowait((request.sequence, future))
+                    queue.put_nowait((request.sequence, size, future))
             finally:
                 queue.put_nowait(None)
 
         reader = asyncio.ensure_future(read())
         try:
             while (item := await queue.get()) is not None:
-                sequence, future = item
+                sequence, size, future = item
                 try:
-                    ack = await future
+                    response = _produce_response(sequence, await future)
                 except MultiraftError as exc:
                     yield pb.ProduceResponse(sequence=sequence, error=to_proto_error(exc))
                     continue
                 except Exception as exc:
-                    log.exception("produce failed unexpectedly", error=repr(exc))
-                    error = MultiraftError(f"internal error in ProduceStream: {exc!r}")
+                    error = _unexpected("ProduceStream", pb.ProduceRequest(sequence=sequence), exc)
                     yield pb.ProduceResponse(sequence=sequence, error=to_proto_error(error))
                     continue
                 finally:
                     in_flight.release()
-                yield _produce_response(sequence, ack)
+                    budget.release(size)
+                yield response
+            failure = reader.exception() if reader.done() and not reader.cancelled() else None
+            if isinstance(failure, Exception) and not isinstance(failure, grpc.RpcError):
+                error = failure if isinstance(failure, MultiraftError) else _unexpected("ProduceStream", None, failure)
+                await context.abort_with_status(to_status(error))  # type: ignore[attr-defined]
         finally:
             reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, grpc.RpcError):
+            with contextlib.suppress(Exception, asyncio.CancelledError):  # its failure was answered above
                 await reader
 
     async def Subscribe(  # noqa: N802
@@ -182,16 +215,15 @@ class LogServicer(pb_grpc.LogServicer):
     ) -> AsyncIterator[pb.FetchResponse]:
         """Pushes committed batches; a failure (e.g. leadership moved) ends the stream with an ``error`` item."""
         try:
+            check_request(request, self._limits)
             async for result in self._data.subscribe(
                 request.topic, request.partition, request.offset, request.max_bytes
             ):
                 yield _fetch_response(request.topic, request.partition, result)
         except MultiraftError as exc:
-            yield pb.FetchResponse(topic=request.topic, partition=request.partition, error=to_proto_error(exc))
+            yield _subscribe_error(request, exc)
         except Exception as exc:
-            log.exception("subscribe failed unexpectedly", error=repr(exc))
-            error = MultiraftError(f"internal error in Subscribe: {exc!r}")
-            yield pb.FetchResponse(topic=request.topic, partition=request.partition, error=to_proto_error(error))
+            yield _subscribe_error(request, _unexpected("Subscribe", request, exc))
 
     @_mapped
     async def InitProducer(  # noqa: N802
@@ -229,6 +261,16 @@ class LogServicer(pb_grpc.LogServicer):
         )
 
 
+def _undecodable(request: object) -> bool:
+    return isinstance(request, Undecodable)
+
+
+def _subscribe_error(request: pb.SubscribeRequest | Undecodable, error: MultiraftError) -> pb.FetchResponse:
+    if isinstance(request, Undecodable):
+        return pb.FetchResponse(error=to_proto_error(error))
+    return pb.FetchResponse(topic=request.topic, partition=request.partition, error=to_proto_error(error))
+
+
 def _produce_response(sequence: int, ack: ProduceAck) -> pb.ProduceResponse:
     return pb.ProduceResponse(
         sequence=sequence,
@@ -251,9 +293,10 @@ def _fetch_response(topic: str, partition: int, result: FetchResult) -> pb.Fetch
 
 
 class AdminServicer(pb_grpc.AdminServicer):
-    def __init__(self, admin: AdminService, offsets: OffsetsService) -> None:
+    def __init__(self, admin: AdminService, offsets: OffsetsService, limits: RequestLimits | None = None) -> None:
         self._admin = admin
         self._offsets = offsets
+        self._limits = limits or RequestLimits()
 
     @_mapped
     async def Metadata(  # noqa: N802
@@ -363,6 +406,25 @@ class AdminServicer(pb_grpc.AdminServicer):
             raise _invalid("node_id must be >= 1", "node_id")
         await self._admin.remove_node(request.node_id)
         return pb.RemoveNodeResponse()
+
+
+class _ByteBudget:
+    """Bytes one stream may have uncommitted; one item larger than the whole budget still passes alone."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._used = 0
+        self._freed = asyncio.Event()
+
+    async def acquire(self, size: int) -> None:
+        while self._used and self._used + size > self._limit:
+            self._freed.clear()
+            await self._freed.wait()
+        self._used += size
+
+    def release(self, size: int) -> None:
+        self._used -= size
+        self._freed.set()
 
 
 def _invalid(message: str, field: str) -> MultiraftError:

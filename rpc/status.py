@@ -12,12 +12,15 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from multiraft.errors import DOMAIN, MultiraftError, UnavailableError, error_for_reason
+from multiraft.errors import DOMAIN, MultiraftError, ResourceExhaustedError, UnavailableError, error_for_reason
 from rpc.proto import multiraft_pb2 as pb
 
 __all__ = ["to_status", "from_rpc_error", "to_proto_error", "from_proto_error"]
 
 _DETAILS_KEY = "grpc-status-details-bin"
+# gRPC's own answer when the server runs maximum_concurrent_rpcs calls: a busy node, to retry, unlike the
+# RESOURCE_EXHAUSTED of a message above the size limit, which no retry mends.
+_CONCURRENT_RPC_LIMIT = "Concurrent RPC limit exceeded"
 
 
 def to_status(error: MultiraftError) -> grpc.Status:
@@ -48,6 +51,8 @@ def from_rpc_error(exc: grpc.RpcError) -> MultiraftError:
         return error_for_reason("TIMEOUT", f"deadline exceeded: {details}", {})
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return error_for_reason("UNSUPPORTED", f"the node does not serve this method: {details}", {})
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and _CONCURRENT_RPC_LIMIT in str(details):
+        return ResourceExhaustedError(f"the node serves max_concurrent_rpcs calls already: {details}")
     if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED):
         return error_for_reason("INVALID_ARGUMENT", str(details), {})
     return UnavailableError(f"{code.name if code is not None else 'RPC'} from the node: {details}")

@@ -189,6 +189,8 @@ class Node(LoopOwned):
             handle_request=self._serve_peer,
             max_frame_bytes=config.max_frame_bytes,
             heartbeat_interval_s=config.heartbeat_interval_s,
+            max_connections=config.max_peer_connections,
+            max_requests_per_connection=config.max_peer_requests_per_connection,
         )
         if self._isolation is not None:
             transport.drop_request = self._isolation.drop_request
@@ -278,6 +280,8 @@ class Node(LoopOwned):
                     config.fetch_max_bytes,
                     config.fetch_max_wait_ms,
                     config.producer_id_block,
+                    fetch_max_bytes_limit=config.fetch_max_bytes_limit,
+                    max_inflight_produce_bytes=config.max_inflight_produce_bytes,
                 ),
                 directory,
                 directory,

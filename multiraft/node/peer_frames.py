@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ __all__ = [
     "HEARTBEAT",
     "HEARTBEAT_RESPONSE",
     "HEARTBEAT_QUIESCE",
+    "write_response",
 ]
 
 PROTOCOL_VERSION = 2  # 2: HEARTBEATS frames
@@ -79,6 +81,8 @@ class TransportStats:
     forged_messages: int = 0  # Raft messages whose sender is not the connection's node, dropped
     stranger_messages: int = 0  # Raft messages (heartbeats included) from a node not known as a peer, dropped
     connects: int = 0
+    refused_connections: int = 0  # closed on arrival: the listener held max_peer_connections
+    refused_requests: int = 0  # answered busy: the connection had max_peer_requests_per_connection in service
 
 
 def coalescible(message: Message) -> bool:
@@ -113,3 +117,12 @@ def check_ranges(message: Message) -> None:
 
 class BadFrameError(Exception):
     """A received frame is malformed: its connection is closed."""
+
+
+def write_response(writer: asyncio.StreamWriter, request: bytes, status: int, answer: bytes) -> None:
+    """Answer the REQUEST frame body ``request`` on ``writer`` (unless it is closing or the request is short)."""
+    if len(request) < CALL_HEAD.size or writer.is_closing():
+        return
+    call_id, _ = CALL_HEAD.unpack_from(request)
+    head = CALL_HEAD.pack(call_id, status)
+    writer.writelines([FRAME_HEAD.pack(1 + len(head) + len(answer), FrameType.RESPONSE), head, answer])

@@ -75,10 +75,10 @@ class PeerService:
         }
 
     async def serve(self, from_node: int, kind: int, body: bytes) -> tuple[int, bytes]:
-        if kind == RequestKind.SEGMENT_CHUNK:
-            return await self._catchup.serve(from_node, kind, body)
         handler = self._handlers.get(kind)
         try:
+            if kind == RequestKind.SEGMENT_CHUNK:
+                return await self._catchup.serve(from_node, kind, body)
             if handler is None:
                 raise MultiraftError(f"unknown peer request kind {kind}")
             return STATUS_OK, await handler(from_node, body)

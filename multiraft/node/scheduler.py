@@ -398,6 +398,8 @@ class Scheduler:
         self._send([pair for pair in written if id(pair[1]) not in again], persisted=True, unpersisted=not must_sync)
         self._send([pair for pair in written if id(pair[1]) in again], persisted=True)
         for group, ready in written:
+            if self.groups.get(group.group_id) is not group:
+                continue  # removed by an entry applied earlier in this round (its topic deleted): its log is closed
             try:
                 self._apply(group, ready)
             except (StorageError, raft.RaftStorageError) as exc:

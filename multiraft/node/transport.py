@@ -23,6 +23,10 @@ one interval, and CheckQuorum (``election_ticks``, at least 3x ``heartbeat_ticks
 within an election timeout. Heartbeats that carry a ReadIndex context, and their responses, go at once in
 RAFT frames: a linearizable read waits for them.
 
+The peer listener holds at most ``max_peer_connections`` connections (more are closed as they arrive), and
+each connection at most ``max_peer_requests_per_connection`` REQUESTs, and ``max_frame_bytes`` of their bodies,
+in service (more are answered busy at once, never queued). A frame whose handling raises unexpectedly is
+dropped alone and logged.
 A connection that sends a malformed frame, a frame above ``max_frame_bytes``, a foreign cluster id or a term
 or index above ``MAX_TERM_OR_INDEX`` is closed and logged; nothing else is affected. A Raft message whose
 sender is not the node that said HELLO on its connection is dropped alone (counted in
@@ -61,6 +65,7 @@ from multiraft.node.peer_frames import (
     TransportStats,
     check_ranges,
     coalescible,
+    write_response,
 )
 from multiraft.raft import DecodeError, Message, MessageType, decode_message, encode_message_buffers
 
@@ -72,6 +77,8 @@ _BACKOFF_START_S = 0.05
 _BACKOFF_MAX_S = 2.0
 _DIAL_TIMEOUT_S = 2.0
 _HELLO_TIMEOUT_S = 5.0
+_STATUS_BUSY = 255  # not a peer_messages status: the caller decodes it as UnavailableError, and retries
+_BUSY = b"busy: max_peer_requests_per_connection or max_frame_bytes of requests in service"
 
 
 class _Peer:
@@ -113,6 +120,8 @@ class PeerTransport:
         max_frame_bytes: int = 64 * 1024 * 1024,
         max_buffered_bytes: int = 64 * 1024 * 1024,
         heartbeat_interval_s: float | None = 0.1,
+        max_connections: int = 256,
+        max_requests_per_connection: int = 256,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -123,6 +132,8 @@ class PeerTransport:
         self._max_frame = max_frame_bytes
         self._max_buffered = max_buffered_bytes
         self._heartbeat_interval = heartbeat_interval_s
+        self._max_connections = max_connections
+        self._max_requests = max_requests_per_connection
         self._peers: dict[int, _Peer] = {}
         self._held: dict[int, dict[int, Message]] = {}  # peer -> group -> heartbeat to flush
         self._server: asyncio.Server | None = None
@@ -373,6 +384,11 @@ class PeerTransport:
     # -------------------------------------------------------------------------------------------- receive
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._inbound) >= self._max_connections:
+            self.stats.refused_connections += 1
+            log.warning("peer listener full; closed a new connection", remote=str(writer.get_extra_info("peername")))
+            writer.close()
+            return
         self._inbound.add(writer)
         reading = asyncio.current_task()
         if reading is not None:
@@ -382,20 +398,19 @@ class PeerTransport:
         try:
             frame_type, body = await asyncio.wait_for(self._read_frame(reader), _HELLO_TIMEOUT_S)
             from_node = self._check_hello(frame_type, body)
+            serving: dict[asyncio.Task[None], int] = {}  # this connection's requests in service -> body bytes
             while True:
                 frame_type, body = await self._read_frame(reader)
-                if frame_type == FrameType.RAFT:
-                    messages = self._decode_raft(from_node, body)
-                    if messages and self._known(from_node, messages):
-                        self._deliver(from_node, messages)
-                elif frame_type == FrameType.HEARTBEATS:
-                    heartbeats = self._decode_heartbeats(from_node, body)
-                    if heartbeats and self._known(from_node, heartbeats):
-                        self._deliver(from_node, heartbeats)
-                elif frame_type == FrameType.REQUEST:
-                    self._spawn(self._serve_request(from_node, body, writer))
-                else:
-                    raise BadFrameError(f"unexpected frame type {frame_type}")
+                try:
+                    self._handle_frame(from_node, frame_type, body, writer, serving)
+                except BadFrameError:
+                    raise
+                except Exception as exc:  # a bug handling one frame drops that frame only; framing is intact
+                    self.stats.bad_frames += 1
+                    log.exception(
+                        "handling a peer frame failed; dropped it",
+                        peer=from_node, frame_type=frame_type, bytes=len(body), error=repr(exc),
+                    )  # fmt: skip
         except (asyncio.IncompleteReadError, ConnectionError, OSError, TimeoutError):
             pass
         except BadFrameError as exc:
@@ -406,6 +421,30 @@ class PeerTransport:
             if reading is not None:
                 self._readers.discard(reading)
             writer.close()
+
+    def _handle_frame(
+        self, from_node: int, frame_type: int, body: bytes, writer: asyncio.StreamWriter, serving: dict[Any, int]
+    ) -> None:
+        if frame_type == FrameType.RAFT:
+            messages = self._decode_raft(from_node, body)
+            if messages and self._known(from_node, messages):
+                self._deliver(from_node, messages)
+        elif frame_type == FrameType.HEARTBEATS:
+            heartbeats = self._decode_heartbeats(from_node, body)
+            if heartbeats and self._known(from_node, heartbeats):
+                self._deliver(from_node, heartbeats)
+        elif frame_type == FrameType.REQUEST:
+            # Answered at once when the connection has enough in service: tasks and bodies never pile up
+            # behind a flood. One request of any size a frame holds is always served alone.
+            if len(serving) >= self._max_requests or (serving and sum(serving.values()) + len(body) > self._max_frame):
+                self.stats.refused_requests += 1
+                write_response(writer, body, _STATUS_BUSY, _BUSY)
+                return
+            task = self._spawn(self._serve_request(from_node, body, writer))
+            serving[task] = len(body)
+            task.add_done_callback(serving.pop)
+        else:
+            raise BadFrameError(f"unexpected frame type {frame_type}")
 
     async def _read_frame(self, reader: asyncio.StreamReader) -> tuple[int, bytes]:
         (length,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
@@ -528,7 +567,7 @@ class PeerTransport:
     async def _serve_request(self, from_node: int, body: bytes, writer: asyncio.StreamWriter) -> None:
         if len(body) < CALL_HEAD.size or self._handle_request is None:
             return
-        call_id, kind = CALL_HEAD.unpack_from(body)
+        _, kind = CALL_HEAD.unpack_from(body)
         if self.drop_request is not None and self.drop_request(from_node, False):
             return
         try:
@@ -542,8 +581,7 @@ class PeerTransport:
             log.error("peer request answer too large for a frame", peer=from_node, kind=kind, bytes=len(answer))
             status = 255
             answer = f"the answer of {len(answer)} bytes exceeds max_frame_bytes ({self._max_frame})".encode()
-        head = CALL_HEAD.pack(call_id, status)
-        writer.writelines([FRAME_HEAD.pack(1 + len(head) + len(answer), FrameType.RESPONSE), head, answer])
+        write_response(writer, body, status, answer)
 
     def _complete_call(self, body: bytes) -> None:
         if len(body) < CALL_HEAD.size:
@@ -556,7 +594,8 @@ class PeerTransport:
         if future is not None and not future.done():
             future.set_result((status, bytes(body[CALL_HEAD.size :])))
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task

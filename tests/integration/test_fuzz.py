@@ -1,38 +1,62 @@
-"""Fuzzing the gRPC servicers of a real 3-node cluster with Hypothesis-generated requests.
+"""Fuzzing every gRPC method of a real 3-node cluster with Hypothesis-generated requests.
 
 Random bytes as batches, flipped bits, lying headers, huge sizes, negative and enormous numbers, unknown
-topics, names with odd characters. Every request must end with a *precise* status (a multiraft reason and a
-gRPC code other than INTERNAL or UNKNOWN, or success), the nodes must stay up, and the data committed before
-the fuzzing must read back unchanged after it.
+topics, names with odd characters, repeated fields of hundreds of thousands of items. Every request must end
+with a *precise* status (a multiraft reason and a gRPC code other than INTERNAL or UNKNOWN, or success), the
+node asked must still serve after each, the data committed before the fuzzing must read back unchanged after
+it, and every replica must hold the same bytes. ``test_every_rpc_is_fuzzed`` keeps the list complete.
+
+CI runs the derandomized ``ci`` profile (examples derive from each test's source); ``-m slow`` (or
+``HYPOTHESIS_PROFILE=wide``) runs a randomized search ten times as long. DrainNode is fuzzed only with ids
+that are not the cluster's (a drain cannot be undone); RemoveNode of a real node is refused while it holds
+replicas, as all three do here.
 """
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from multiraft.errors import REASONS
-from multiraft.launcher import cluster_status
+from multiraft.launcher import cluster_down, cluster_status, node_serving
 from rpc.proto import multiraft_pb2 as pb
 from rpc.status import from_rpc_error
 from storage import HEADER_SIZE, encode_batch
-from tests.integration._helpers import Cluster, fetch_all, produce
+from tests.integration._helpers import Cluster, assert_replicas_identical, fetch_all, produce, wait_settled
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "fuzzed"
 KNOWN_REASONS = REASONS
 IMPRECISE = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
-FUZZ = settings(
-    max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None
-)
+WIDE = settings.default.max_examples >= 1_000  # the wide profile is loaded: search randomly, and longer
+
+
+def fuzz(examples: int) -> settings:
+    """``examples`` per test under the derandomized ci profile, ten times as many random ones when wide."""
+    return settings(
+        max_examples=examples * 10 if WIDE else examples, deadline=None, suppress_health_check=list(HealthCheck)
+    )
+
+
+FUZZ = fuzz(60)
+FUZZED_RPCS: set[str] = set()  # every RPC some test below fuzzes
+
+
+def fuzzes(*rpcs: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    FUZZED_RPCS.update(rpcs)
+    return lambda test: test
+
 
 odd_names = st.one_of(
     st.just(TOPIC),
@@ -42,6 +66,13 @@ odd_names = st.one_of(
 )
 int32s = st.one_of(st.sampled_from([0, 1, 2, -1, 2**31 - 1, -(2**31)]), st.integers(-(2**31), 2**31 - 1))
 int64s = st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, 1, -1, 2**62]))
+
+
+def large(elements: st.SearchStrategy[Any]) -> st.SearchStrategy[list[Any]]:
+    """A few items, or a short pattern repeated to thousands or hundreds of thousands (around the node's
+    max_request_items of 10,000)."""
+    repeated = st.tuples(st.lists(elements, min_size=1, max_size=3), st.sampled_from([1_000, 3_334, 10_001, 100_000]))
+    return st.one_of(st.lists(elements, max_size=4), repeated.map(lambda pattern: pattern[0] * pattern[1]))
 
 
 def _valid_batch(values: list[bytes]) -> bytes:
@@ -92,7 +123,8 @@ def _admin(cluster: Cluster, node_id: int) -> Any:
     return cluster.client.admin_stub(cluster.info.nodes[node_id].client_address)
 
 
-def _answered_precisely(call: Callable[[], object]) -> None:
+def _answered_precisely(call: Callable[[], object], cluster: Cluster | None = None, node: int = 0) -> None:
+    """``call`` succeeds or fails with a precise status; then the node asked (if named) still serves."""
     try:
         call()
     except grpc.RpcError as exc:
@@ -100,6 +132,8 @@ def _answered_precisely(call: Callable[[], object]) -> None:
         assert code not in IMPRECISE, f"imprecise status {code}: {exc.details()}"  # type: ignore[attr-defined]
         if code not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED):
             assert from_rpc_error(exc).reason in KNOWN_REASONS
+    if cluster is not None:
+        assert node_serving(cluster.info.nodes[node].client_address, 10), f"node {node} stopped serving"
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +149,12 @@ def fuzzed(shared_cluster: Cluster) -> Iterator[tuple[Cluster, dict[int, list[tu
     for partition in (0, 1):
         after = fetch_all(shared_cluster.client, TOPIC, partition)
         assert after[: len(before[partition])] == before[partition], "committed data changed"
+    wait_settled(shared_cluster, TOPIC, timeout_s=60, preferred_leaders=False)
+    cluster_down(shared_cluster.info.directory)
+    assert_replicas_identical(shared_cluster.info.directory, TOPIC, 2)
 
 
+@fuzzes("Produce")
 @FUZZ
 @given(node=st.integers(1, 3), topic=odd_names, partition=int32s, batch=batches(), timeout_ms=int32s)
 def test_produce_answers_every_request_precisely(
@@ -127,6 +165,7 @@ def test_produce_answers_every_request_precisely(
     _answered_precisely(lambda: _stub(cluster, node).Produce(request, timeout=10))
 
 
+@fuzzes("Fetch")
 @FUZZ
 @given(
     node=st.integers(1, 3),
@@ -159,27 +198,30 @@ def test_fetch_answers_every_request_precisely(
     _answered_precisely(lambda: _stub(cluster, node).Fetch(request, timeout=10))
 
 
+@fuzzes("ListOffsets")
 @FUZZ
 @given(
     node=st.integers(1, 3),
     topic=odd_names,
-    partitions=st.lists(int32s, max_size=4),
+    partitions=large(int32s),
     spec=st.integers(-3, 6),
     timestamp=int64s,
 )
+@example(node=1, topic=TOPIC, partitions=[], spec=pb.TIMESTAMP, timestamp=-1)  # found by the wide search: INTERNAL
 def test_list_offsets_answers_every_request_precisely(
     fuzzed: tuple[Cluster, Any], node: int, topic: str, partitions: list[int], spec: int, timestamp: int
 ) -> None:
     cluster, _ = fuzzed
     request = pb.ListOffsetsRequest(topic=topic, partitions=partitions, spec=spec, timestamp_ms=timestamp)  # type: ignore[arg-type]
-    _answered_precisely(lambda: _stub(cluster, node).ListOffsets(request, timeout=10))
+    _answered_precisely(lambda: _stub(cluster, node).ListOffsets(request, timeout=30), cluster, node)
 
 
+@fuzzes("CommitOffsets", "FetchOffsets")
 @FUZZ
 @given(
     node=st.integers(1, 3),
     group=st.one_of(st.text(max_size=20), st.just("x" * 400)),
-    rows=st.lists(st.tuples(odd_names, int32s, int64s, st.text(max_size=20)), max_size=3),
+    rows=large(st.tuples(odd_names, int32s, int64s, st.text(max_size=20))),
     fetch=st.booleans(),
 )
 def test_offset_commits_and_fetches_answer_every_request_precisely(
@@ -190,15 +232,16 @@ def test_offset_commits_and_fetches_answer_every_request_precisely(
         request: Any = pb.FetchOffsetsRequest(
             group=group, partitions=[pb.TopicPartition(topic=t, partition=p) for t, p, _, _ in rows]
         )
-        _answered_precisely(lambda: _stub(cluster, node).FetchOffsets(request, timeout=30))
+        _answered_precisely(lambda: _stub(cluster, node).FetchOffsets(request, timeout=30), cluster, node)
     else:
         request = pb.CommitOffsetsRequest(
             group=group,
             offsets=[pb.CommittedOffset(topic=t, partition=p, offset=o, metadata=m) for t, p, o, m in rows],
         )
-        _answered_precisely(lambda: _stub(cluster, node).CommitOffsets(request, timeout=30))
+        _answered_precisely(lambda: _stub(cluster, node).CommitOffsets(request, timeout=30), cluster, node)
 
 
+@fuzzes("CreateTopic", "DeleteTopic")
 @FUZZ
 @given(
     node=st.integers(1, 3),
@@ -228,6 +271,7 @@ def test_create_topic_answers_every_request_precisely(
     _answered_precisely(create_then_clean_up)
 
 
+@fuzzes("AlterTopicConfigs", "DescribeTopic", "Metadata")
 @FUZZ
 @given(
     node=st.integers(1, 3),
@@ -235,7 +279,7 @@ def test_create_topic_answers_every_request_precisely(
     set_=st.dictionaries(
         st.sampled_from(["retention.ms", "segment.bytes", "cleanup.policy", "x"]), st.text(max_size=6), max_size=2
     ),
-    delete=st.lists(st.sampled_from(["retention.ms", "nope", ""]), max_size=2),
+    delete=large(st.sampled_from(["retention.ms", "nope", ""])),
 )
 def test_alter_and_describe_answer_every_request_precisely(
     fuzzed: tuple[Cluster, Any], node: int, name: str, set_: dict[str, str], delete: list[str]
@@ -248,10 +292,11 @@ def test_alter_and_describe_answer_every_request_precisely(
         lambda: admin.AlterTopicConfigs(pb.AlterTopicConfigsRequest(name=name, set=set_, delete=delete), timeout=30)
     )
     _answered_precisely(lambda: admin.DescribeTopic(pb.DescribeTopicRequest(name=name), timeout=30))
-    _answered_precisely(lambda: admin.Metadata(pb.MetadataRequest(topics=[name]), timeout=30))
+    _answered_precisely(lambda: admin.Metadata(pb.MetadataRequest(topics=[name]), timeout=30), cluster, node)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+@fuzzes("ProduceStream")
+@fuzz(20)
 @given(
     node=st.integers(1, 3),
     requests=st.lists(st.tuples(odd_names, int32s, batches()), min_size=1, max_size=6),
@@ -270,4 +315,88 @@ def test_produce_stream_answers_every_item_precisely(
                 assert response.error.reason in KNOWN_REASONS
                 assert response.error.code not in (grpc.StatusCode.INTERNAL.value[0], grpc.StatusCode.UNKNOWN.value[0])
 
-    _answered_precisely(stream)
+    _answered_precisely(stream, cluster, node)
+
+
+@fuzzes("Metadata")
+@fuzz(30)
+@given(node=st.integers(1, 3), topics=large(odd_names))
+def test_metadata_of_many_names_answers_precisely(fuzzed: tuple[Cluster, Any], node: int, topics: list[str]) -> None:
+    cluster, _ = fuzzed
+    request = pb.MetadataRequest(topics=topics)
+    _answered_precisely(lambda: _admin(cluster, node).Metadata(request, timeout=30), cluster, node)
+
+
+@fuzzes("Subscribe")
+@fuzz(20)
+@given(node=st.integers(1, 3), topic=odd_names, partition=int32s, offset=int64s, max_bytes=int32s)
+def test_subscribe_answers_every_request_precisely(
+    fuzzed: tuple[Cluster, Any], node: int, topic: str, partition: int, offset: int, max_bytes: int
+) -> None:
+    cluster, _ = fuzzed
+    request = pb.SubscribeRequest(topic=topic, partition=partition, offset=offset, max_bytes=max_bytes)
+
+    def first_item() -> None:
+        call = _stub(cluster, node).Subscribe(request, timeout=2)  # a valid one waits for records: the deadline
+        try:
+            for item in call:
+                if item.error.reason:
+                    assert item.error.reason in KNOWN_REASONS
+                    assert item.error.code not in (grpc.StatusCode.INTERNAL.value[0], grpc.StatusCode.UNKNOWN.value[0])
+                break
+        finally:
+            call.cancel()
+
+    _answered_precisely(first_item, cluster, node)
+
+
+NO_ARGUMENTS = {
+    "InitProducer": ("log", pb.InitProducerRequest),
+    "ListGroups": ("admin", pb.ListGroupsRequest),
+    "DescribeCluster": ("admin", pb.DescribeClusterRequest),
+    "ListTopics": ("admin", pb.ListTopicsRequest),
+}
+
+
+@fuzzes(*NO_ARGUMENTS)
+@fuzz(20)
+@given(node=st.integers(1, 3), rpc=st.sampled_from(sorted(NO_ARGUMENTS)), unknown=st.binary(max_size=64))
+def test_requests_without_fields_answer_precisely_whatever_bytes_they_carry(
+    fuzzed: tuple[Cluster, Any], node: int, rpc: str, unknown: bytes
+) -> None:
+    """The request's bytes are random: unknown fields are skipped, bytes that do not parse are refused."""
+    cluster, _ = fuzzed
+    service, _ = NO_ARGUMENTS[rpc]
+    path = f"/multiraft.v1.{'Log' if service == 'log' else 'Admin'}/{rpc}"
+    channel = cluster.client.channel(cluster.info.nodes[node].client_address)
+    _answered_precisely(lambda: channel.unary_unary(path)(unknown, timeout=30), cluster, node)
+
+
+@fuzzes("DrainNode", "RemoveNode")
+@fuzz(20)
+@given(node=st.integers(1, 3), node_id=int32s, remove=st.booleans())
+def test_drain_and_remove_answer_every_request_precisely(
+    fuzzed: tuple[Cluster, Any], node: int, node_id: int, remove: bool
+) -> None:
+    cluster, _ = fuzzed
+    admin = _admin(cluster, node)
+    if remove:  # of a member too: every node holds replicas here, so the removal is refused
+        request: Any = pb.RemoveNodeRequest(node_id=node_id if node_id > 3 else abs(node_id) % 4)
+        _answered_precisely(lambda: admin.RemoveNode(request, timeout=30), cluster, node)
+    else:  # never of a member: a drain cannot be undone
+        request = pb.DrainNodeRequest(node_id=node_id if node_id not in cluster.info.nodes else -node_id)
+        _answered_precisely(lambda: admin.DrainNode(request, timeout=30), cluster, node)
+
+
+def test_every_rpc_is_fuzzed() -> None:
+    methods = {m.name for service in pb.DESCRIPTOR.services_by_name.values() for m in service.methods}
+    assert methods == FUZZED_RPCS
+
+
+@pytest.mark.slow
+def test_the_wide_search_runs_every_fuzzer_randomly_under_slow() -> None:
+    """``-m slow`` selects only slow tests: run this module's fuzzers again with the wide profile loaded."""
+    command = [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-m", "not slow"]
+    env = {**os.environ, "HYPOTHESIS_PROFILE": "wide"}
+    result = subprocess.run(command, env=env, timeout=3 * 3600, check=False, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-5_000:]

@@ -150,7 +150,7 @@ class AdminService:
 
     def metadata(self, topics: Iterable[str]) -> tuple[list[NodeDescription], list[TopicDescription]]:
         known = self._cluster.cluster.topics
-        wanted = list(topics)
+        wanted = list(dict.fromkeys(topics))  # a name asked twice is described once, as Kafka does
         for name in wanted:
             if name not in known:
                 raise UnknownTopicError(f"unknown topic {name!r}", topic=name)

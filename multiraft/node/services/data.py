@@ -21,6 +21,7 @@ from multiraft.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
     RequestTimeoutError,
+    ResourceExhaustedError,
     StorageFailureError,
     UnavailableError,
 )
@@ -46,6 +47,8 @@ class DataLimits:
     producer_id_block: int
     # The log store refuses larger entries as a failure of the node: a batch above this is never proposed.
     max_payload_bytes: int = StorageConfig().max_payload_bytes
+    fetch_max_bytes_limit: int = 16 * 1024 * 1024
+    max_inflight_produce_bytes: int = 256 * 1024 * 1024
 
 
 class DataService:
@@ -68,6 +71,7 @@ class DataService:
         self._controller = controller
         self._producer_ids = (0, 0)  # [next, end) of the block this node hands out
         self._producer_ids_lock = asyncio.Lock()
+        self._inflight_bytes = 0  # of batches handed to the store and not yet committed, failed or timed out
 
     # ------------------------------------------------------------------------------------------ produce
 
@@ -81,13 +85,33 @@ class DataService:
             view, header = self._check_produce(topic, partition, batch)
             if timeout_ms < 0:
                 raise InvalidArgumentError("timeout_ms must be >= 0", field="timeout_ms")
+            size = len(batch)
+            budget = self._limits.max_inflight_produce_bytes
+            if self._inflight_bytes + size > budget:
+                raise ResourceExhaustedError(
+                    f"{self._inflight_bytes} bytes of batches are uncommitted on this node; {size} more would exceed "
+                    f"max_inflight_produce_bytes ({budget}): retry later",
+                    field="max_inflight_produce_bytes",
+                )
         except MultiraftError as exc:
             failed: asyncio.Future[ProduceAck] = loop.create_future()
             failed.set_exception(exc)
             return failed
         committed = self._store.produce(view, batch, header)
+        self._inflight_bytes += size
+        released = False
+
+        def release(_: object = None) -> None:  # once, at commit, failure or timeout, whichever comes first
+            nonlocal released
+            if not released:
+                released = True
+                self._inflight_bytes -= size
+
+        committed.add_done_callback(release)
         timeout_s = (timeout_ms or self._limits.produce_timeout_ms) / 1000
-        return asyncio.ensure_future(self._produce_outcome(committed, view, timeout_s))
+        outcome = asyncio.ensure_future(self._produce_outcome(committed, view, timeout_s))
+        outcome.add_done_callback(release)
+        return outcome
 
     def _check_produce(self, topic: str, partition: int, batch: bytes) -> tuple[PartitionView, BatchHeader]:
         view = self._leaders.leader_view(topic, partition)
@@ -161,7 +185,8 @@ class DataService:
             field = "max_bytes" if max_bytes < 0 else "max_wait_ms" if max_wait_ms < 0 else "min_bytes"
             raise InvalidArgumentError(f"{field} must be >= 0", field=field)
         view = self._leaders.leader_view(topic, partition)
-        max_bytes = max_bytes or self._limits.fetch_max_bytes
+        # clamped like Kafka's fetch.max.bytes: a client asking for 2 GiB gets what the node hands out at once
+        max_bytes = min(max_bytes or self._limits.fetch_max_bytes, self._limits.fetch_max_bytes_limit)
         if offset > view.high_watermark and not view.current:
             # A new leader's high watermark catches up once it commits an entry of its term: the offset may
             # well exist, so the client retries rather than resetting (Kafka's OFFSET_NOT_AVAILABLE).
@@ -208,6 +233,10 @@ class DataService:
 
     def list_offset(self, topic: str, partition: int, spec: str, timestamp_ms: int = 0) -> int:
         """``earliest``, ``latest`` or ``timestamp`` (first offset at or after it, -1 if none), on the leader."""
+        if spec == "timestamp" and timestamp_ms < 0:  # Kafka's -1 and -2 are our LATEST and EARLIEST specs
+            raise InvalidArgumentError(
+                f"timestamp_ms must be >= 0 with spec TIMESTAMP, got {timestamp_ms}", field="timestamp_ms"
+            )
         view = self._leaders.leader_view(topic, partition)
         if spec == "earliest":
             return view.log_start_offset
