@@ -8,8 +8,8 @@ it, and every replica must hold the same bytes. ``test_every_rpc_is_fuzzed`` kee
 
 CI runs the derandomized ``ci`` profile (examples derive from each test's source); ``-m slow`` (or
 ``HYPOTHESIS_PROFILE=wide``) runs a randomized search ten times as long. DrainNode is fuzzed only with ids
-that are not the cluster's (a drain cannot be undone); RemoveNode of a real node is refused while it holds
-replicas, as all three do here.
+that are not the cluster's (the other fuzzers need every node active); UndrainNode of any id; RemoveNode of a
+real node is refused while it holds replicas, as all three do here.
 """
 
 from __future__ import annotations
@@ -372,19 +372,27 @@ def test_requests_without_fields_answer_precisely_whatever_bytes_they_carry(
     _answered_precisely(lambda: channel.unary_unary(path)(unknown, timeout=30), cluster, node)
 
 
-@fuzzes("DrainNode", "RemoveNode")
+@fuzzes("DrainNode", "RemoveNode", "UndrainNode")
 @fuzz(20)
-@given(node=st.integers(1, 3), node_id=int32s, remove=st.booleans())
-def test_drain_and_remove_answer_every_request_precisely(
-    fuzzed: tuple[Cluster, Any], node: int, node_id: int, remove: bool
+@given(
+    node=st.integers(1, 3),
+    node_id=int32s,
+    operation=st.sampled_from(["drain", "remove", "undrain"]),
+    force=st.booleans(),
+)
+def test_drain_undrain_and_remove_answer_every_request_precisely(
+    fuzzed: tuple[Cluster, Any], node: int, node_id: int, operation: str, force: bool
 ) -> None:
     cluster, _ = fuzzed
     admin = _admin(cluster, node)
-    if remove:  # of a member too: every node holds replicas here, so the removal is refused
+    if operation == "remove":  # of a member too: every node holds replicas here, so the removal is refused
         request: Any = pb.RemoveNodeRequest(node_id=node_id if node_id > 3 else abs(node_id) % 4)
         _answered_precisely(lambda: admin.RemoveNode(request, timeout=30), cluster, node)
-    else:  # never of a member: a drain cannot be undone
-        request = pb.DrainNodeRequest(node_id=node_id if node_id not in cluster.info.nodes else -node_id)
+    elif operation == "undrain":  # of a member too: undraining an active node changes nothing
+        request = pb.UndrainNodeRequest(node_id=node_id if node_id > 3 else abs(node_id) % 4)
+        _answered_precisely(lambda: admin.UndrainNode(request, timeout=30), cluster, node)
+    else:  # never of a member: the other fuzzers need every node active
+        request = pb.DrainNodeRequest(node_id=node_id if node_id not in cluster.info.nodes else -node_id, force=force)
         _answered_precisely(lambda: admin.DrainNode(request, timeout=30), cluster, node)
 
 

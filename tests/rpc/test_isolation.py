@@ -118,9 +118,12 @@ class FaultyServices:
         self._step("describe_cluster")
         return ClusterDescription("cluster-1", 1, (NODE,), ((1, 1, 1),), (), 1)
 
-    async def drain_node(self, node_id: int) -> DrainStatus:
+    async def drain_node(self, node_id: int, *, force: bool = False) -> DrainStatus:
         self._step("drain_node")
         return DrainStatus(0, 0)
+
+    async def undrain_node(self, node_id: int) -> None:
+        self._step("undrain_node")
 
     async def remove_node(self, node_id: int) -> None:
         self._step("remove_node")
@@ -197,6 +200,11 @@ CASES: dict[str, tuple[str, Call, bool]] = {
     "RemoveNode": (
         "remove_node",
         lambda s: s.admin.RemoveNode(pb.RemoveNodeRequest(node_id=2), timeout=TIMEOUT_S),
+        False,
+    ),
+    "UndrainNode": (
+        "undrain_node",
+        lambda s: s.admin.UndrainNode(pb.UndrainNodeRequest(node_id=2), timeout=TIMEOUT_S),
         False,
     ),
     "ListGroups": ("list_groups", lambda s: s.admin.ListGroups(pb.ListGroupsRequest(), timeout=TIMEOUT_S), False),
