@@ -59,13 +59,17 @@ def test_membership_churn_during_writes_loses_nothing_and_the_drained_node_is_re
     _assert_valid(_run(tmp_path, 15, ("churn",), 1.0))
 
 
+def test_a_follower_with_a_flipped_bit_in_its_data_file_repairs_itself(tmp_path: Path) -> None:
+    _assert_valid(_run(tmp_path, 14, ("corrupt-bitflip",), 1.0))
+
+
 @pytest.mark.xfail(
-    strict=True,
-    reason="a corrupted follower does not repair itself yet (issue 13's self-repairing replicas, the 'scrub' "
-    "work): a truncated data file keeps the node from starting, a flipped bit makes its reads fail",
+    strict=False,  # a shallow cut (data pages only) is repaired: whether this seed's cut is depends on timing
+    reason="open (docs/reliability.md): a cut that destroys LMDB's main database (the directory of logs) cannot "
+    "be repaired in place, and rebuilding every replica of the node from its peers is not built yet",
 )
-def test_a_follower_whose_data_file_is_corrupted_while_stopped_repairs_itself(tmp_path: Path) -> None:
-    _assert_valid(_run(tmp_path, 14, ("corrupt-bitflip", "corrupt-truncate"), 1.0))
+def test_a_follower_whose_data_file_is_cut_short_while_stopped_repairs_itself(tmp_path: Path) -> None:
+    _assert_valid(_run(tmp_path, 14, ("corrupt-truncate",), 1.0))
 
 
 @pytest.mark.skipif(disk_faults_possible() is not None, reason=f"{disk_faults_possible()}")
