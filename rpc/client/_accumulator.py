@@ -656,6 +656,20 @@ class RecordAccumulator:
                     queue.open = None
         return taken
 
+    def take(self, tp: TopicPartition) -> list[ProducerBatch]:
+        """Remove the waiting batches of one partition (the caller fails them)."""
+        with self._lock:
+            queue = self._queues.get(tp)
+            if queue is None:
+                return []
+            taken = list(queue.full)
+            queue.full.clear()
+            if queue.open is not None:
+                queue.open.closed = True
+                taken.append(queue.open)
+                queue.open = None
+        return taken
+
     # --------------------------------------------------------------------------------- completion, flush
 
     def release(self, batch: ProducerBatch) -> None:

@@ -11,6 +11,14 @@ wrote and answers with the original offset.
 Without idempotence a batch is sent at most once: only a batch that provably never left the client (no
 connection to the node could be made) is retried; any other failure fails its records.
 
+A batch's sequence numbers are never given to other records unless the leader proved it refused the batch
+before proposing it (a failed check, STORAGE_FULL up front, an unknown topic: the later batches then move
+down). Any other failure leaves the outcome unknown, as the followers may hold the batch: a retriable one (a
+timeout, a lost stream, NOT_LEADER, UNAVAILABLE, which a leader also answers when its write failed after the
+proposal) and an older node's STORAGE_ERROR re-send the same batch until the delivery timeout; any other
+failure, and the delivery timeout, fail the partition's unacknowledged batches and move it to a new producer
+id, as Kafka's idempotent producer does since KIP-360.
+
 A leader that answers OUT_OF_ORDER_SEQUENCE expecting a sequence beyond a batch's last one already wrote that
 batch, too long ago to remember where (Kafka's DUPLICATE_SEQUENCE_NUMBER): the batch succeeds as a duplicate
 with offsets unknown (-1). A replay producer (``replay=(id, epoch)``) takes its id and epoch from its caller
@@ -39,13 +47,20 @@ import grpc.aio
 
 from multiraft.errors import (
     ConnectionFailedError,
+    InsufficientStorageError,
+    InvalidArgumentError,
+    InvalidProducerEpochError,
     MultiraftError,
+    NotFoundError,
     NotLeaderError,
     OutOfOrderSequenceError,
     ProducerError,
     ProducerFencedError,
     RecordTooLargeError,
     RequestTimeoutError,
+    StorageFailureError,
+    UnknownProducerIdError,
+    UnsupportedError,
 )
 from multiraft.logging import get_logger
 from rpc.client._accumulator import ProducerBatch, RecordAccumulator
@@ -69,6 +84,23 @@ _IDLE_WAKE_S = 0.2
 _STREAM_GRACE_S = 5.0  # beyond the request timeout, before an unanswered stream is given up
 _FINISH_TIMEOUT_S = 2.0  # for the streams to answer what they carry when the producer closes
 _CANCEL_TIMEOUT_S = 5.0
+
+
+# Errors that prove the leader refused a batch before proposing it (checks, a node short of storage, a method
+# or topic it does not know): the batch was not written and its sequences may go to the next batch.
+_REFUSED: tuple[type[MultiraftError], ...] = (
+    InvalidArgumentError,
+    NotFoundError,
+    InsufficientStorageError,
+    UnknownProducerIdError,
+    InvalidProducerEpochError,
+    UnsupportedError,
+)
+
+
+def _refused(error: MultiraftError) -> bool:
+    """Whether ``error`` proves its batch was never proposed; any other failure leaves the outcome unknown."""
+    return isinstance(error, _REFUSED)
 
 
 @dataclass(eq=False)
@@ -268,6 +300,13 @@ class Sender:
 
     async def _reset_partition(self, state: _PartitionState) -> None:
         producer = await self._new_producer_id()
+        if producer is None and self._stopping:
+            # Closing before a new id came: the old id's sequences are spent, so what waits cannot be sent.
+            error = ProducerError(f"{state.tp}: the producer closed before it had a new producer id")
+            for batch in self._accumulator.take(state.tp):
+                self._fail(batch, error)
+            self._poke()
+            return  # still resetting: nothing more goes out under the old id
         if producer is not None:
             state.producer_id, state.producer_epoch = producer
         state.next_sequence = 0
@@ -365,14 +404,16 @@ class Sender:
         """Fail every unacknowledged batch of the partition and continue under a new producer id (a
         sequence the leader does not expect would otherwise block the partition for good)."""
         batches, state.retry = state.retry, []
-        for batch in batches:
-            self._fail(batch, error)
         if self._replay:
-            # A new id or restarted sequence would not line up with the run this producer replays: stop.
+            # A new id or restarted sequence would not line up with the run this producer replays: stop (set
+            # before the batches fail, so that their callers see the producer stopped).
             self._fatal = ProducerError(
                 f"replay producer {state.producer_id} stopped: the sequence of {state.tp} broke ({error}); "
                 "a new replay producer replays from the start"
             )
+        for batch in batches:
+            self._fail(batch, error)
+        if self._fatal is not None:
             self._fail_everything(self._fatal)
             return
         if self.idempotent:
@@ -557,7 +598,18 @@ class Sender:
         if error.retriable:
             self._fail(batch, error)  # it may have been written; sending it again could duplicate it
             return
-        self._reject(state, batch, error)
+        if not self.idempotent or batch.base_sequence < 0 or not batch.maybe_written or _refused(error):
+            self._reject(state, batch, error)
+            return
+        # The leader may have written the batch (KIP-360): its sequences are spent, never given to other records.
+        if isinstance(error, StorageFailureError):
+            # The leader's storage failed mid-write (a node of an older version says so): another leader
+            # deduplicates the same batch, or writes it if the followers never got it.
+            self._request_refresh()
+            self._retry(state, batch)
+            return
+        state.reset_error = error  # fail it and what follows, and go on under a new producer id
+        state.retry.append(batch)
 
     def _retry(self, state: _PartitionState, batch: ProducerBatch) -> None:
         state.retry.append(batch)

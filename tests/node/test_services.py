@@ -19,6 +19,7 @@ from multiraft.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
     RequestTimeoutError,
+    StorageFailureError,
     UnavailableError,
     UnknownNodeError,
     UnknownPartitionError,
@@ -212,6 +213,20 @@ def test_a_batch_that_does_not_commit_in_time_answers_a_timeout_that_says_it_may
         store.produce_results = [None]
         with pytest.raises(RequestTimeoutError, match="may still be written"):
             await service.produce("orders", 0, batch(), 50)
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_whose_leader_failed_after_proposing_it_answers_a_retriable_unknown_outcome() -> None:
+    # The append went to the followers before the leader's own write failed: they may commit it under the next
+    # leader, so a terminal error would let an idempotent producer give its sequence to other records.
+    async def scenario() -> None:
+        service, found, store, _ = data_service()
+        lead(found, "orders", 0)
+        store.produce_results = [StorageFailureError("storage failed: I/O error")]
+        with pytest.raises(UnavailableError, match="may be written") as raised:
+            await service.produce("orders", 0, batch(), 0)
+        assert raised.value.retriable and raised.value.metadata["outcome"] == "unknown"
 
     asyncio.run(scenario())
 

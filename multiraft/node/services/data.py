@@ -4,6 +4,10 @@ A produced batch is checked here (size, header, CRC, its body's consistency, pro
 to the partition leader's replica on the scheduler thread at once, so that batches handed over in order
 (one ProduceStream) are proposed in order; the answer comes when the batch commits. Reads go to the local
 log up to the high watermark, so they only ever see committed records.
+
+A proposed batch whose leader failed before it could know the outcome (its own write failed after the append
+went to the followers) is answered UNAVAILABLE with ``outcome=unknown``, never a terminal error: the batch
+may still commit under the next leader, and an idempotent producer must re-send it, not reuse its sequence.
 """
 
 from __future__ import annotations
@@ -49,6 +53,17 @@ class DataLimits:
     max_payload_bytes: int = StorageConfig().max_payload_bytes
     fetch_max_bytes_limit: int = 16 * 1024 * 1024
     max_inflight_produce_bytes: int = 256 * 1024 * 1024
+
+
+def _outcome_unknown(view: PartitionView, exc: Exception) -> UnavailableError:
+    """A proposed batch whose fate this leader cannot know (its write failed after the append went to the
+    followers, which may commit it under another leader): retriable, so that an idempotent producer re-sends
+    the same batch and is deduplicated, instead of a terminal error that would let it reuse the sequence."""
+    return UnavailableError(
+        f"{view.topic}/{view.partition}: the leader failed after proposing the batch ({exc}); it may be written, "
+        "retry it",
+        outcome="unknown",
+    )
 
 
 class DataService:
@@ -163,6 +178,12 @@ class DataService:
             raise RequestTimeoutError(
                 f"{view.topic}/{view.partition}: not committed within {timeout_s:g}s (it may still be written)"
             ) from None
+        except MultiraftError as exc:
+            if not isinstance(exc, StorageFailureError):
+                raise
+            raise _outcome_unknown(view, exc) from exc
+        except Exception as exc:
+            raise _outcome_unknown(view, exc) from exc
         return ProduceAck(result.base_offset, result.log_append_time_ms, view.log_start_offset, result.duplicate)
 
     async def init_producer(self) -> tuple[int, int]:
