@@ -36,6 +36,8 @@ FAST_NODE_SETTINGS: dict[str, object] = {
     "heartbeat_ticks": 2,
     "retention_check_ms": 200,
     "membership_profile": "local",
+    # Below the disk-full fault's 48 MiB tmpfs, so that its node accepts topics until the filler runs.
+    "min_free_disk_bytes": 8 << 20,
 }
 TOPIC = "nemesis"
 _OFFSETS_TOPIC = "__consumer_offsets"
