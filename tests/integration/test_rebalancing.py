@@ -13,6 +13,7 @@ import pytest
 from multiraft.errors import MultiraftError, NodeHasReplicasError, NotLeaderError
 from multiraft.launcher import add_node
 from rpc.client import Admin, ClusterInfo
+from rpc.proto import multiraft_pb2 as pb
 from tests.integration._helpers import BackgroundProducer, Cluster, fetch_all, produce
 
 pytestmark = pytest.mark.integration
@@ -197,5 +198,29 @@ def test_a_drained_node_ends_up_empty_and_only_then_can_be_removed(cluster_facto
         _wait(lambda: _fully_replicated_on(cluster, remaining), 30, "every partition on the other nodes")
         assert _check_exactly_once(cluster, producer) > 0
         _only_retried_errors(producer)
+        admin.remove_node(drained)
+        assert next(n.state for n in admin.describe_cluster().nodes if n.node_id == drained) == "removed"
+
+
+def _commit_offset(cluster: Cluster, group: str, topic: str, offset: int) -> None:
+    request = pb.CommitOffsetsRequest(
+        group=group, offsets=[pb.CommittedOffset(topic=topic, partition=0, offset=offset, metadata="m")]
+    )
+    stub = cluster.client.log_stub(cluster.info.nodes[1].client_address)
+    stub.CommitOffsets(request, timeout=30)  # type: ignore[attr-defined]
+
+
+def test_a_drain_onto_a_new_node_moves_the_idle_offsets_partitions_too(cluster_factory: Callable[..., Cluster]) -> None:
+    """Regression (nemesis ``churn``): the moves of idle ``__consumer_offsets`` partitions to a new node never
+    left phase ``adding`` (their leaders reported no status), held every move slot, and the drain never ended."""
+    cluster = cluster_factory(3, **HEALING)
+    cluster.create_topic(TOPIC, 3, RF)
+    _commit_offset(cluster, "billing", TOPIC, 7)  # creates __consumer_offsets: 8 idle groups on every node
+    with Admin(cluster.client) as admin:
+        drained = _a_follower_node(cluster, admin)  # one of the first three, not the controller leader
+        add_node(cluster.info, 4)
+        _wait(lambda: admin.drain_node(drained).safe_to_stop, 120, "the drained node safe to stop")
+        described = admin.describe_cluster()
+        assert {load.node_id: load.replicas for load in described.loads}[drained] == 0
         admin.remove_node(drained)
         assert next(n.state for n in admin.describe_cluster().nodes if n.node_id == drained) == "removed"
