@@ -12,6 +12,7 @@ import pytest
 
 from multiraft.errors import MultiraftError, NodeHasReplicasError, NotLeaderError
 from multiraft.launcher import add_node
+from multiraft.node.offsets import SNAPSHOT_EVERY
 from rpc.client import Admin, ClusterInfo
 from rpc.proto import multiraft_pb2 as pb
 from tests.integration._helpers import BackgroundProducer, Cluster, fetch_all, produce
@@ -216,6 +217,9 @@ def test_a_drain_onto_a_new_node_moves_the_idle_offsets_partitions_too(cluster_f
     cluster = cluster_factory(3, **HEALING)
     cluster.create_topic(TOPIC, 3, RF)
     _commit_offset(cluster, "billing", TOPIC, 7)  # creates __consumer_offsets: 8 idle groups on every node
+    for offset in range(8, 8 + SNAPSHOT_EVERY + 50):  # billing's group snapshots and compacts its log: its new
+        _commit_offset(cluster, "billing", TOPIC, offset)  # replica is caught up by a Raft snapshot of the map
+    last = 8 + SNAPSHOT_EVERY + 49
     with Admin(cluster.client) as admin:
         drained = _a_follower_node(cluster, admin)  # one of the first three, not the controller leader
         add_node(cluster.info, 4)
@@ -224,3 +228,7 @@ def test_a_drain_onto_a_new_node_moves_the_idle_offsets_partitions_too(cluster_f
         assert {load.node_id: load.replicas for load in described.loads}[drained] == 0
         admin.remove_node(drained)
         assert next(n.state for n in admin.describe_cluster().nodes if n.node_id == drained) == "removed"
+    fetch = pb.FetchOffsetsRequest(group="billing", partitions=[pb.TopicPartition(topic=TOPIC, partition=0)])
+    stub = cluster.client.log_stub(cluster.info.nodes[4].client_address)
+    (committed,) = stub.FetchOffsets(fetch, timeout=30).offsets  # type: ignore[attr-defined]
+    assert committed.offset == last
