@@ -232,3 +232,30 @@ def test_a_drain_onto_a_new_node_moves_the_idle_offsets_partitions_too(cluster_f
     stub = cluster.client.log_stub(cluster.info.nodes[4].client_address)
     (committed,) = stub.FetchOffsets(fetch, timeout=30).offsets  # type: ignore[attr-defined]
     assert committed.offset == last
+
+
+def test_draining_controller_voters_one_after_another_keeps_the_metadata_quorum(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    """Regression (nemesis ``churn``): the controller's voters stayed as bootstrapped, so once two drained
+    voters were stopped the metadata had no quorum left and nothing could be created, drained or removed."""
+    cluster = cluster_factory(3, **HEALING)
+    cluster.create_topic(TOPIC, 3, RF)
+    with Admin(cluster.client) as admin:
+        add_node(cluster.info, 4)
+        add_node(cluster.info, 5)
+        gone: set[int] = set()
+        for _ in range(2):  # two of the three bootstrapped voters, never the controller leader
+            controller = admin.describe_cluster().controller_id
+            drained = min(n for n in (1, 2, 3) if n != controller and n not in gone)
+            _wait(lambda: admin.drain_node(drained).safe_to_stop, 120, f"node {drained} safe to stop")  # noqa: B023
+            cluster.kill(drained)
+            gone.add(drained)
+            _wait(lambda: _removed(admin, drained), 60, f"node {drained} removed")  # noqa: B023
+        cluster.create_topic("after", 1, 2)  # the metadata still commits
+        assert cluster.leader("after", 0)
+
+
+def _removed(admin: Admin, node_id: int) -> bool:
+    admin.remove_node(node_id)
+    return next(n.state for n in admin.describe_cluster().nodes if n.node_id == node_id) == "removed"
