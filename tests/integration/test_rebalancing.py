@@ -226,8 +226,8 @@ def test_a_drain_onto_a_new_node_moves_the_idle_offsets_partitions_too(cluster_f
         _wait(lambda: admin.drain_node(drained).safe_to_stop, 120, "the drained node safe to stop")
         described = admin.describe_cluster()
         assert {load.node_id: load.replicas for load in described.loads}[drained] == 0
-        admin.remove_node(drained)
-        assert next(n.state for n in admin.describe_cluster().nodes if n.node_id == drained) == "removed"
+        cluster.kill(drained)  # stopped, as it is once safe: it answers no DescribeCluster with its stale state
+        _wait(lambda: _removed(admin, drained), 60, "the drained node removed")
     fetch = pb.FetchOffsetsRequest(group="billing", partitions=[pb.TopicPartition(topic=TOPIC, partition=0)])
     stub = cluster.client.log_stub(cluster.info.nodes[4].client_address)
     (committed,) = stub.FetchOffsets(fetch, timeout=30).offsets  # type: ignore[attr-defined]
