@@ -422,8 +422,8 @@ class Store(SchedulerOwned):
                 log.info("a repaired replica has its entries back", log=storage.log.name, last=storage.last_index())
             if isinstance(group.machine, PartitionMachine):
                 group.machine.housekeeping(group, now_ms)
-                if leader_check is not None:
-                    leader_check(group)
+            if leader_check is not None:  # every group: it also re-sends lost in-band Raft snapshots
+                leader_check(group)
 
     @on_owner_thread
     def hand_back_leadership(self) -> None:
