@@ -39,6 +39,7 @@ class Directory(LoopOwned):
         self.node_id = node_id
         self.cluster = ctl.ClusterState()
         self.controller_leader = 0
+        self.controller_voters: tuple[int, ...] = ()  # the controller group's voters (joint: both halves)
         self.views: dict[tuple[str, int], PartitionView] = {}
         self.views_by_group: dict[int, PartitionView] = {}
         self._leaders = _LeaderCache()
@@ -74,6 +75,10 @@ class Directory(LoopOwned):
     @on_owner_thread
     def set_controller_leader(self, leader_id: int) -> None:
         self.controller_leader = leader_id
+
+    @on_owner_thread
+    def set_controller_voters(self, voters: tuple[int, ...]) -> None:
+        self.controller_voters = voters
 
     # ------------------------------------------------------------------------------------------ leaders
 

@@ -203,7 +203,8 @@ class Node(LoopOwned):
 
         scheduler = self._scheduler = Scheduler(store_opener=self._open_store, tick_ms=config.tick_ms, outbox=self)
         room = RoomLedger(self._capacity_reports)
-        store = self._store = Store(config, scheduler, directory, LoopHandoff(loop), self.liveness.ids, room)
+        to_loop = LoopHandoff(loop)
+        store = self._store = Store(config, scheduler, directory, to_loop, self.liveness.ids, room)
         store_client = StoreClient(store, SchedulerHandoff(scheduler, loop))
         capacity = self.capacity = CapacityMonitor(
             self.node_id,
@@ -237,6 +238,7 @@ class Node(LoopOwned):
                 store.cluster_state,
                 lambda: directory.controller_leader,  # an int, replaced whole on the loop
                 store.drop_local_replica,
+                lambda voters: to_loop.post(lambda: directory.set_controller_voters(voters)),
             ),
         )
 

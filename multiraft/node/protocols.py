@@ -53,6 +53,11 @@ class ClusterView(Protocol):
     @property
     def controller_leader(self) -> int: ...
 
+    @property
+    def controller_voters(self) -> tuple[int, ...]:
+        """The nodes that vote in the controller group (a drained node must not be one when it stops)."""
+        ...
+
     def partition_state(self, topic: str, partition: int) -> ctl.PartitionState:
         """A user topic's partition; raises UnknownTopicError / UnknownPartitionError."""
         ...

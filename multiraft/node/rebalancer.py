@@ -12,6 +12,10 @@ Every ``rebalance_interval_ms`` the node that leads the controller group:
    first replacements for replicas on nodes the member-list has declared dead (or that left) for
    ``replica_replace_after_ms`` (:func:`~multiraft.controller.plan_repair`), then moves off draining nodes
    and towards even replica counts (:func:`~multiraft.controller.plan_rebalance`);
+A move that shows no progress for ``move_stall_s`` (its learner neither copies nor catches up, say because
+its leader reports nothing of it) is aborted, its learner dropped, and its partition left out of planning
+for as long again: a stuck move must not hold one of the ``max_concurrent_moves`` slots forever.
+
 4. once nothing is moving, spreads preferred leaders (:func:`~multiraft.controller.plan_preferred_leaders`);
    partition leaders then hand leadership to them (``PartitionMachine`` housekeeping).
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from multiraft import controller as ctl
@@ -33,7 +38,7 @@ from multiraft.node.capacity import RoomLedger
 from multiraft.node.peer_messages import PartitionStatus
 from multiraft.node.protocols import ClusterView, ControllerClient, Liveness, PartitionStatusSource
 
-__all__ = ["Rebalancer", "RebalanceSettings", "MoveProgress", "CAUGHT_UP_ENTRIES"]
+__all__ = ["Rebalancer", "RebalanceSettings", "MoveProgress", "CAUGHT_UP_ENTRIES", "MOVE_STALL_S"]
 
 log = get_logger(__name__)
 
@@ -41,6 +46,13 @@ CAUGHT_UP_ENTRIES = 64
 """A learner this close to its leader's last index is promoted: the rest arrives within a heartbeat or two,
 and producers keep the tail moving, so waiting for exactly zero could wait forever under load."""
 _PREFERRED_CHANGES_PER_ROUND = 8
+MOVE_STALL_S = 120.0
+"""A move whose learner shows no progress this long is aborted and its partition planned again later. A copy
+reports its bytes every chunk and a catching-up learner's lag shrinks, so only a move that is stuck waits
+this long (a copy resumes after a dropped connection within seconds)."""
+
+
+_PHASE_RANK = {"adding": 0, "copying": 1, "catching_up": 2, "promoting": 3, "removing": 4}
 
 
 @dataclass
@@ -54,6 +66,14 @@ class MoveProgress:
     bytes_copied: int = 0
     bytes_total: int = 0
     eta_seconds: float = 0.0
+    progressed_at: float = field(default_factory=time.monotonic)  # last time the learner got anywhere
+    _best: tuple[int, int, int] = (0, 0, -(2**62))  # (phase rank, bytes copied, -lag) at progressed_at
+
+    def note(self, lag: int | None, now: float) -> None:
+        """Record where the move is; a further phase, more bytes copied or a smaller lag is progress."""
+        mark = (_PHASE_RANK.get(self.phase, 0), self.bytes_copied, -lag if lag is not None else -(2**62))
+        if mark > self._best:
+            self._best, self.progressed_at = mark, now
 
     def sample(self, copied: int, total: int) -> None:
         self.bytes_copied, self.bytes_total = max(0, copied), max(0, total)
@@ -70,6 +90,7 @@ class RebalanceSettings:
     rebalance_interval_ms: int
     replica_replace_after_ms: int
     max_concurrent_moves: int
+    move_stall_s: float = MOVE_STALL_S
 
 
 class Rebalancer:
@@ -83,6 +104,7 @@ class Rebalancer:
         status: PartitionStatusSource,
         controller: ControllerClient,
         room: RoomLedger | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.room = room  # what each node can still store: no replica moves to a node without room
@@ -91,6 +113,8 @@ class Rebalancer:
         self._status = status
         self._controller = controller
         self.moves: dict[int, MoveProgress] = {}  # group id -> move
+        self._clock = clock
+        self._stalled_until: dict[int, float] = {}  # group id -> when a stalled move's partition may move again
         self._was_leader = False
 
     async def run(self) -> None:
@@ -147,7 +171,10 @@ class Rebalancer:
         if self.room is not None:  # no replica goes to a node whose room is unknown (or short)
             room = self.room.room(state, [n.node_id for n in live_active])
             stranded = self.room.stranded()
-        busy = set(self.moves) | {p.group_id for p in state.groups().values() if p.learners}
+        now = self._clock()
+        for group_id in [g for g, until in self._stalled_until.items() if until <= now]:
+            del self._stalled_until[group_id]
+        busy = set(self.moves) | set(self._stalled_until) | {p.group_id for p in state.groups().values() if p.learners}
         planned: list[ctl.ReplicaMove] = []
         for move in ctl.plan_repair(state, dead, live_active, room, stranded):
             group_id = state.partition(move.topic, move.partition).group_id
@@ -163,7 +190,7 @@ class Rebalancer:
                     busy.add(group_id)
         for move in planned:
             group_id = state.partition(move.topic, move.partition).group_id
-            self.moves[group_id] = MoveProgress(move, group_id)
+            self.moves[group_id] = MoveProgress(move, group_id, progressed_at=self._clock())
             log.info(
                 "replica move planned",
                 topic=move.topic,
@@ -183,7 +210,7 @@ class Rebalancer:
                 learner = p.learners[0]
                 leaving = self._excess_replica(state, p, dead, exclude=learner)
                 move = ctl.ReplicaMove(p.topic, p.partition, leaving, learner)
-                self.moves[p.group_id] = MoveProgress(move, p.group_id)
+                self.moves[p.group_id] = MoveProgress(move, p.group_id, progressed_at=self._clock())
                 log.info("adopted a replica move in flight", topic=p.topic, partition=p.partition, to_node=learner)
                 continue
             wanted = state.topics[p.topic].replication_factor
@@ -241,7 +268,13 @@ class Rebalancer:
                 )
                 continue
             if move.to_node in p.learners:
-                if not self._caught_up(progress, status.get(group_id)):
+                found = status.get(group_id)
+                caught_up = self._caught_up(progress, found)
+                progress.note(found.lag.get(move.to_node) if found is not None else None, self._clock())
+                if not caught_up:
+                    if self._clock() - progress.progressed_at >= self.settings.move_stall_s:
+                        await self._abort(p, progress, "no progress for move_stall_s")
+                        self._stalled_until[group_id] = self._clock() + self.settings.move_stall_s
                     continue
                 progress.phase = "promoting"
             elif move.to_node in p.replicas:
@@ -273,11 +306,20 @@ class Rebalancer:
         acked = to_node in status.acked or status.entries == 0
         return acked and lag <= CAUGHT_UP_ENTRIES and status.leader != 0
 
-    async def _abort(self, p: ctl.PartitionState, progress: MoveProgress) -> None:
-        """The node a replica was moving to died: drop it as a learner; the move is replanned."""
+    async def _abort(self, p: ctl.PartitionState, progress: MoveProgress, reason: str = "target node is gone") -> None:
+        """The node a replica was moving to died, or the move is stuck: drop it as a learner; the move is
+        replanned."""
         del self.moves[p.group_id]
         to_node = progress.move.to_node
-        log.warning("replica move aborted: target node is gone", topic=p.topic, partition=p.partition, to_node=to_node)
+        log.warning(
+            "replica move aborted",
+            reason=reason,
+            topic=p.topic,
+            partition=p.partition,
+            to_node=to_node,
+            phase=progress.phase,
+            idle_s=round(self._clock() - progress.progressed_at, 1),
+        )
         if to_node in p.learners:
             learners = tuple(n for n in p.learners if n != to_node)
             await self._propose(

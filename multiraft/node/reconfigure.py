@@ -9,7 +9,10 @@ it into Raft membership changes:
   removed). Raft accepts one change at a time (ConfChangePending), so a step that is still committing is
   simply retried on the next pass. Several voter changes at once go through joint consensus (AUTO).
 * The controller group (group 0) gets every registered node as a learner, so that a node that joined a
-  running cluster through the member-list receives the metadata; removed nodes are taken out again.
+  running cluster through the member-list receives the metadata; removed nodes are taken out again. Its
+  voters stay as bootstrapped, except that a voter on a draining or removed node is swapped (one at a time,
+  through joint consensus) for a caught-up learner on an active node: draining and removing voters one after
+  another must never leave the metadata without a quorum.
 * A node that is no longer assigned a replica drops its local copy once that has held for
   :data:`REMOVAL_GRACE_S`: the leader's removal entry may never reach the removed replica, and a replica of
   a dead node that comes back must not linger. The grace keeps a metadata replay at start-up (where an
@@ -31,6 +34,7 @@ __all__ = ["Reconciler", "REMOVAL_GRACE_S", "conf_change_towards"]
 log = get_logger(__name__)
 
 REMOVAL_GRACE_S = 5.0
+_VOTER_CAUGHT_UP_ENTRIES = 64  # a learner this close to the leader's last index may replace a leaving voter
 
 
 def conf_change_towards(
@@ -69,6 +73,7 @@ class Reconciler:
         state: Callable[[], ctl.ClusterState],
         controller_leader: Callable[[], int],
         drop_local: Callable[[Group], None],
+        publish_voters: Callable[[tuple[int, ...]], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.scheduler = scheduler
@@ -76,12 +81,15 @@ class Reconciler:
         self._controller_leader = controller_leader
         self._drop_local = drop_local
         self._unassigned_since: dict[int, float] = {}
+        self._publish_voters = publish_voters
+        self._published: tuple[int, ...] | None = None
 
     def __call__(self) -> None:
         state = self._state()
         now = time.monotonic()
         for group_id, group in list(self.scheduler.groups.items()):
             if group_id == ctl.CONTROLLER_GROUP_ID:
+                self._publish(group)
                 if group.is_leader:
                     self._reconcile_controller(group, state)
                 continue
@@ -99,13 +107,44 @@ class Reconciler:
         for group_id in [g for g in self._unassigned_since if g not in self.scheduler.groups]:
             del self._unassigned_since[group_id]
 
+    def _publish(self, group: Group) -> None:
+        """Tell the event loop who votes in the controller group (a drain is not over while its node does)."""
+        conf = group.raw.conf_state
+        voters = tuple(sorted(set(conf.voters) | set(conf.voters_outgoing)))
+        if self._publish_voters is not None and voters != self._published:
+            self._published = voters
+            self._publish_voters(voters)
+
     def _reconcile_controller(self, group: Group, state: ctl.ClusterState) -> None:
         conf = group.raw.conf_state
-        voters = tuple(conf.voters)
         registered = {n.node_id for n in state.nodes.values() if n.state is not ctl.NodeState.REMOVED}
-        # Voters stay as bootstrapped (controller_replicas); every other registered node follows as a learner.
+        voters = self._controller_voters(group, state)
+        # Every registered node that is not a voter follows as a learner.
         learners = tuple(sorted(n for n in registered | set(conf.learners) if n not in voters and n in registered))
         self._propose(group, voters, learners)
+
+    def _controller_voters(self, group: Group, state: ctl.ClusterState) -> tuple[int, ...]:
+        """The voters as they are, or with the first one on a draining or removed node swapped for the most
+        caught-up learner that is active and answering (none such: as they are, until one is)."""
+        voters = tuple(group.raw.conf_state.voters)
+        leaving = [v for v in voters if (n := state.nodes.get(v)) is not None and n.state is not ctl.NodeState.ACTIVE]
+        if not leaving:
+            return voters
+        status = group.raw.status()
+        candidates = [
+            (progress.match, -peer, peer)
+            for peer, progress in status.progress.items()
+            if peer not in voters
+            and (n := state.nodes.get(peer)) is not None
+            and n.state is ctl.NodeState.ACTIVE
+            and (progress.recent_active or status.quiescent)  # a quiescent group's recent_active goes stale
+            and progress.match > 0
+            and status.last_index - progress.match <= _VOTER_CAUGHT_UP_ENTRIES
+        ]
+        if not candidates:
+            return voters
+        joining = max(candidates)[2]
+        return tuple(sorted((set(voters) - {leaving[0]}) | {joining}))
 
     def _propose(self, group: Group, voters: tuple[int, ...], learners: tuple[int, ...]) -> None:
         change = conf_change_towards(group.raw.conf_state, voters, learners)

@@ -422,8 +422,8 @@ class Store(SchedulerOwned):
                 log.info("a repaired replica has its entries back", log=storage.log.name, last=storage.last_index())
             if isinstance(group.machine, PartitionMachine):
                 group.machine.housekeeping(group, now_ms)
-                if leader_check is not None:
-                    leader_check(group)
+            if leader_check is not None:  # every group: it also re-sends lost in-band Raft snapshots
+                leader_check(group)
 
     @on_owner_thread
     def hand_back_leadership(self) -> None:
@@ -501,12 +501,16 @@ class Store(SchedulerOwned):
         out: list[PartitionStatus] = []
         for group_id in group_ids:
             group = self.scheduler.groups.get(group_id)
-            if group is None or not group.is_leader or not isinstance(group.machine, PartitionMachine):
+            # The offsets groups too: without their status the rebalancer never promotes a learner of one
+            # (a drain onto a new node stalled), and a drain would not count the offsets groups a node leads.
+            if group is None or not group.is_leader or not isinstance(group.machine, PartitionMachine | OffsetsMachine):
                 continue
             out.append(self._status(group, group.machine, live))
         return out
 
-    def _status(self, group: Group, machine: PartitionMachine, live: frozenset[int]) -> PartitionStatus:
+    def _status(
+        self, group: Group, machine: PartitionMachine | OffsetsMachine, live: frozenset[int]
+    ) -> PartitionStatus:
         status = group.raw.status()
         me = self.node_id
         isr = {me} | {
@@ -523,17 +527,18 @@ class Store(SchedulerOwned):
         first_index = group.storage.first_index()
         hook = self.catchup_progress
         copies = hook(group.group_id, snapshot_peers(status, first_index)) if hook is not None else {}
+        records = machine if isinstance(machine, PartitionMachine) else None  # offsets groups hold no records
         return PartitionStatus(
             group_id=group.group_id,
             leader=me,
             term=status.term,
-            high_watermark=machine.high_watermark,
-            log_start_offset=machine.log.start_offset(),
+            high_watermark=records.high_watermark if records is not None else 0,
+            log_start_offset=records.log.start_offset() if records is not None else 0,
             in_sync_replicas=tuple(sorted(isr)),
             lag={peer: max(0, status.last_index - p.match) for peer, p in status.progress.items() if peer != me},
             acked=tuple(peer for peer, p in status.progress.items() if p.match > 0),
             copies=copies,
-            size_bytes=sum(segment.size_bytes for segment in machine.log.segments()),
+            size_bytes=sum(segment.size_bytes for segment in records.log.segments()) if records is not None else 0,
             entries=max(0, status.last_index - first_index + 1),
         )
 

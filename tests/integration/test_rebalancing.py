@@ -12,7 +12,9 @@ import pytest
 
 from multiraft.errors import MultiraftError, NodeHasReplicasError, NotLeaderError
 from multiraft.launcher import add_node
+from multiraft.node.offsets import SNAPSHOT_EVERY
 from rpc.client import Admin, ClusterInfo
+from rpc.proto import multiraft_pb2 as pb
 from tests.integration._helpers import BackgroundProducer, Cluster, fetch_all, produce
 
 pytestmark = pytest.mark.integration
@@ -199,3 +201,61 @@ def test_a_drained_node_ends_up_empty_and_only_then_can_be_removed(cluster_facto
         _only_retried_errors(producer)
         admin.remove_node(drained)
         assert next(n.state for n in admin.describe_cluster().nodes if n.node_id == drained) == "removed"
+
+
+def _commit_offset(cluster: Cluster, group: str, topic: str, offset: int) -> None:
+    request = pb.CommitOffsetsRequest(
+        group=group, offsets=[pb.CommittedOffset(topic=topic, partition=0, offset=offset, metadata="m")]
+    )
+    stub = cluster.client.log_stub(cluster.info.nodes[1].client_address)
+    stub.CommitOffsets(request, timeout=30)  # type: ignore[attr-defined]
+
+
+def test_a_drain_onto_a_new_node_moves_the_idle_offsets_partitions_too(cluster_factory: Callable[..., Cluster]) -> None:
+    """Regression (nemesis ``churn``): the moves of idle ``__consumer_offsets`` partitions to a new node never
+    left phase ``adding`` (their leaders reported no status), held every move slot, and the drain never ended."""
+    cluster = cluster_factory(3, **HEALING)
+    cluster.create_topic(TOPIC, 3, RF)
+    _commit_offset(cluster, "billing", TOPIC, 7)  # creates __consumer_offsets: 8 idle groups on every node
+    for offset in range(8, 8 + SNAPSHOT_EVERY + 50):  # billing's group snapshots and compacts its log: its new
+        _commit_offset(cluster, "billing", TOPIC, offset)  # replica is caught up by a Raft snapshot of the map
+    last = 8 + SNAPSHOT_EVERY + 49
+    with Admin(cluster.client) as admin:
+        drained = _a_follower_node(cluster, admin)  # one of the first three, not the controller leader
+        add_node(cluster.info, 4)
+        _wait(lambda: admin.drain_node(drained).safe_to_stop, 120, "the drained node safe to stop")
+        described = admin.describe_cluster()
+        assert {load.node_id: load.replicas for load in described.loads}[drained] == 0
+        cluster.kill(drained)  # stopped, as it is once safe: it answers no DescribeCluster with its stale state
+        _wait(lambda: _removed(admin, drained), 60, "the drained node removed")
+    fetch = pb.FetchOffsetsRequest(group="billing", partitions=[pb.TopicPartition(topic=TOPIC, partition=0)])
+    stub = cluster.client.log_stub(cluster.info.nodes[4].client_address)
+    (committed,) = stub.FetchOffsets(fetch, timeout=30).offsets  # type: ignore[attr-defined]
+    assert committed.offset == last
+
+
+def test_draining_controller_voters_one_after_another_keeps_the_metadata_quorum(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    """Regression (nemesis ``churn``): the controller's voters stayed as bootstrapped, so once two drained
+    voters were stopped the metadata had no quorum left and nothing could be created, drained or removed."""
+    cluster = cluster_factory(3, **HEALING)
+    cluster.create_topic(TOPIC, 3, RF)
+    with Admin(cluster.client) as admin:
+        add_node(cluster.info, 4)
+        add_node(cluster.info, 5)
+        gone: set[int] = set()
+        for _ in range(2):  # two of the three bootstrapped voters, never the controller leader
+            controller = admin.describe_cluster().controller_id
+            drained = min(n for n in (1, 2, 3) if n != controller and n not in gone)
+            _wait(lambda: admin.drain_node(drained).safe_to_stop, 120, f"node {drained} safe to stop")  # noqa: B023
+            cluster.kill(drained)
+            gone.add(drained)
+            _wait(lambda: _removed(admin, drained), 60, f"node {drained} removed")  # noqa: B023
+        cluster.create_topic("after", 1, 2)  # the metadata still commits
+        assert cluster.leader("after", 0)
+
+
+def _removed(admin: Admin, node_id: int) -> bool:
+    admin.remove_node(node_id)
+    return next(n.state for n in admin.describe_cluster().nodes if n.node_id == node_id) == "removed"

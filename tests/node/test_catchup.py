@@ -304,3 +304,58 @@ def test_the_copy_rate_stays_under_the_bandwidth_budget(
     assert elapsed >= 0.5 * 0.9
     assert job.progress.rate_bytes_s <= budget * 1.1
     assert job.progress.eta_s == 0.0
+
+
+class _Raw:
+    """A leader's core waiting for node 2 to answer a snapshot (the controller's or an offsets group's)."""
+
+    role = raft.Role.LEADER
+
+    def __init__(self) -> None:
+        self.reported: list[tuple[int, bool]] = []
+
+    def status(self) -> raft.Status:
+        return _status({1: (30, 0), 2: (0, 25), 3: (30, 0)})
+
+    def report_snapshot(self, peer: int, ok: bool) -> None:
+        self.reported.append((peer, ok))
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_lost_raft_snapshot_of_a_group_without_segments_is_sent_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: only partition groups were checked, so a lost in-band snapshot of the controller's or an
+    offsets group's state left its replica waiting for ever (the core sends nothing to a SNAPSHOT replica)."""
+    from multiraft.node.catchup import _leader
+
+    clock = _Clock()
+    monkeypatch.setattr(_leader, "time", clock)
+    touched: list[int] = []
+    scheduler = cast(Scheduler, type("FakeScheduler", (), {"touch": lambda self, g: touched.append(g.group_id)})())
+    manager = CatchupManager(
+        node_id=1,
+        data_dir=tmp_path,
+        scheduler=scheduler,
+        call=cast(Any, None),
+        disconnect=lambda node: None,
+        views_by_group={},
+        bandwidth_bytes_per_s=0,
+        snapshot_idle_s=10.0,
+    )
+    raw = _Raw()
+    group = cast(Any, type("FakeGroup", (), {"group_id": 0, "raw": raw, "machine": object()})())
+    manager.leader_check(group)
+    clock.now += 9.0
+    manager.leader_check(group)
+    assert raw.reported == [], "within snapshot_idle_s the snapshot may still be on its way"
+    clock.now += 2.0
+    manager.leader_check(group)
+    assert raw.reported == [(2, False)] and touched == [0]

@@ -18,11 +18,22 @@ def four_nodes_with(partitions: int, *, on: tuple[int, ...] = (1, 2, 3)) -> ctl.
     return create_topic(state, "t", partitions, 3, nodes=[state.nodes[n] for n in on])
 
 
-def rebalancer(state: ctl.ClusterState, liveness: FakeLiveness, settings: RebalanceSettings = SETTINGS):
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def rebalancer(
+    state: ctl.ClusterState, liveness: FakeLiveness, settings: RebalanceSettings = SETTINGS, clock: Clock | None = None
+):
     found = directory(state, node_id=1, controller_leader=1)
     stat = FakeStatus()
     controller = FakeController(found)
-    return Rebalancer(settings, found, liveness, stat, controller), found, stat, controller
+    reb = Rebalancer(settings, found, liveness, stat, controller, clock=clock or Clock())
+    return reb, found, stat, controller
 
 
 def node_3_dead() -> FakeLiveness:
@@ -142,5 +153,52 @@ def test_a_draining_node_has_its_replicas_moved_to_the_others() -> None:
         await reb.round()
         (move,) = reb.snapshot()
         assert (move.move.from_node, move.move.to_node) == (3, 4)
+
+    asyncio.run(scenario())
+
+
+STALL = RebalanceSettings(100, 1_000, max_concurrent_moves=1, move_stall_s=60.0)
+
+
+def test_a_move_that_makes_no_progress_is_aborted_and_gives_its_slot_to_another_partition() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        reb, found, _stat, _ = rebalancer(four_nodes_with(2), node_3_dead(), STALL, clock)
+        await reb.round()
+        (stuck,) = reb.snapshot()
+        assert found.cluster.partition("t", stuck.move.partition).learners == (4,)
+        clock.now += 59.0  # its leader reports nothing of the learner (the offsets groups did so before)
+        await reb.round()
+        assert [m.group_id for m in reb.snapshot()] == [stuck.group_id], "still within move_stall_s"
+        clock.now += 2.0
+        await reb.round()
+        assert found.cluster.partition("t", stuck.move.partition).learners == (), "its learner is dropped"
+        (other,) = reb.snapshot()
+        assert other.move.partition != stuck.move.partition, "the freed slot goes to another partition"
+        clock.now += 61.0
+        await reb.round()  # the other move stalls too; the first partition may be planned again
+        (again,) = reb.snapshot()
+        assert again.move.partition == stuck.move.partition
+
+    asyncio.run(scenario())
+
+
+def test_a_slow_move_that_keeps_copying_is_never_aborted() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        reb, found, stat, _ = rebalancer(four_nodes_with(1), node_3_dead(), STALL, clock)
+        await reb.round()
+        group_id = found.cluster.partition("t", 0).group_id
+        for copied in range(1, 11):  # ten stall periods, a little more copied in each
+            clock.now += 59.0
+            stat.statuses[group_id] = status(group_id, lag={4: 0}, acked=(1, 2), copies={4: (copied, 100)})
+            await reb.round()
+            assert found.cluster.partition("t", 0).learners == (4,)
+        for lag in (900, 800, 700):  # then it catches up by appends, its lag shrinking
+            clock.now += 59.0
+            stat.statuses[group_id] = status(group_id, lag={4: lag}, acked=(1, 2, 4), entries=1_000)
+            await reb.round()
+            assert found.cluster.partition("t", 0).learners == (4,)
+        assert [m.phase for m in reb.snapshot()] == ["catching_up"]
 
     asyncio.run(scenario())

@@ -42,6 +42,20 @@ class FakeRaw:
     conf_state: raft.ConfState
     refuse: list[raft.RaftError] = field(default_factory=list)  # raised by the next proposals, in order
     proposed: list[raft.ConfChange] = field(default_factory=list)
+    matches: dict[int, int] = field(default_factory=dict)  # the leader's progress: peer -> match
+    last_index: int = 100
+
+    def status(self) -> raft.Status:
+        progress = {
+            peer: raft.ProgressStatus(
+                match, match + 1, "replicate", True, False, 0, 0, peer in self.conf_state.learners, 0
+            )
+            for peer, match in self.matches.items()
+        }
+        conf = self.conf_state
+        return raft.Status(
+            1, 2, 1, self.last_index, self.last_index, self.last_index, raft.Role.LEADER, 1, False, 0, conf, progress
+        )
 
     def propose_conf_change(self, change: raft.ConfChange, *, timestamp_ms: int = 0) -> None:
         if self.refuse:
@@ -293,6 +307,44 @@ def test_the_controller_groups_voters_stay_as_bootstrapped(clock: Clock) -> None
     group = w.host(ctl.CONTROLLER_GROUP_ID, (1, 2, 3))
     w.reconciler()
     assert group.raw.proposed == []
+
+
+def test_a_draining_controller_voter_is_swapped_for_a_caught_up_learner(clock: Clock) -> None:
+    w = controller_world()
+    w.state = run(w.state, ctl.SetNodeState(3, ctl.NodeState.DRAINING))
+    group = w.host(ctl.CONTROLLER_GROUP_ID, (1, 2, 3), (4, 5))
+    group.raw.matches = {2: 100, 3: 100, 4: 99, 5: 20}  # 5 lags too far to vote yet
+    w.reconciler()
+    assert group.raw.proposed == [change((ADD_VOTER, 4), (ADD_LEARNER, 3))], "3 stays a learner while it drains"
+
+
+def test_a_draining_controller_voter_stays_while_no_learner_is_caught_up(clock: Clock) -> None:
+    w = controller_world()
+    w.state = run(w.state, ctl.SetNodeState(3, ctl.NodeState.DRAINING))
+    group = w.host(ctl.CONTROLLER_GROUP_ID, (1, 2, 3), (4, 5))
+    group.raw.matches = {2: 100, 3: 100, 4: 0, 5: 20}
+    w.reconciler()
+    assert group.raw.proposed == []
+
+
+def test_a_removed_controller_voter_is_replaced_and_taken_out(clock: Clock) -> None:
+    w = controller_world(removed=(2,))
+    group = w.host(ctl.CONTROLLER_GROUP_ID, (1, 2, 3), (4, 5))
+    group.raw.matches = {2: 100, 3: 100, 4: 100, 5: 100}
+    w.reconciler()
+    assert group.raw.proposed == [change((ADD_VOTER, 4), (REMOVE, 2))]
+
+
+def test_every_node_publishes_who_votes_in_the_controller_group_when_it_changes(clock: Clock) -> None:
+    published: list[tuple[int, ...]] = []
+    w = controller_world()
+    w.reconciler = Reconciler(SELF, cast(Scheduler, w.scheduler), lambda: w.state, lambda: 2, w._drop, published.append)
+    group = w.host(ctl.CONTROLLER_GROUP_ID, (1, 2, 3), (4, 5), is_leader=False)
+    w.reconciler()
+    w.reconciler()
+    group.raw.conf_state = raft.ConfState((1, 2, 4), (3, 5), voters_outgoing=(1, 2, 3))  # joint: both halves vote
+    w.reconciler()
+    assert published == [(1, 2, 3), (1, 2, 3, 4)]
 
 
 def test_only_the_controller_leader_changes_the_controller_group(clock: Clock) -> None:

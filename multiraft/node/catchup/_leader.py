@@ -124,11 +124,12 @@ class CatchupLeader:
     # ------------------------------------------------------------------- deciding and making the snapshot
 
     def leader_check(self, group: Group) -> None:
-        """Housekeeping of one partition group (scheduler thread): re-send idle catch-up snapshots, and make
-        one when a replica is far behind (see :mod:`multiraft.node.catchup`)."""
+        """Housekeeping of one group led here (scheduler thread): re-send idle catch-up snapshots, and make
+        one when a replica is far behind (see :mod:`multiraft.node.catchup`).
+
+        Every group, not only partitions: the controller's and the offsets groups send their Raft snapshots
+        in-band, and the core waits for the answer to a lost one forever (a new replica would never catch up)."""
         machine = group.machine
-        if not isinstance(machine, PartitionMachine):
-            return
         group_id = group.group_id
         if group.raw.role is not raft.Role.LEADER:
             return
@@ -148,7 +149,7 @@ class CatchupLeader:
                 self._scheduler.touch(group)
                 self._pending_since.pop(key, None)
                 self._stats.snapshots_resent += 1
-        if pending or group_id in self._preparing:
+        if not isinstance(machine, PartitionMachine) or pending or group_id in self._preparing:
             return  # one catch-up snapshot at a time: moving it under a copy would strand the copier
         newest_base = self._catchup_base(group, machine)
         if newest_base is None:

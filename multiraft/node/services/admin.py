@@ -212,7 +212,10 @@ class AdminService:
         if partitions:
             status = await self._status.partition_status(partitions)
             led = sum(1 for p in partitions if (s := status.get(p.group_id)) is not None and s.leader == node_id)
-        return DrainStatus(replicas_left=len(partitions), leaders_left=led)
+        # A controller voter counts as a replica until another node has taken its vote (reconfigure.py):
+        # stopping it before would cost the metadata a voter, and two such drains its quorum.
+        voting = 1 if node_id in self._cluster.controller_voters else 0
+        return DrainStatus(replicas_left=len(partitions) + voting, leaders_left=led)
 
     async def undrain_node(self, node_id: int) -> None:
         """Make a draining node active again (idempotent; Redpanda's recommission): it may receive replicas
