@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from multiraft import controller as ctl
+from multiraft.node.capacity import NodeCapacity
 from multiraft.node.peer_messages import (
     STATUS_ERROR,
     STATUS_OK,
@@ -64,6 +65,12 @@ class Faulty:
         self._step("moves")
         return []
 
+    async def capacity(self) -> NodeCapacity:
+        self._step("capacity")
+        return NodeCapacity(
+            node_id=5, assigned=0, free_segments=10, reserved_segments=1, disk_free_bytes=1, map_free_bytes=1, short=""
+        )
+
 
 KINDS: dict[RequestKind, tuple[str, bytes]] = {
     RequestKind.CONTROLLER: ("controller", encode_controller_request(ControllerRequest(ctl.DeleteTopic("t")))),
@@ -71,6 +78,7 @@ KINDS: dict[RequestKind, tuple[str, bytes]] = {
     RequestKind.LEADERS: ("learn_leaders", encode_leaders([LeaderAnnouncement(1, 2, 3)])),
     RequestKind.OFFSETS: ("offsets", encode_offsets_request(OffsetsRequest(1, OffsetsList()))),
     RequestKind.MOVES: ("moves", b""),
+    RequestKind.CAPACITY: ("capacity", b""),
     RequestKind.SEGMENT_CHUNK: ("catchup", b"any"),
 }
 FAULTS: list[Callable[[], Exception]] = [
