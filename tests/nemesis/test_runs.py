@@ -49,12 +49,6 @@ def test_partitions_of_every_shape_lose_nothing_and_reads_see_only_committed_rec
     _assert_valid(_run(tmp_path, 13, ("partition-halves", "partition-bridge", "partition-oneway"), 1.0))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="finding (docs/reliability.md): draining a node stalls: moves of idle __consumer_offsets partitions "
-    "to the new node stay in phase 'adding' (learner never promoted), and with max_concurrent_moves of them "
-    "stuck no other replica moves, so the drained node cannot be removed",
-)
 def test_membership_churn_during_writes_loses_nothing_and_the_drained_node_is_removed(tmp_path: Path) -> None:
     _assert_valid(_run(tmp_path, 15, ("churn",), 1.0))
 
@@ -73,12 +67,6 @@ def test_a_follower_whose_data_file_is_cut_short_while_stopped_repairs_itself(tm
 
 
 @pytest.mark.skipif(disk_faults_possible() is not None, reason=f"{disk_faults_possible()}")
-@pytest.mark.xfail(
-    strict=False,
-    reason="finding (docs/reliability.md): a leader whose disk fills answers STORAGE_ERROR for a batch its "
-    "followers may already hold; the idempotent producer then reuses that batch's sequences, and the next "
-    "batches are acknowledged as duplicates of it and never written",
-)
 def test_a_full_disk_on_one_node_loses_no_acknowledged_record(tmp_path: Path) -> None:
     _assert_valid(_run(tmp_path, 7, ("disk-full",), 1.0))
 
