@@ -2,7 +2,8 @@
 
 Pure Python with no I/O, clock, randomness or threads; the node runtime drives it. Modules:
 :mod:`.state` (ClusterState, commands, apply, encodings), :mod:`.topic_config` (config schema and topic
-names), :mod:`.placement` (replica placement, leader balance, rebalance and repair plans), :mod:`.errors`.
+names), :mod:`.placement` (replica placement, leader balance, rebalance and repair plans), :mod:`.node_state`
+(drain and undrain requests), :mod:`.errors`.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ from .errors import (
     TopicNotFoundError,
     UnsupportedVersionError,
 )
+from .node_state import node_state_change
 from .placement import (
     NodeRoom,
     PreferredLeaderChange,
     ReplicaMove,
-    node_state_change,
     partitions_without_quorum,
     place_new_topic,
     plan_preferred_leaders,

@@ -19,13 +19,10 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ._model import ClusterState, NodeInfo, NodeState, PartitionState, SetNodeState, SetPartitionReplicas
+from ._model import ClusterState, NodeInfo, NodeState, PartitionState, SetPartitionReplicas
 from .errors import (
-    DrainUnderReplicatesError,
-    InvalidNodeError,
     InvalidPartitionCountError,
     InvalidReplicationFactorError,
-    NodeNotFoundError,
     NotEnoughNodesError,
     NotEnoughStorageError,
 )
@@ -41,7 +38,6 @@ __all__ = [
     "plan_repair",
     "partitions_without_quorum",
     "replica_move_step",
-    "node_state_change",
 ]
 
 
@@ -585,24 +581,3 @@ def replica_move_step(state: ClusterState, move: ReplicaMove) -> SetPartitionRep
     else:
         return None
     return SetPartitionReplicas(p.topic, p.partition, replicas, learners, preferred, p.replicas, p.learners)
-
-
-def node_state_change(state: ClusterState, node_id: int, target: NodeState, *, force: bool = False) -> SetNodeState:
-    """The command that moves ``node_id`` to ``target`` on an operator's request, or the error that refuses it.
-
-    Drain (ACTIVE to DRAINING) is refused with :class:`DrainUnderReplicatesError` when fewer ACTIVE nodes would
-    remain than the largest replication factor among the topics (their replicas could not all move), unless
-    ``force``. Undrain is DRAINING back to ACTIVE (an ACTIVE node is left as it is). REMOVED is final: no request
-    brings a removed node back (it registers again); removal itself is judged by apply (NODE_HAS_REPLICAS).
-    """
-    node = state.nodes.get(node_id)
-    if node is None:
-        raise NodeNotFoundError(node_id)
-    if node.state is NodeState.REMOVED:
-        raise InvalidNodeError("state", f"node {node_id} is removed; it must register again")
-    if target is NodeState.DRAINING and node.state is NodeState.ACTIVE and not force:
-        remaining = sum(1 for n in state.nodes.values() if n.state is NodeState.ACTIVE and n.node_id != node_id)
-        widest = max(state.topics.values(), key=lambda t: (t.replication_factor, t.name), default=None)
-        if widest is not None and widest.replication_factor > remaining:
-            raise DrainUnderReplicatesError(node_id, widest.name, widest.replication_factor, remaining)
-    return SetNodeState(node_id, target)
