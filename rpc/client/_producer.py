@@ -35,15 +35,8 @@ from multiraft.errors import (
     UnknownPartitionError,
 )
 from multiraft.logging import get_logger
-from rpc.client._accumulator import (
-    RECORD_OVERHEAD,
-    BulkBatch,
-    BulkCall,
-    BulkColumns,
-    Header,
-    RecordAccumulator,
-    record_size,
-)
+from rpc.client._accumulator import RECORD_OVERHEAD, Header, RecordAccumulator, record_size
+from rpc.client._bulk import BulkBatch, BulkCall, BulkColumns
 from rpc.client._cluster import ClusterClient, TopicMetadata
 from rpc.client._partitioner import partition_for_key
 from rpc.client._records import BatchMetadata, RecordMetadata, TopicPartition

@@ -26,7 +26,8 @@ from multiraft import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from rpc.client._accumulator import BulkBatch, BulkCall, BulkColumns, RecordAccumulator
+from rpc.client._accumulator import RecordAccumulator
+from rpc.client._bulk import BulkBatch, BulkCall, BulkColumns
 from rpc.client._producer import _headers_column
 from rpc.client._records import TopicPartition
 from rpc.proto import multiraft_pb2 as pb
