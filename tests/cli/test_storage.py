@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from multiraft.cli import app
 from multiraft.node.raftlog import RaftLogStorage
 from storage import LogStore
+from tests.damage import flip_every_copy
 from tests.storage._helpers import SMALL, data
 
 runner = CliRunner()
@@ -18,10 +19,7 @@ runner = CliRunner()
 def _store_with_a_flipped_entry(path: Path) -> None:
     with LogStore.open(path, SMALL) as store:
         store.log("clicks", 2).append([data(i, value=b"#%04d#" % i * 10) for i in range(1, 30)])
-    data_file = path / "log.lmdb" / "data.mdb"
-    raw = bytearray(data_file.read_bytes())
-    raw[raw.index(b"#0017#") + 1] ^= 0x01
-    data_file.write_bytes(raw)
+    flip_every_copy(path / "log.lmdb" / "data.mdb", b"#0017#", at=1)
 
 
 def test_check_of_a_sound_store_exits_zero(tmp_path: Path) -> None:

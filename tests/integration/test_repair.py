@@ -18,6 +18,7 @@ from multiraft.launcher import cluster_down, load_cluster
 from rpc.proto import multiraft_pb2 as pb
 from storage import encode_batch
 from storage.check import check_store
+from tests.damage import flip_every_copy
 from tests.integration._helpers import Cluster, assert_replicas_identical, fetch_all, wait_settled
 
 pytestmark = pytest.mark.integration
@@ -31,12 +32,8 @@ def _value(batch: int, record: int) -> bytes:
 
 
 def _flip_inside(data_file: Path, marker: bytes) -> int:
-    """Flip one bit inside the first copy of ``marker`` in the file; returns where."""
-    raw = bytearray(data_file.read_bytes())
-    at = raw.index(marker) + len(marker) // 2
-    raw[at] ^= 0x04
-    data_file.write_bytes(bytes(raw))
-    return at
+    """Flip one bit inside every copy of ``marker`` in the file; returns how many copies."""
+    return flip_every_copy(data_file, marker, at=len(marker) // 2, mask=0x04)
 
 
 def _wait_for_log_line(path: Path, text: str, timeout_s: float) -> None:

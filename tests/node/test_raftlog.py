@@ -12,6 +12,7 @@ import pytest
 from multiraft import raft
 from multiraft.node.raftlog import RaftLogStorage, SnapshotManifest, decode_manifest, encode_manifest
 from storage import LogStore, StorageConfig, encode_batch, read_header
+from tests.damage import flip_every_copy
 from tests.raft.storage_conformance import StorageConformance, entry
 
 
@@ -187,11 +188,7 @@ def test_recent_entries_are_held_up_to_a_byte_bound_and_older_ones_come_from_the
 
 
 def _flip_payload_byte(store_path: Path, marker: bytes) -> None:
-    data_file = store_path / "log.lmdb" / "data.mdb"
-    raw = bytearray(data_file.read_bytes())
-    at = raw.index(marker)
-    raw[at] ^= 0x20
-    data_file.write_bytes(bytes(raw))
+    flip_every_copy(store_path / "log.lmdb" / "data.mdb", marker, at=0, mask=0x20)
 
 
 def _marked(index: int, term: int = 1) -> raft.Entry:

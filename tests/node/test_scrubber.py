@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from multiraft.node.scheduler import Group, Scheduler
 from multiraft.node.scrubber import SLICE_S, Scrubber
 from multiraft.node.threads import ThreadOwner
 from storage import LogStore, StorageConfig, encode_batch
+from tests.damage import flip_every_copy
 
 
 @dataclass
@@ -50,15 +50,6 @@ def _scrubber(scheduler: FakeScheduler, bytes_per_s: int) -> Scrubber:
     return Scrubber(cast(Scheduler, scheduler), bytes_per_s)
 
 
-def _damage_every_copy(data_file: Path, marker: bytes) -> None:
-    """Flips a bit in every copy of `marker`, in place: LMDB's copy-on-write leaves stale copies in free pages."""
-    raw = data_file.read_bytes()
-    with data_file.open("r+b") as f:
-        for found in re.finditer(re.escape(marker), raw):
-            f.seek(found.start() + 3)
-            f.write(bytes([raw[found.start() + 3] ^ 0x01]))
-
-
 def test_each_slice_checks_about_its_share_of_the_budget_and_a_pass_covers_every_replica(store: LogStore) -> None:
     scheduler = FakeScheduler({1: _group(store, 1, 50), 2: _group(store, 2, 30)})
     store.sync()
@@ -78,7 +69,7 @@ def test_a_damaged_entry_is_reported_for_repair_and_counted(store: LogStore, tmp
     scheduler = FakeScheduler({1: _group(store, 1, 40)})
     store.sync()
     data_file = tmp_path / "log.lmdb" / "data.mdb"
-    _damage_every_copy(data_file, b"<g1-e0031>")  # the running store maps the file: its next read sees this
+    flip_every_copy(data_file, b"<g1-e0031>")  # the running store maps the file: its next read sees this
     scrubber = _scrubber(scheduler, bytes_per_s=1 << 30)
     scrubber.run_slice()
     assert scheduler.reported == [(1, 31)]
@@ -92,7 +83,7 @@ def test_damage_below_the_compaction_point_is_counted_as_unrepairable(store: Log
     scheduler = FakeScheduler({1: group})
     store.sync()
     data_file = tmp_path / "log.lmdb" / "data.mdb"
-    _damage_every_copy(data_file, b"<g1-e0031>")
+    flip_every_copy(data_file, b"<g1-e0031>")
     scrubber = _scrubber(scheduler, bytes_per_s=1 << 30)
     scrubber.run_slice()
     assert scheduler.reported == []
