@@ -19,10 +19,11 @@ import os
 import tomllib
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
+from multiraft.config_security import SecuritySettings, setting
 from multiraft.errors import ConfigError
 from storage import ENTRY_OVERHEAD_BYTES, StorageConfig
 
@@ -45,8 +46,7 @@ _REQUEST_OVERHEAD_BYTES = 64 * KiB
 _MIN_ELECTION_HEARTBEATS = 3
 
 
-def _setting(default: Any, unit: str, doc: str) -> Any:
-    return field(default=default, metadata={"unit": unit, "doc": doc})
+_setting = setting
 
 
 def parse_address(value: str, key: str) -> tuple[str, int]:
@@ -58,8 +58,8 @@ def parse_address(value: str, key: str) -> tuple[str, int]:
 
 
 @dataclass(frozen=True)
-class NodeConfig:
-    """Everything a node needs to start. Only ``node_id`` and ``data_dir`` have no usable default."""
+class _NodeSettings:
+    """The keys of a node but its security keys (:class:`multiraft.config_security.SecuritySettings`)."""
 
     node_id: int = _setting(0, "id", "This node's id, an integer >= 1, unique and permanent in the cluster. Required.")
     data_dir: str = _setting("", "path", "Directory of the node's log store and metadata. Required.")
@@ -335,7 +335,7 @@ class NodeConfig:
             members[int(node_id)] = address.strip()
         return members
 
-    def validate(self) -> NodeConfig:
+    def validate(self) -> Self:
         """Return self, or raise :class:`ConfigError` naming the first wrong key."""
         if self.node_id < 1:
             raise ConfigError("node_id", f"must be an integer >= 1, got {self.node_id}")
@@ -475,6 +475,22 @@ class NodeConfig:
         for key in ("max_inflight_produce_bytes", "max_stream_inflight_bytes"):
             if getattr(self, key) < self.max_batch_bytes:
                 raise ConfigError(key, f"must hold one batch: at least max_batch_bytes ({self.max_batch_bytes})")
+
+
+@dataclass(frozen=True)
+class NodeConfig(SecuritySettings, _NodeSettings):
+    """Everything a node needs to start. Only ``node_id`` and ``data_dir`` have no usable default."""
+
+    def validate(self) -> Self:
+        """Return self, or raise :class:`ConfigError` naming the first wrong key."""
+        super().validate()
+        self.validate_security(
+            {
+                key: parse_address(getattr(self, key), key)[0]
+                for key in ("client_address", "peer_address", "gossip_address")
+            }
+        )
+        return self
 
 
 _FIELDS = {f.name: f for f in fields(NodeConfig)}

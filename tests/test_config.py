@@ -48,6 +48,13 @@ def test_lists_come_comma_separated_from_variables_and_flags() -> None:
         ('data_dir = "d"\n', "node_id"),
         ("node_id = 1\n", "data_dir"),
         ("node_id = = 1\n", "config"),
+        ('node_id = 1\ndata_dir = "d"\nclient_address = "10.1.2.3:7000"\n', "client_address"),  # no TLS, no auth
+        ('node_id = 1\ndata_dir = "d"\ngossip_address = "0.0.0.0:7200"\n', "gossip_address"),
+        ('node_id = 1\ndata_dir = "d"\ntls_cert_file = "c.pem"\n', "tls_key_file"),
+        ('node_id = 1\ndata_dir = "d"\ntls_cert_file = "c.pem"\ntls_key_file = "k.pem"\n', "tls_ca_file"),
+        ('node_id = 1\ndata_dir = "d"\ntls_client_auth = "always"\n', "tls_client_auth"),
+        ('node_id = 1\ndata_dir = "d"\nauthentication = ["kerberos"]\n', "authentication"),
+        ('node_id = 1\ndata_dir = "d"\nsuper_users = ["admin"]\n', "super_users"),
     ],
 )
 def test_a_wrong_key_or_value_is_named(tmp_path: Path, toml: str, key: str) -> None:
@@ -84,3 +91,11 @@ def test_a_node_must_be_listed_at_its_own_peer_address() -> None:
 def test_docs_configuration_md_lists_every_key_as_the_code_defines_it() -> None:
     document = (ROOT / "docs" / "configuration.md").read_text()
     assert config_reference() in document, "run `multiraft node config-reference` into docs/configuration.md"
+
+
+def test_a_node_off_the_loopback_starts_with_tls_and_authentication_or_when_told_it_is_insecure() -> None:
+    exposed = {**REQUIRED, "client_address": "10.1.2.3:7000"}
+    secured = {"tls_cert_file": "c", "tls_key_file": "k", "tls_ca_file": "ca", "authentication": "scram-sha-256"}
+    assert load_config(environ={}, overrides={**exposed, **secured}).authentication == ("scram-sha-256",)
+    assert load_config(environ={}, overrides={**exposed, "insecure": True}).insecure
+    assert load_config(environ={}, overrides={**REQUIRED, "client_address": "[::1]:7000"}).tls_cert_file == ""
