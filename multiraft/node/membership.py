@@ -66,7 +66,11 @@ class NodeMembership:
     ) -> None:
         self._config = config
         profile = MembershipConfig.local if config.membership_profile == "local" else MembershipConfig.lan
-        self.swim_config = profile(cluster_name=config.cluster_id)
+        self.swim_config = profile(
+            cluster_name=config.cluster_id,
+            gossip_verify_incoming=config.gossip_verify_incoming,
+            gossip_verify_outgoing=config.gossip_verify_outgoing,
+        )
         host, port = parse_address(config.gossip_address, "gossip_address")
         self._keyring_poll_s = keyring_poll_s
         self._keyring_text: str | None = None
