@@ -290,3 +290,23 @@ def test_a_strict_member_and_a_plain_one_cannot_form_a_cluster() -> None:
             assert strict.num_members == plain.num_members == 1
 
     _run(scenario)
+
+
+def test_a_flood_of_undecryptable_packets_is_counted_one_by_one_but_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        async with MemberList(_meta(1), LOCAL, keyring=Keyring.from_base64(KEY_A)) as member:
+            forged = Keyring.from_base64(KEY_WRONG).seal(b"anything", LOCAL.cluster_name.encode())
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+                for _ in range(10):  # in rounds, so the kernel's receive buffer does not overflow
+                    for _ in range(10):
+                        raw.sendto(forged, ("127.0.0.1", member.port))
+                    await asyncio.sleep(0.01)
+            await _until(lambda: member.counters()["undecryptable_dropped"] >= 100, 10)
+            assert member.counters()["packets_in"] == 0  # the core never saw one
+
+    with caplog.at_level("WARNING", logger="membership._runtime"):
+        _run(scenario)
+    warnings = [r for r in caplog.records if "dropped gossip no key opens" in r.getMessage()]
+    assert len(warnings) == 1
