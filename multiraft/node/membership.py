@@ -160,7 +160,11 @@ class NodeMembership:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            log.warning("cannot read the gossip keyring file; keeping the keys in use", keyring=path, error=str(exc))
+            if self._keyring_text is not None:  # said once, not at every poll
+                log.warning(
+                    "cannot read the gossip keyring file; keeping the keys in use", keyring=path, error=str(exc)
+                )
+            self._keyring_text = None
             return False
         if text == self._keyring_text:
             return False

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from structlog.testing import capture_logs
 
 from membership import EventKind, Keyring, MemberEvent, generate_key
 from multiraft.config import NodeConfig
@@ -195,3 +196,18 @@ def test_without_a_keyring_file_gossip_is_plain_and_nothing_is_polled(tmp_path: 
             await node.stop()
 
     _run(scenario)
+
+
+def test_an_unreadable_or_broken_keyring_file_is_reported_once_not_at_every_poll(tmp_path: Path) -> None:
+    key = generate_key()
+    node = _Node(1, (), tmp_path, [key])
+    in_use = node.membership.keyring
+    with capture_logs() as logs:
+        node.keyring_file.unlink()
+        assert [node.membership.reload_keyring() for _ in range(3)] == [False] * 3
+        node.keyring_file.write_text("broken\n")
+        assert [node.membership.reload_keyring() for _ in range(3)] == [False] * 3
+        node.write([key])  # back as it was: nothing to change
+        assert node.membership.reload_keyring() is False
+    assert [entry["log_level"] for entry in logs] == ["warning", "error"]
+    assert node.membership.keyring == in_use
