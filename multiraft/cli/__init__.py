@@ -16,6 +16,7 @@ from multiraft import __version__
 from multiraft.cli._bench import bench_app
 from multiraft.cli._common import state
 from multiraft.cli._consume import consume
+from multiraft.cli._gossip import gossip_app
 from multiraft.cli._nemesis import nemesis
 from multiraft.cli._options import describe_error
 from multiraft.cli._produce import produce
@@ -41,6 +42,7 @@ app.add_typer(storage_app, name="storage")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(bench_app, name="bench")
 app.command("nemesis")(nemesis)
+app.add_typer(gossip_app, name="gossip")
 
 
 def _version(value: bool) -> None:
