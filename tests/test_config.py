@@ -48,6 +48,7 @@ def test_lists_come_comma_separated_from_variables_and_flags() -> None:
         ('data_dir = "d"\n', "node_id"),
         ("node_id = 1\n", "data_dir"),
         ("node_id = = 1\n", "config"),
+        ('node_id = 1\ndata_dir = "d"\nmove_stall_s = 0\n', "move_stall_s"),
         ('node_id = 1\ndata_dir = "d"\nclient_address = "10.1.2.3:7000"\n', "client_address"),  # no TLS, no auth
         ('node_id = 1\ndata_dir = "d"\ngossip_address = "0.0.0.0:7200"\n', "gossip_address"),
         ('node_id = 1\ndata_dir = "d"\ntls_cert_file = "c.pem"\n', "tls_key_file"),

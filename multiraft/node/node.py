@@ -261,7 +261,10 @@ class Node(LoopOwned):
         status = StatusCollector(self.node_id, directory.leader_of, store_client, transport)
         rebalancer = self.rebalancer = Rebalancer(
             RebalanceSettings(
-                config.rebalance_interval_ms, config.replica_replace_after_ms, config.max_concurrent_moves
+                config.rebalance_interval_ms,
+                config.replica_replace_after_ms,
+                config.max_concurrent_moves,
+                config.move_stall_s,
             ),
             directory,
             self.liveness,
