@@ -18,6 +18,7 @@ from multiraft.client import Admin, Consumer, Producer, TlsSettings, TopicPartit
 from multiraft.errors import ConnectionFailedError
 from multiraft.launcher import ClusterInfo, add_node, cluster_down, cluster_up, stop_node
 from multiraft.tls import make_ca, make_node_certificate, node_name, write_cluster_certificates, write_key_pair
+from tests.cli._helpers import ok, one_error_line, run_cli
 from tests.integration._helpers import FAST
 
 pytestmark = pytest.mark.integration
@@ -168,3 +169,20 @@ def test_rotating_every_certificate_while_producing_loses_nothing(secure_cluster
         producer.flush()
     assert len(sent) > 100
     assert sorted(_consume_all(secure_cluster, "rotation", 3, len(sent))) == sorted(sent)
+
+
+def test_the_cli_reaches_a_tls_cluster_with_the_tls_variables_or_its_cluster_dir(secure_cluster: ClusterInfo) -> None:
+    tls = secure_cluster.tls
+    variables = {"MULTIRAFT_TLS_CA": tls["ca_file"], "MULTIRAFT_TLS_CERT": tls["cert_file"]}
+    variables["MULTIRAFT_TLS_KEY"] = tls["key_file"]
+    bootstrap = secure_cluster.bootstrap
+    ok(run_cli("topic", "create", "cli-secure", "-p", "1", "-r", "3", bootstrap=bootstrap, env=variables))
+    ok(run_cli("produce", "cli-secure", bootstrap=bootstrap, stdin=b"one\ntwo\n", env=variables))
+    flags = ["--tls-ca", tls["ca_file"]]
+    assert ok(run_cli("consume", "cli-secure", *flags, bootstrap=bootstrap)) == "one\ntwo\n"
+    # A --secure cluster's directory brings its own certificates.
+    listed = ok(run_cli("topic", "list", "--cluster-dir", secure_cluster.directory))
+    assert "cli-secure" in listed
+    # Without TLS the error says what is missing.
+    error = one_error_line(run_cli("topic", "list", "--timeout", "3", bootstrap=bootstrap))
+    assert "may require TLS" in error and "--tls-ca" in error
