@@ -334,9 +334,15 @@ class PeerTls:
         material = self._files.current()
         if material.version == self._version:
             return
-        self._server = _context(ssl.PROTOCOL_TLS_SERVER, material)
-        self._client = _context(ssl.PROTOCOL_TLS_CLIENT, material)
-        self._version = material.version
+        try:
+            server, client = _context(ssl.PROTOCOL_TLS_SERVER, material), _context(ssl.PROTOCOL_TLS_CLIENT, material)
+        except (ssl.SSLError, OSError) as exc:
+            if self._server is None:
+                raise ConfigError("tls_cert_file", f"unusable for TLS: {exc}") from exc
+            log.warning("new TLS files unusable for the peer port; keeping the ones in use", error=str(exc))
+            self._version = material.version  # not again until the files change again
+            return
+        self._server, self._client, self._version = server, client, material.version
 
 
 def _context(protocol: int, material: TlsMaterial) -> ssl.SSLContext:
