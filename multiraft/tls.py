@@ -330,6 +330,10 @@ class PeerTls:
         if current is not context:
             connection.context = current
 
+    def dial_options(self, node_id: int) -> dict[str, Any]:
+        """``open_connection`` arguments to dial node ``node_id``, which must prove its id (``node-<id>``)."""
+        return {"ssl": self.client_context(), "server_hostname": node_name(node_id)}
+
     def _refresh(self) -> None:
         material = self._files.current()
         if material.version == self._version:

@@ -72,7 +72,7 @@ from multiraft.node.peer_frames import (
     write_response,
 )
 from multiraft.raft import DecodeError, Message, MessageType, decode_message, encode_message_buffers
-from multiraft.tls import PeerTls, node_name, peer_node_names
+from multiraft.tls import PeerTls, peer_node_names
 
 __all__ = ["PeerTransport", "FrameType", "TransportStats", "RaftDelivery", "PROTOCOL_VERSION", "MAX_TERM_OR_INDEX"]
 
@@ -345,10 +345,7 @@ class PeerTransport:
             await asyncio.sleep(delay)
         host, port = parse_address(peer.address, "peer address")
         try:
-            tls = self._tls
-            secure: dict[str, Any] = {}
-            if tls is not None:  # the peer must prove the node id we dial
-                secure = {"ssl": tls.client_context(), "server_hostname": node_name(peer.node_id)}
+            secure = self._tls.dial_options(peer.node_id) if self._tls is not None else {}
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, **secure), _DIAL_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
             self._refused_certificate(exc, peer.node_id)

@@ -77,6 +77,8 @@ def plaintext_hint(transport_error: str, tls: bool) -> str | None:
             "the node closed the connection; it may require TLS: pass TlsSettings(ca_file=...) to the client "
             "(--tls-ca or MULTIRAFT_TLS_CA on the command line)"
         )
+    if tls and "wrong_version_number" in text:
+        return "TLS handshake failed: the node does not speak TLS on this port (drop the TLS settings?)"
     if tls and ("ssl" in text or "handshake" in text or "certificate" in text or "tsi" in text):
         return f"TLS handshake failed ({transport_error.strip()}); check the CA, the node's certificate and the port"
     return None

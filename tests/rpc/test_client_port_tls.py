@@ -22,6 +22,7 @@ from multiraft.config import NodeConfig
 from multiraft.errors import ConfigError
 from multiraft.tls import KeyPair, make_ca, make_client_certificate, make_node_certificate, write_key_pair
 from rpc.client import TlsSettings
+from rpc.client._tls import plaintext_hint
 from rpc.server import GrpcFrontDoor
 from rpc.server_tls import client_port_credentials
 from tests.rpc.test_isolation import FaultyServices
@@ -160,3 +161,12 @@ def test_client_tls_settings_name_a_lone_certificate_or_key_and_an_unreadable_fi
     with pytest.raises(ConfigError) as unreadable:
         TlsSettings(ca_file=str(tmp_path / "missing.pem")).credentials()
     assert unreadable.value.field == "ca_file"
+
+
+def test_a_tls_mismatch_between_client_and_port_is_explained() -> None:
+    closed = "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:1: Socket closed"
+    assert "may require TLS" in (plaintext_hint(closed, tls=False) or "")
+    assert plaintext_hint(closed, tls=True) is None
+    wrong = "Tls handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: WRONG_VERSION_NUMBER"
+    assert "does not speak TLS" in (plaintext_hint(wrong, tls=True) or "")
+    assert plaintext_hint("Connection refused", tls=True) is None
