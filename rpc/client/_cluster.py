@@ -27,7 +27,7 @@ from multiraft.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from rpc.client._tls import TlsSettings, open_aio_channel, open_channel, plaintext_hint
+from rpc.client._tls import TlsSettings, open_aio_channel, open_channel, tls_hint
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import from_rpc_error
@@ -346,7 +346,7 @@ class ClusterClient:
         if not self._reached:
             raise ConnectionFailedError(
                 f"no node reachable at {', '.join(self._bootstrap)} "
-                f"({plaintext_hint(last.message, self.tls is not None) or _unreachable_reason(last)})"
+                f"({tls_hint(last.message, self.tls) or _unreachable_reason(last)})"
             ) from last
         if isinstance(last, UnavailableError) and not isinstance(last, ConnectionFailedError):
             raise ConnectionFailedError(f"no node of the cluster answered: {last.message}")

@@ -11,7 +11,7 @@ import grpc
 
 from multiraft.errors import ConfigError
 
-__all__ = ["TlsSettings", "open_channel", "open_aio_channel", "plaintext_hint"]
+__all__ = ["TlsSettings", "open_channel", "open_aio_channel", "tls_hint"]
 
 
 @dataclass(frozen=True)
@@ -69,16 +69,21 @@ def open_aio_channel(address: str, options: Options, credentials: grpc.ChannelCr
     return grpc.aio.secure_channel(address, credentials, options=options)
 
 
-def plaintext_hint(transport_error: str, tls: bool) -> str | None:
-    """Why a connection failed, when the cause is a mismatch of TLS between the client and the port."""
+def tls_hint(transport_error: str, tls: TlsSettings | None) -> str | None:
+    """Why a connection failed, when the cause is likely a TLS mismatch between the client and the port."""
     text = transport_error.lower()
-    if not tls and "socket closed" in text:
+    if tls is None and "socket closed" in text:
         return (
             "the node closed the connection; it may require TLS: pass TlsSettings(ca_file=...) to the client "
             "(--tls-ca or MULTIRAFT_TLS_CA on the command line)"
         )
-    if tls and "wrong_version_number" in text:
+    if tls is not None and not tls.cert_file and "socket closed" in text:
+        return (
+            "the node closed the connection during TLS; it may require a client certificate: pass "
+            "TlsSettings(cert_file=..., key_file=...) (--tls-cert and --tls-key on the command line)"
+        )
+    if tls is not None and "wrong_version_number" in text:
         return "TLS handshake failed: the node does not speak TLS on this port (drop the TLS settings?)"
-    if tls and ("ssl" in text or "handshake" in text or "certificate" in text or "tsi" in text):
+    if tls is not None and ("ssl" in text or "handshake" in text or "certificate" in text or "tsi" in text):
         return f"TLS handshake failed ({transport_error.strip()}); check the CA, the node's certificate and the port"
     return None

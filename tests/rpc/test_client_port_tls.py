@@ -22,7 +22,7 @@ from multiraft.config import NodeConfig
 from multiraft.errors import ConfigError
 from multiraft.tls import KeyPair, make_ca, make_client_certificate, make_node_certificate, write_key_pair
 from rpc.client import TlsSettings
-from rpc.client._tls import plaintext_hint
+from rpc.client._tls import tls_hint
 from rpc.server import GrpcFrontDoor
 from rpc.server_tls import client_port_credentials
 from tests.rpc.test_isolation import FaultyServices
@@ -165,8 +165,10 @@ def test_client_tls_settings_name_a_lone_certificate_or_key_and_an_unreadable_fi
 
 def test_a_tls_mismatch_between_client_and_port_is_explained() -> None:
     closed = "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:1: Socket closed"
-    assert "may require TLS" in (plaintext_hint(closed, tls=False) or "")
-    assert plaintext_hint(closed, tls=True) is None
+    with_ca, with_cert = TlsSettings("ca.pem"), TlsSettings("ca.pem", "me.pem", "me-key.pem")
+    assert "may require TLS" in (tls_hint(closed, None) or "")
+    assert "may require a client certificate" in (tls_hint(closed, with_ca) or "")
+    assert tls_hint(closed, with_cert) is None
     wrong = "Tls handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: WRONG_VERSION_NUMBER"
-    assert "does not speak TLS" in (plaintext_hint(wrong, tls=True) or "")
-    assert plaintext_hint("Connection refused", tls=True) is None
+    assert "does not speak TLS" in (tls_hint(wrong, with_ca) or "")
+    assert tls_hint("Connection refused", with_ca) is None
