@@ -160,8 +160,11 @@ class PeerTransport:
 
     async def start(self) -> None:
         host, port = parse_address(self._listen, "peer_address")
-        secure = self._tls.listening_context() if self._tls is not None else None
-        self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 20, ssl=secure)
+        # A handshake that never ends holds no slot of max_peer_connections: bound it like a HELLO.
+        secure: dict[str, Any] = {}
+        if self._tls is not None:
+            secure = {"ssl": self._tls.listening_context(), "ssl_handshake_timeout": _HELLO_TIMEOUT_S}
+        self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 20, **secure)
         self.port = self._server.sockets[0].getsockname()[1]
         if self._heartbeat_interval:
             self._spawn(self._heartbeat_clock(self._heartbeat_interval))

@@ -11,8 +11,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 
+from multiraft.node import transport as transport_module
 from multiraft.node.transport import PeerTransport
 from multiraft.tls import (
     KeyPair,
@@ -216,3 +218,20 @@ def test_a_half_written_rotation_keeps_the_certificate_in_use(tmp_path: Path) ->
     now[0] = 4.0
     material = files.current()
     assert (material.certificate_pem, material.version) == (second.certificate_pem, 2)
+
+
+def test_a_connection_that_never_finishes_its_handshake_is_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transport_module, "_HELLO_TIMEOUT_S", 0.5)
+    ca = make_ca()
+
+    async def scenario() -> None:
+        tls1 = _tls(tmp_path, ca, make_node_certificate(ca, 1), "n1")
+        async with _pair(tls1, None) as (one, _, _, _):
+            reader, writer = await asyncio.open_connection("127.0.0.1", one.port)  # and then silence
+            async with asyncio.timeout(20):
+                assert await reader.read(100) == b""
+            writer.close()
+
+    asyncio.run(scenario())
