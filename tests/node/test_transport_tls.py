@@ -235,3 +235,24 @@ def test_a_connection_that_never_finishes_its_handshake_is_closed(
             writer.close()
 
     asyncio.run(scenario())
+
+
+def test_a_ca_added_to_the_bundle_is_trusted_by_new_connections_without_a_restart(tmp_path: Path) -> None:
+    old_ca, new_ca = make_ca("old CA"), make_ca("new CA")
+
+    async def scenario() -> None:
+        tls1 = _tls(tmp_path, old_ca, make_node_certificate(old_ca, 1), "n1", reload_s=0.05)
+        # Node 2 already has a certificate of the new CA, and trusts both.
+        n2_cert, n2_key, n2_ca = _files(tmp_path, new_ca, make_node_certificate(new_ca, 2), "n2")
+        n2_ca.write_bytes(old_ca.certificate_pem + new_ca.certificate_pem)
+        tls2 = PeerTls(TlsFiles(str(n2_cert), str(n2_key), str(n2_ca), 60.0))
+        async with _pair(tls1, tls2) as (_, two, inbox1, _):
+            await _send_for(two, 1, _SETTLE_S)
+            assert inbox1.messages == []  # node 1 does not trust the new CA yet
+            (tmp_path / "n1-ca.pem").write_bytes(old_ca.certificate_pem + new_ca.certificate_pem)
+            async with asyncio.timeout(20):
+                while not inbox1.messages:
+                    two.send(1, [(7, _append(1, 2, b"new CA"))])
+                    await asyncio.sleep(0.05)
+
+    asyncio.run(scenario())
