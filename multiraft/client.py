@@ -51,6 +51,7 @@ from rpc.client import (
     Producer,
     Record,
     RecordMetadata,
+    TlsSettings,
     TopicInfo,
     TopicPartition,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "ClusterInfo",
     "DrainStatus",
     "MoveInfo",
+    "TlsSettings",
     # errors (multiraft.errors)
     "MultiraftError",
     "ConfigError",

@@ -579,7 +579,9 @@ def load_config(
 
 
 # Variables of ours that are not node settings (the client library reads them).
-_IGNORED_VARIABLES = frozenset({"MULTIRAFT_BOOTSTRAP", "MULTIRAFT_CLUSTER_DIR"})  # client settings
+_IGNORED_VARIABLES = frozenset(
+    {"MULTIRAFT_BOOTSTRAP", "MULTIRAFT_CLUSTER_DIR", "MULTIRAFT_TLS_CA", "MULTIRAFT_TLS_CERT", "MULTIRAFT_TLS_KEY"}
+)  # client settings
 _DEBUG_PREFIX = "MULTIRAFT_DEBUG_"  # diagnostics switches, not settings
 
 

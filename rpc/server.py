@@ -19,6 +19,7 @@ from multiraft.logging import get_logger
 from multiraft.node import Node, NodeServices
 from rpc.limits import RequestLimits, UndecodableRequests
 from rpc.proto import multiraft_pb2, multiraft_pb2_grpc
+from rpc.server_tls import client_port_credentials
 from rpc.servicers import AdminServicer, LogServicer
 
 __all__ = ["GrpcFrontDoor", "run_node"]
@@ -60,7 +61,10 @@ class GrpcFrontDoor:
             config.max_request_items, config.max_request_string_chars, config.max_stream_inflight_bytes
         )
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
-        self.port = self._server.add_insecure_port(config.client_address)
+        if config.tls_cert_file:
+            self.port = self._server.add_secure_port(config.client_address, client_port_credentials(config))
+        else:
+            self.port = self._server.add_insecure_port(config.client_address)
 
     async def start(self, services: NodeServices) -> None:
         server = self._server

@@ -73,6 +73,11 @@ def test_an_unknown_variable_is_named_and_diagnostic_switches_are_ignored() -> N
     assert load_config(environ={"MULTIRAFT_DEBUG_GC_MS": "1"}, overrides=REQUIRED).tick_ms == NodeConfig.tick_ms
 
 
+def test_the_client_s_tls_variables_do_not_stop_a_node_from_starting() -> None:
+    client = {"MULTIRAFT_TLS_CA": "ca.pem", "MULTIRAFT_TLS_CERT": "me.pem", "MULTIRAFT_TLS_KEY": "me-key.pem"}
+    assert load_config(environ=client, overrides=REQUIRED).tls_cert_file == ""
+
+
 def test_a_batch_or_offsets_commit_limit_the_log_store_cannot_hold_is_refused() -> None:
     largest = StorageConfig().max_entry_bytes - ENTRY_OVERHEAD_BYTES
     assert load_config(environ={}, overrides=REQUIRED).max_batch_bytes == largest

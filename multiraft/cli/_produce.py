@@ -23,10 +23,12 @@ from multiraft.cli._options import (
     ClusterDirOption,
     TimeoutOption,
     bootstrap_addresses,
+    client_tls,
     describe_error,
     fail,
     silence_stdout,
     unescape,
+    with_tls_options,
 )
 from multiraft.cli._topic import key_values
 
@@ -106,6 +108,7 @@ def _print_offset(future: Future[RecordMetadata]) -> None:
         sys.stdout.write(f"failed ({reason})\n")
 
 
+@with_tls_options
 def produce(
     topic: str = typer.Argument(..., metavar="TOPIC", help="Topic to write to."),
     file: Path | None = typer.Option(
@@ -160,6 +163,7 @@ def produce(
         compression=compression.value,
         linger_ms=linger_ms,
         request_timeout_s=timeout,
+        tls=client_tls(cluster_dir),
     )
     try:
         with contextlib.ExitStack() as stack:

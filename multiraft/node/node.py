@@ -59,6 +59,7 @@ from multiraft.node.status import MoveReporter, StatusCollector, move_report
 from multiraft.node.store import Store, StoreClient
 from multiraft.node.threads import LoopHandoff, LoopOwned, SchedulerHandoff, ThreadOwner
 from multiraft.node.transport import PeerTransport
+from multiraft.tls import peer_tls
 from storage import (
     CorruptionError,
     LogStore,
@@ -198,6 +199,7 @@ class Node(LoopOwned):
             heartbeat_interval_s=config.heartbeat_interval_s,
             max_connections=config.max_peer_connections,
             max_requests_per_connection=config.max_peer_requests_per_connection,
+            tls=peer_tls(config),
         )
         if self._isolation is not None:
             transport.drop_request = self._isolation.drop_request

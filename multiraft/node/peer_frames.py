@@ -83,6 +83,7 @@ class TransportStats:
     connects: int = 0
     refused_connections: int = 0  # closed on arrival: the listener held max_peer_connections
     refused_requests: int = 0  # answered busy: the connection had max_peer_requests_per_connection in service
+    refused_certificates: int = 0  # TLS: a failed handshake, or a HELLO naming a node its certificate does not
 
 
 def coalescible(message: Message) -> bool:

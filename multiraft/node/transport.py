@@ -27,6 +27,9 @@ The peer listener holds at most ``max_peer_connections`` connections (more are c
 each connection at most ``max_peer_requests_per_connection`` REQUESTs, and ``max_frame_bytes`` of their bodies,
 in service (more are answered busy at once, never queued). A frame whose handling raises unexpectedly is
 dropped alone and logged.
+With ``tls`` (:class:`multiraft.tls.PeerTls`) both directions are mutual TLS: a dialled peer's certificate
+must name the node dialled (``node-<id>``), and an accepted connection's HELLO must name a node its
+certificate names; a connection failing either is closed (``refused_certificates``) before any frame is used.
 A connection that sends a malformed frame, a frame above ``max_frame_bytes``, a foreign cluster id or a term
 or index above ``MAX_TERM_OR_INDEX`` is closed and logged; nothing else is affected. A Raft message whose
 sender is not the node that said HELLO on its connection is dropped alone (counted in
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import struct
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
@@ -68,6 +72,7 @@ from multiraft.node.peer_frames import (
     write_response,
 )
 from multiraft.raft import DecodeError, Message, MessageType, decode_message, encode_message_buffers
+from multiraft.tls import PeerTls, peer_node_names
 
 __all__ = ["PeerTransport", "FrameType", "TransportStats", "RaftDelivery", "PROTOCOL_VERSION", "MAX_TERM_OR_INDEX"]
 
@@ -122,7 +127,9 @@ class PeerTransport:
         heartbeat_interval_s: float | None = 0.1,
         max_connections: int = 256,
         max_requests_per_connection: int = 256,
+        tls: PeerTls | None = None,
     ) -> None:
+        self._tls = tls
         self.node_id = node_id
         self.cluster_id = cluster_id
         self._listen = listen
@@ -153,7 +160,11 @@ class PeerTransport:
 
     async def start(self) -> None:
         host, port = parse_address(self._listen, "peer_address")
-        self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 20)
+        # A handshake that never ends holds no slot of max_peer_connections: bound it like a HELLO.
+        secure: dict[str, Any] = {}
+        if self._tls is not None:
+            secure = {"ssl": self._tls.listening_context(), "ssl_handshake_timeout": _HELLO_TIMEOUT_S}
+        self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 20, **secure)
         self.port = self._server.sockets[0].getsockname()[1]
         if self._heartbeat_interval:
             self._spawn(self._heartbeat_clock(self._heartbeat_interval))
@@ -337,8 +348,10 @@ class PeerTransport:
             await asyncio.sleep(delay)
         host, port = parse_address(peer.address, "peer address")
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), _DIAL_TIMEOUT_S)
+            secure = self._tls.dial_options(peer.node_id) if self._tls is not None else {}
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, **secure), _DIAL_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
+            self._refused_certificate(exc, peer.node_id)
             peer.next_dial = loop.time() + peer.backoff
             peer.backoff = min(peer.backoff * 2, _BACKOFF_MAX_S)
             log.debug("peer dial failed", peer=peer.node_id, address=peer.address, error=str(exc))
@@ -362,8 +375,8 @@ class PeerTransport:
                     self._complete_call(body)
                 else:
                     raise BadFrameError(f"unexpected frame type {frame_type} on an outbound connection")
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            self._refused_certificate(exc, peer.node_id)  # TLS 1.3: the peer refuses our certificate after "connect"
         except BadFrameError as exc:
             self.stats.bad_frames += 1
             log.warning("closing connection to peer", peer=peer.node_id, reason=str(exc))
@@ -398,6 +411,9 @@ class PeerTransport:
         try:
             frame_type, body = await asyncio.wait_for(self._read_frame(reader), _HELLO_TIMEOUT_S)
             from_node = self._check_hello(frame_type, body)
+            if self._tls is not None and from_node not in peer_node_names(writer.get_extra_info("peercert")):
+                self._refused_certificate(BadFrameError(f"its certificate does not name node {from_node}"), from_node)
+                return
             serving: dict[asyncio.Task[None], int] = {}  # this connection's requests in service -> body bytes
             while True:
                 frame_type, body = await self._read_frame(reader)
@@ -411,8 +427,8 @@ class PeerTransport:
                         "handling a peer frame failed; dropped it",
                         peer=from_node, frame_type=frame_type, bytes=len(body), error=repr(exc),
                     )  # fmt: skip
-        except (asyncio.IncompleteReadError, ConnectionError, OSError, TimeoutError):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, TimeoutError) as exc:
+            self._refused_certificate(exc, from_node)
         except BadFrameError as exc:
             self.stats.bad_frames += 1
             log.warning("closing peer connection", remote=str(remote), peer=from_node, reason=str(exc))
@@ -467,6 +483,12 @@ class PeerTransport:
         if node_id < 1 or node_id == self.node_id:
             raise BadFrameError(f"bad peer node id {node_id}")
         return int(node_id)
+
+    def _refused_certificate(self, exc: BaseException, node_id: int) -> None:
+        """Count and log a peer connection refused over TLS (a failed handshake or a HELLO's node id)."""
+        if isinstance(exc, ssl.SSLError | BadFrameError):
+            self.stats.refused_certificates += 1
+            log.warning("peer connection refused: TLS", peer=node_id, reason=str(exc))
 
     def _known(self, from_node: int, messages: list[tuple[int, Message]]) -> bool:
         """Whether Raft messages from ``from_node`` may reach the groups: only from a node we know as a peer

@@ -16,12 +16,14 @@ from rpc.client._consumer import Consumer, arrow_schema
 from rpc.client._partitioner import partition_for_key
 from rpc.client._producer import Producer
 from rpc.client._records import BatchMetadata, Record, RecordMetadata, TopicPartition
+from rpc.client._tls import TlsSettings
 
 __all__ = [
     "Producer",
     "Consumer",
     "Admin",
     "TopicPartition",
+    "TlsSettings",
     "Record",
     "RecordMetadata",
     "BatchMetadata",

@@ -27,6 +27,7 @@ from multiraft.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from rpc.client._tls import TlsSettings, open_aio_channel, open_channel, tls_hint
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import from_rpc_error
@@ -91,6 +92,9 @@ class ClusterClient:
     wrong or dead bootstrap then fails after it with "no node reachable at ...", not after the request
     timeout); None leaves the request timeout alone. Once a node has answered, outages are retried up to the
     request timeout (a cluster restarting under a running client).
+
+    ``tls``: reach the nodes over TLS (None: plaintext); every channel of the client, including the
+    producer's and the consumer's streams, uses it.
     """
 
     def __init__(
@@ -100,8 +104,11 @@ class ClusterClient:
         request_timeout_s: float = 30.0,
         metadata_max_age_s: float = 300.0,
         connect_timeout_s: float | None = None,
+        tls: TlsSettings | None = None,
     ) -> None:
         self._bootstrap = parse_bootstrap(bootstrap)
+        self.tls = tls
+        self.credentials = tls.credentials() if tls is not None else None
         self.request_timeout_s = request_timeout_s
         self._metadata_max_age_s = metadata_max_age_s
         self._connect_timeout_s = connect_timeout_s
@@ -133,9 +140,13 @@ class ClusterClient:
                 raise ConnectionFailedError("the client is closed")
             channel = self._channels.get(address)
             if channel is None:
-                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                channel = open_channel(address, CHANNEL_OPTIONS, self.credentials)
                 self._channels[address] = channel
             return channel
+
+    def aio_channel(self, address: str, options: Sequence[tuple[str, Any]] = CHANNEL_OPTIONS) -> grpc.aio.Channel:
+        """A new ``grpc.aio`` channel to ``address`` with this client's security (the caller closes it)."""
+        return open_aio_channel(address, options, self.credentials)
 
     def log_stub(self, address: str) -> pb_grpc.LogStub:
         return pb_grpc.LogStub(self.channel(address))
@@ -334,7 +345,8 @@ class ClusterClient:
             backoff = min(backoff * 2, _BACKOFF_MAX_S)
         if not self._reached:
             raise ConnectionFailedError(
-                f"no node reachable at {', '.join(self._bootstrap)} ({_unreachable_reason(last)})"
+                f"no node reachable at {', '.join(self._bootstrap)} "
+                f"({tls_hint(last.message, self.tls) or _unreachable_reason(last)})"
             ) from last
         if isinstance(last, UnavailableError) and not isinstance(last, ConnectionFailedError):
             raise ConnectionFailedError(f"no node of the cluster answered: {last.message}")
