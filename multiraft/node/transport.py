@@ -44,7 +44,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import struct
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -54,9 +53,6 @@ from multiraft.node.peer_frames import (
     CALL_HEAD,
     FRAME_HEAD,
     GROUP_MESSAGE,
-    HEARTBEAT,
-    HEARTBEAT_QUIESCE,
-    HEARTBEAT_RESPONSE,
     HELLO,
     LENGTH,
     MAX_TERM_OR_INDEX,
@@ -67,11 +63,13 @@ from multiraft.node.peer_frames import (
     RaftDelivery,
     RequestHandler,
     TransportStats,
-    check_ranges,
     coalescible,
+    decode_heartbeats,
+    decode_raft,
+    heartbeat_frames,
     write_response,
 )
-from multiraft.raft import DecodeError, Message, MessageType, decode_message, encode_message_buffers
+from multiraft.raft import Message, MessageType, encode_message_buffers
 from multiraft.tls import PeerTls, peer_node_names
 
 __all__ = ["PeerTransport", "FrameType", "TransportStats", "RaftDelivery", "PROTOCOL_VERSION", "MAX_TERM_OR_INDEX"]
@@ -252,7 +250,7 @@ class PeerTransport:
         if count:
             frames.append((FrameType.RAFT, parts, size, count))
         if responses:
-            frames += self._heartbeat_frames(responses)
+            frames += heartbeat_frames(responses, self._max_frame)
         if frames:
             self._write_frames(to_node, frames)
 
@@ -260,25 +258,7 @@ class PeerTransport:
         """Send the held heartbeats: one HEARTBEATS frame per peer with every group's latest."""
         held, self._held = self._held, {}
         for to_node, messages in held.items():
-            self._write_frames(to_node, self._heartbeat_frames(list(messages.items())))
-
-    def _heartbeat_frames(self, messages: list[tuple[int, Message]]) -> list[Frame]:
-        body = bytearray(len(messages) * HEARTBEAT.size)
-        pack = HEARTBEAT.pack_into
-        offset = 0
-        for group_id, message in messages:
-            flags = (HEARTBEAT_RESPONSE if message.type is MessageType.HEARTBEAT_RESP else 0) | (
-                HEARTBEAT_QUIESCE if message.quiesce else 0
-            )
-            pack(body, offset, group_id, flags, message.term, message.commit)
-            offset += HEARTBEAT.size
-        view = memoryview(body)
-        step = (self._max_frame - 1) // HEARTBEAT.size * HEARTBEAT.size
-        frames: list[Frame] = []
-        for at in range(0, len(view), step):
-            chunk = view[at : at + step]
-            frames.append((FrameType.HEARTBEATS, [chunk], len(chunk), len(chunk) // HEARTBEAT.size))
-        return frames
+            self._write_frames(to_node, heartbeat_frames(list(messages.items()), self._max_frame))
 
     async def _heartbeat_clock(self, interval_s: float) -> None:
         loop = asyncio.get_running_loop()
@@ -442,11 +422,11 @@ class PeerTransport:
         self, from_node: int, frame_type: int, body: bytes, writer: asyncio.StreamWriter, serving: dict[Any, int]
     ) -> None:
         if frame_type == FrameType.RAFT:
-            messages = self._decode_raft(from_node, body)
+            messages = decode_raft(from_node, body, self.stats)
             if messages and self._known(from_node, messages):
                 self._deliver(from_node, messages)
         elif frame_type == FrameType.HEARTBEATS:
-            heartbeats = self._decode_heartbeats(from_node, body)
+            heartbeats = decode_heartbeats(self.node_id, from_node, body, self.stats)
             if heartbeats and self._known(from_node, heartbeats):
                 self._deliver(from_node, heartbeats)
         elif frame_type == FrameType.REQUEST:
@@ -498,53 +478,6 @@ class PeerTransport:
         self.stats.stranger_messages += len(messages)
         log.debug("dropped Raft messages from a node that is not a known peer", peer=from_node, count=len(messages))
         return False
-
-    def _decode_raft(self, from_node: int, body: bytes) -> list[tuple[int, Message]]:
-        view = memoryview(body)
-        messages: list[tuple[int, Message]] = []
-        position = forged = 0
-        try:
-            while position < len(view):
-                group_id, length = GROUP_MESSAGE.unpack_from(view, position)
-                position += GROUP_MESSAGE.size
-                if position + length > len(view):
-                    raise BadFrameError("message runs past the end of its frame")
-                message = decode_message(view[position : position + length])
-                position += length
-                check_ranges(message)
-                if message.sender != from_node:
-                    forged += 1
-                    log.debug(
-                        "dropped a message whose sender is not its connection's node",
-                        peer=from_node, sender=message.sender, group=group_id, type=message.type.name,
-                    )  # fmt: skip
-                    continue
-                messages.append((group_id, message))
-        except (DecodeError, struct.error) as exc:
-            raise BadFrameError(f"undecodable message: {exc}") from exc
-        self.stats.forged_messages += forged
-        self.stats.messages_in += len(messages)
-        return messages
-
-    def _decode_heartbeats(self, from_node: int, body: bytes) -> list[tuple[int, Message]]:
-        if len(body) % HEARTBEAT.size:
-            raise BadFrameError(f"a heartbeat frame of {len(body)} bytes is not whole records")
-        to = self.node_id
-        messages: list[tuple[int, Message]] = []
-        for group_id, flags, term, commit in HEARTBEAT.iter_unpack(body):
-            if flags & ~(HEARTBEAT_RESPONSE | HEARTBEAT_QUIESCE):
-                raise BadFrameError(f"unknown heartbeat flags {flags:#x}")
-            if term > MAX_TERM_OR_INDEX or commit > MAX_TERM_OR_INDEX:
-                raise BadFrameError(f"a heartbeat's term {term} or commit {commit} is above {MAX_TERM_OR_INDEX}")
-            kind = MessageType.HEARTBEAT_RESP if flags & HEARTBEAT_RESPONSE else MessageType.HEARTBEAT
-            quiesce = bool(flags & HEARTBEAT_QUIESCE)
-            messages.append(
-                (group_id, Message(type=kind, to=to, sender=from_node, term=term, commit=commit, quiesce=quiesce))
-            )
-        self.stats.heartbeat_frames_in += 1
-        self.stats.heartbeats_in += len(messages)
-        self.stats.messages_in += len(messages)
-        return messages
 
     # ------------------------------------------------------------------------------- node-to-node calls
 
