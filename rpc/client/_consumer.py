@@ -25,13 +25,11 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from multiraft.errors import (
     ConfigError,
-    CorruptRecordBatchError,
     InvalidArgumentError,
     MultiraftError,
     NotLeaderError,
@@ -41,10 +39,10 @@ from multiraft.errors import (
 )
 from multiraft.logging import get_logger
 from rpc.client._cluster import ClusterClient
-from rpc.client._decode import decode_fetched, records_before
-from rpc.client._fetcher import PartitionStream, StreamFetcher
+from rpc.client._fetcher import StreamFetcher
 from rpc.client._offsets import list_offsets
-from rpc.client._records import Record, TopicPartition
+from rpc.client._partition_buffer import PartitionBuffer, Reset, by_topic, take_fairly
+from rpc.client._records import Record, TopicPartition, as_topic_partition
 from rpc.client._tls import TlsSettings
 from rpc.proto import multiraft_pb2 as pb
 from storage.batch import headers_type, record_schema
@@ -60,8 +58,6 @@ Start = str | int | datetime | None
 """``None`` (committed offset, else ``auto_offset_reset``), ``"earliest"``, ``"latest"``, an offset, or a datetime."""
 
 _MIN_PARTITION_FETCH_BYTES = 64 * 1024
-_BACKOFF_START_S = 0.02
-_BACKOFF_MAX_S = 1.0
 
 
 def arrow_schema() -> pa.Schema:
@@ -76,52 +72,6 @@ def arrow_schema() -> pa.Schema:
             pa.field("headers", headers_type()),
         ]
     )
-
-
-@dataclass(frozen=True, slots=True)
-class _Reset:
-    """How to find a position: ``committed`` (then ``fallback``), ``earliest``, ``latest`` or ``timestamp``."""
-
-    kind: str
-    timestamp_ms: int = 0
-
-
-@dataclass(eq=False)
-class _Partition:
-    tp: TopicPartition
-    position: int | None = None
-    reset: _Reset | None = None
-    fetch_offset: int = 0  # next offset to fetch; the buffer holds [position, fetch_offset)
-    buffer: pa.Table | None = None
-    stream: PartitionStream | None = None  # the open Subscribe call, if any
-    high_watermark: int | None = None
-    max_high_watermark: int = 0
-    log_start_offset: int | None = None
-    backoff_s: float = 0.0
-    backoff_until: float = 0.0
-    corrupt: CorruptRecordBatchError | None = None  # reading stopped at a batch that cannot be decoded
-
-    def seek(self, position: int | None, reset: _Reset | None) -> None:
-        self.position, self.reset, self.corrupt = position, reset, None
-        self.fetch_offset = position if position is not None else 0
-        self.buffer = None
-        self.close_stream()
-
-    def close_stream(self) -> None:
-        if self.stream is not None:
-            self.stream.cancel()
-            self.stream = None
-
-
-def _timestamp_ms(when: datetime) -> int:
-    return round(when.timestamp() * 1000)
-
-
-def _to_tp(item: TopicPartition | tuple[str, int]) -> TopicPartition:
-    topic, partition = item
-    if not isinstance(topic, str) or not isinstance(partition, int) or partition < 0:
-        raise TypeError(f"a partition is (topic: str, partition: int >= 0), not {item!r}")
-    return TopicPartition(topic, partition)
 
 
 class Consumer:
@@ -184,7 +134,7 @@ class Consumer:
         self._max_poll_records = max_poll_records
         self._request_timeout_s = request_timeout_s
         self._metadata_max_age_s = metadata_max_age_s
-        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._partitions: dict[TopicPartition, PartitionBuffer] = {}
         self._subscription: tuple[str, ...] | None = None
         self._subscription_start: Start = None
         self._next_metadata_check = 0.0
@@ -210,7 +160,7 @@ class Consumer:
         Partitions that stay assigned keep their position when ``start`` is None.
         """
         self._check_open()
-        wanted = [_to_tp(p) for p in partitions]
+        wanted = [as_topic_partition(p) for p in partitions]
         self._subscription = None
         self._set_assignment(wanted, start, keep=start is None)
 
@@ -241,21 +191,21 @@ class Consumer:
         for tp in wanted:
             state = previous.pop(tp, None) if keep else None
             if state is None:
-                state = _Partition(tp)
+                state = PartitionBuffer(tp)
                 self._apply_start(state, start)
             self._partitions[tp] = state
         for state in previous.values():
             state.close_stream()
 
-    def _apply_start(self, state: _Partition, start: Start) -> None:
+    def _apply_start(self, state: PartitionBuffer, start: Start) -> None:
         if start is None:
-            state.seek(None, _Reset("committed") if self._group_id is not None else _Reset(self._auto_offset_reset))
+            state.seek(None, Reset("committed") if self._group_id is not None else Reset(self._auto_offset_reset))
         elif isinstance(start, datetime):
-            state.seek(None, _Reset("timestamp", _timestamp_ms(start)))
+            state.seek(None, Reset("timestamp", round(start.timestamp() * 1000)))
         elif isinstance(start, str):
             if start not in ("earliest", "latest"):
                 raise ValueError(f"start must be 'earliest', 'latest', an offset or a datetime, not {start!r}")
-            state.seek(None, _Reset(start))
+            state.seek(None, Reset(start))
         elif isinstance(start, int) and not isinstance(start, bool):
             if start < 0:
                 raise ValueError(f"a start offset must be >= 0, got {start}")
@@ -289,20 +239,20 @@ class Consumer:
         for tp in removed:
             self._partitions.pop(tp).seek(None, None)
         for tp in added:
-            state = _Partition(tp)
+            state = PartitionBuffer(tp)
             self._apply_start(state, start if force else later_start)
             self._partitions[tp] = state
         log.info("subscription changed", added=[str(tp) for tp in added], removed=[str(tp) for tp in removed])
 
     # ------------------------------------------------------------------------------------------ seeking
 
-    def _state(self, tp: TopicPartition | tuple[str, int]) -> _Partition:
-        state = self._partitions.get(_to_tp(tp))
+    def _state(self, tp: TopicPartition | tuple[str, int]) -> PartitionBuffer:
+        state = self._partitions.get(as_topic_partition(tp))
         if state is None:
             raise InvalidArgumentError(f"{tp} is not assigned to this consumer", field="partition")
         return state
 
-    def _states(self, tps: Sequence[TopicPartition | tuple[str, int]]) -> list[_Partition]:
+    def _states(self, tps: Sequence[TopicPartition | tuple[str, int]]) -> list[PartitionBuffer]:
         return [self._state(tp) for tp in tps] if tps else list(self._partitions.values())
 
     def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
@@ -314,18 +264,18 @@ class Consumer:
     def seek_to_beginning(self, *tps: TopicPartition | tuple[str, int]) -> None:
         """Read from the log start (of every assigned partition when none is named)."""
         for state in self._states(tps):
-            state.seek(None, _Reset("earliest"))
+            state.seek(None, Reset("earliest"))
 
     def seek_to_end(self, *tps: TopicPartition | tuple[str, int]) -> None:
         """Read only records written from now on."""
         for state in self._states(tps):
-            state.seek(None, _Reset("latest"))
+            state.seek(None, Reset("latest"))
 
     def seek_to_timestamp(self, timestamp_ms: int | datetime, *tps: TopicPartition | tuple[str, int]) -> None:
         """Read from the first record whose timestamp is at or after ``timestamp_ms`` (the end if none is)."""
-        ms = _timestamp_ms(timestamp_ms) if isinstance(timestamp_ms, datetime) else timestamp_ms
+        ms = round(timestamp_ms.timestamp() * 1000) if isinstance(timestamp_ms, datetime) else timestamp_ms
         for state in self._states(tps):
-            state.seek(None, _Reset("timestamp", ms))
+            state.seek(None, Reset("timestamp", ms))
 
     def position(self, tp: TopicPartition | tuple[str, int]) -> int:
         """The offset of the next record ``poll()`` returns for ``tp``."""
@@ -348,7 +298,7 @@ class Consumer:
                 with contextlib.suppress(IndexError):  # taken meanwhile
                     state.high_watermark = max(state.high_watermark or 0, stream.responses[-1].high_watermark)
         unknown = [s for s in self._partitions.values() if s.high_watermark is None]
-        for topic, states in _by_topic(unknown).items():
+        for topic, states in by_topic(unknown).items():
             ends = self._list_offsets(topic, [s.tp.partition for s in states], "latest")
             for state in states:
                 state.high_watermark = ends[state.tp.partition]
@@ -356,7 +306,7 @@ class Consumer:
 
     # ------------------------------------------------------------------------------------------ offsets
 
-    def _resolve(self, states: Iterable[_Partition]) -> None:
+    def _resolve(self, states: Iterable[PartitionBuffer]) -> None:
         """Turn pending resets into positions (committed offsets, then ListOffsets)."""
         pending = [s for s in states if s.position is None and s.reset is not None]
         committed = [s for s in pending if s.reset is not None and s.reset.kind == "committed"]
@@ -367,8 +317,8 @@ class Consumer:
                 if offset is not None:
                     state.seek(offset, None)
                 else:
-                    state.reset = _Reset(self._auto_offset_reset)
-        groups: dict[tuple[str, str, int], list[_Partition]] = {}
+                    state.reset = Reset(self._auto_offset_reset)
+        groups: dict[tuple[str, str, int], list[PartitionBuffer]] = {}
         for state in pending:
             if state.position is None and state.reset is not None:
                 key = (state.tp.topic, state.reset.kind, state.reset.timestamp_ms)
@@ -415,7 +365,7 @@ class Consumer:
     def committed(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> dict[TopicPartition, int | None]:
         """The group's committed offsets (None where it committed nothing)."""
         group = self._require_group()
-        tps = [_to_tp(p) for p in partitions]
+        tps = [as_topic_partition(p) for p in partitions]
         if not tps:
             return {}
         request = pb.FetchOffsetsRequest(
@@ -536,22 +486,7 @@ class Consumer:
         if not states:
             return []
         self._rotation = (self._rotation + 1) % len(states)
-        taken: list[tuple[TopicPartition, pa.Table]] = []
-        for state in states[self._rotation :] + states[: self._rotation]:
-            if limit <= 0:
-                break
-            buffer = state.buffer
-            if buffer is None:
-                continue
-            if buffer.num_rows <= limit:
-                part, state.buffer = buffer, None
-                state.position = state.fetch_offset
-            else:
-                part, state.buffer = buffer.slice(0, limit), buffer.slice(limit)
-                state.position = int(state.buffer.column("offset")[0].as_py())
-            limit -= part.num_rows
-            taken.append((state.tp, part))
-        return taken
+        return take_fairly(states, self._rotation, limit)
 
     # -------------------------------------------------------------------------------------------- fetch
 
@@ -575,7 +510,7 @@ class Consumer:
                 continue
             if address is None:
                 self._client.refresh_metadata_quietly()
-                self._back_off(state)
+                state.back_off()
                 continue
             request = pb.SubscribeRequest(
                 topic=tp.topic, partition=tp.partition, offset=state.fetch_offset, max_bytes=max_bytes
@@ -595,38 +530,13 @@ class Consumer:
                 response = stream.pop()
                 if response is None:
                     break
-                self._take_in(state, response)
+                state.take_in(response)
             if stream is not None and stream.done and not stream.responses:
                 state.stream = None
                 if stream.error is not None:
                     self._fetch_failed(state, stream.error)
 
-    def _take_in(self, state: _Partition, response: pb.FetchResponse) -> None:
-        import pyarrow as pa
-
-        state.backoff_s = 0.0
-        state.high_watermark = response.high_watermark
-        state.max_high_watermark = max(state.max_high_watermark, response.high_watermark)
-        state.log_start_offset = response.log_start_offset
-        offset = state.fetch_offset
-        if response.batches:
-            table, corrupt = decode_fetched(response.batches, state.tp, offset, response.next_offset)
-            skip = records_before(table, offset) if table is not None else 0  # a batch may start before it
-            if table is not None and table.num_rows > skip:
-                table = table.slice(skip) if skip else table
-                state.buffer = pa.concat_tables([state.buffer, table]) if state.buffer is not None else table
-            if corrupt is not None:  # stop here until the application skips it (see poll)
-                state.corrupt = corrupt
-                state.close_stream()
-                state.fetch_offset = max(offset, corrupt.offset)
-                if state.buffer is None:
-                    state.position = state.fetch_offset
-                return
-        state.fetch_offset = max(offset, response.next_offset)
-        if state.buffer is None:
-            state.position = state.fetch_offset
-
-    def _fetch_failed(self, state: _Partition, error: MultiraftError) -> None:
+    def _fetch_failed(self, state: PartitionBuffer, error: MultiraftError) -> None:
         tp = state.tp
         if isinstance(error, OffsetOutOfRangeError):
             start = int(error.metadata.get("log_start_offset", "0") or 0)
@@ -634,7 +544,7 @@ class Consumer:
             state.max_high_watermark = max(state.max_high_watermark, state.high_watermark or 0)
             if state.fetch_offset > end and end < state.max_high_watermark:
                 # A new leader whose high watermark has not caught up yet: the records will be there.
-                self._back_off(state)
+                state.back_off()
                 return
             log.warning(
                 "fetch position out of range; resetting",
@@ -644,27 +554,23 @@ class Consumer:
                 high_watermark=end,
                 reset=self._auto_offset_reset,
             )
-            state.seek(None, _Reset(self._auto_offset_reset))
+            state.seek(None, Reset(self._auto_offset_reset))
             return
         if isinstance(error, NotLeaderError):
             self._client.learn_leader(tp.topic, tp.partition, error)
             if not error.leader_id:
                 self._client.refresh_metadata_quietly()
-            self._back_off(state)
+            state.back_off()
             return
         if isinstance(error, UnknownTopicError | UnknownPartitionError) and self._subscription is not None:
             self._next_metadata_check = 0.0  # deleted: the subscription drops it
-            self._back_off(state)
+            state.back_off()
             return
         if error.retriable:
             self._client.refresh_metadata_quietly()
-            self._back_off(state)
+            state.back_off()
             return
         raise error
-
-    def _back_off(self, state: _Partition) -> None:
-        state.backoff_s = min(max(state.backoff_s * 2, _BACKOFF_START_S), _BACKOFF_MAX_S)
-        state.backoff_until = time.monotonic() + state.backoff_s
 
     # -------------------------------------------------------------------------------------------- close
 
@@ -688,10 +594,3 @@ class Consumer:
                 state.close_stream()
             self._fetcher.close()
             self._client.close()
-
-
-def _by_topic(states: Iterable[_Partition]) -> dict[str, list[_Partition]]:
-    grouped: dict[str, list[_Partition]] = {}
-    for state in states:
-        grouped.setdefault(state.tp.topic, []).append(state)
-    return grouped

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["TopicPartition", "RecordMetadata", "BatchMetadata", "Record"]
+__all__ = ["TopicPartition", "RecordMetadata", "BatchMetadata", "Record", "as_topic_partition"]
 
 
 class TopicPartition(NamedTuple):
@@ -80,3 +80,11 @@ class Record:
     @property
     def topic_partition(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+
+def as_topic_partition(item: TopicPartition | tuple[str, int]) -> TopicPartition:
+    """A (topic, partition) pair as a TopicPartition; TypeError for anything else."""
+    topic, partition = item
+    if not isinstance(topic, str) or not isinstance(partition, int) or partition < 0:
+        raise TypeError(f"a partition is (topic: str, partition: int >= 0), not {item!r}")
+    return TopicPartition(topic, partition)
