@@ -196,8 +196,9 @@ Reply: TypeAlias = JoinReply | SyncReply | HeartbeatReply | LeaveReply
 
 @dataclass(frozen=True)
 class MemberRecord:
-    """A member as it survives a coordinator failover. ``revoking`` are partitions it held in the previous
-    generation and gives up in this one, which no one else holds yet: it may still commit their offsets."""
+    """A member as it survives a coordinator failover. ``assignment`` is what the current generation gives
+    it; ``delivered`` what it was last told it holds (it may not have received its newest assignment yet);
+    ``revoking`` what it gave up and no one else holds yet: it may still commit those offsets."""
 
     member_id: str
     group_instance_id: str | None
@@ -209,6 +210,7 @@ class MemberRecord:
     subscription: Subscription
     assignment: frozenset[TopicPartition]
     revoking: frozenset[TopicPartition] = frozenset()
+    delivered: frozenset[TopicPartition] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -244,8 +246,11 @@ class Outcome:
     """What a transition asks the driver to do, in this order:
 
     1. append ``records`` to the group's ``__consumer_offsets`` partition and wait for them to commit;
-    2. answer the caller with ``reply`` (None: the request is parked, and a later outcome answers it);
-    3. answer each parked request in ``deferred`` (addressed by member id and reply type).
+    2. answer the caller with ``reply``, or if it is None park the request under ``parked_as`` (a member
+       id: a new static member learns its id only from the answer), for a later outcome to answer;
+    3. answer each parked request in ``deferred`` (addressed by member id and reply type; one request per
+       member and type waits, a newer one replaces an older, which the driver answers with
+       ``RebalanceInProgressError``).
 
     If the records cannot be committed the driver has lost the partition's leadership: it drops the
     coordinator and answers every waiter with ``GroupDeadError`` (the group reloads on the new leader).
@@ -254,3 +259,4 @@ class Outcome:
     reply: Reply | None = None
     deferred: tuple[Reply, ...] = ()
     records: tuple[GroupRecord, ...] = ()
+    parked_as: str = ""

@@ -69,8 +69,9 @@ class _Member:
     rebalance_timeout_ms: int
     protocols: tuple[str, ...]
     subscription: Subscription
-    assignment: frozenset[TopicPartition] = frozenset()
+    assignment: frozenset[TopicPartition] = frozenset()  # what the current generation gives it
     revoking: frozenset[TopicPartition] = frozenset()
+    delivered: frozenset[TopicPartition] = frozenset()  # what it may hold: its last SyncGroup answer
     heartbeat_deadline_ms: int = 0
     awaiting_join: bool = False  # a JoinGroup of this member is parked
     awaiting_sync: bool = False  # a SyncGroup of this member is parked
@@ -79,12 +80,20 @@ class _Member:
     def matches(self, request: JoinRequest) -> bool:
         return self.protocols == request.protocols and self.subscription == request.subscription
 
+    def same_interest(self, request: JoinRequest) -> bool:
+        """Same assignors, topics and rack: what a restarted static member must keep to skip a rebalance
+        (it owns nothing yet, so its owned partitions differ)."""
+        mine, theirs = self.subscription, request.subscription
+        return self.protocols == request.protocols and (mine.topics, mine.rack) == (theirs.topics, theirs.rack)
+
     def update(self, request: JoinRequest) -> None:
         self.session_timeout_ms = request.session_timeout_ms
         self.rebalance_timeout_ms = request.rebalance_timeout_ms
         self.protocols = request.protocols
         self.subscription = request.subscription
         self.client_id, self.client_host = request.client_id, request.client_host
+        # A member that says it no longer owns a partition has let it go (an eager member lets all go).
+        self.delivered &= request.subscription.owned
 
     def record(self) -> MemberRecord:
         return MemberRecord(
@@ -98,6 +107,7 @@ class _Member:
             self.subscription,
             self.assignment,
             self.revoking,
+            self.delivered,
         )
 
 
@@ -190,6 +200,7 @@ class GroupCoordinator:
                 m.subscription,
                 m.assignment,
                 m.revoking,
+                m.delivered,
                 heartbeat_deadline_ms=now_ms + m.session_timeout_ms,
                 synced=True,
             )
@@ -273,7 +284,7 @@ class GroupCoordinator:
         if self.leader_id == old_id:
             self.leader_id = member_id
         member.heartbeat_deadline_ms = now_ms + request.session_timeout_ms
-        if self.state is GroupState.STABLE and member.matches(request):
+        if self.state is GroupState.STABLE and member.same_interest(request):
             member.update(request)
             reply = self._join_reply(member, skip_assignment=member_id == self.leader_id)
             return Outcome(reply=reply, deferred=deferred, records=self._record(now_ms))
@@ -345,23 +356,22 @@ class GroupCoordinator:
         member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
         member.synced = True
         if self.state is GroupState.STABLE:
-            return Outcome(reply=self._sync_reply(member))
+            return Outcome(reply=self._deliver(member))
         member.awaiting_sync = True
         if member.member_id != self.leader_id:
-            return Outcome()
+            return Outcome(parked_as=member.member_id)
         assignments = {mid: parts for mid, parts in request.assignments if mid in self._members}
         illegal = self._illegal_assignment(assignments)
         if illegal is not None:
             member.awaiting_sync = False
             deferred = self._prepare_rebalance(now_ms)
             return Outcome(reply=SyncReply(member.member_id, error=illegal), deferred=deferred)
-        assigned = frozenset().union(*assignments.values()) if assignments else frozenset()
+        assigned = self._assigned(assignments.values())
         for m in self._members.values():
-            new = assignments.get(m.member_id, frozenset())
-            m.revoking = m.assignment - new - assigned
-            m.assignment = new
+            m.assignment = assignments.get(m.member_id, frozenset())
+            m.revoking -= assigned  # it has a new owner now: the old one may no longer commit it
         self.state = GroupState.STABLE
-        deferred = tuple(self._sync_reply(m) for m in self._members.values() if m.awaiting_sync)
+        deferred = tuple(self._deliver(m) for m in self._members.values() if m.awaiting_sync)
         for m in self._members.values():
             m.awaiting_sync = False
         return self._answer_caller(member.member_id, SyncReply, deferred, self._record(now_ms))
@@ -379,7 +389,7 @@ class GroupCoordinator:
         if self.protocol_name not in COOPERATIVE_ASSIGNORS:
             return None  # eager: every member gave up all it held before joining
         for holder in self._members.values():
-            for tp in holder.assignment:
+            for tp in holder.delivered:
                 if owner.get(tp, holder.member_id) != holder.member_id:
                     return IllegalAssignmentError(
                         f"{tp[0]}/{tp[1]} goes to {owner[tp]!r} while {holder.member_id!r} still holds it: "
@@ -387,8 +397,17 @@ class GroupCoordinator:
                     )
         return None
 
-    def _sync_reply(self, member: _Member) -> SyncReply:
+    def _deliver(self, member: _Member) -> SyncReply:
+        """Answer a SyncGroup with the member's assignment. What it held and no longer gets it is revoking:
+        it may still commit those offsets (in its ``on_revoke``) until another member is given them."""
+        assigned = self._assigned(m.assignment for m in self._members.values())
+        member.revoking = (member.revoking | (member.delivered - member.assignment)) - assigned
+        member.delivered = member.assignment
         return SyncReply(member.member_id, self.generation, self.protocol_type, self.protocol_name, member.assignment)
+
+    @staticmethod
+    def _assigned(assignments: Iterable[frozenset[TopicPartition]]) -> frozenset[TopicPartition]:
+        return frozenset().union(*assignments)
 
     # ------------------------------------------------------------------------------- heartbeat, leave
 
@@ -602,4 +621,6 @@ class GroupCoordinator:
     ) -> Outcome:
         mine = [r for r in deferred if isinstance(r, kind) and r.member_id == caller]
         others = tuple(r for r in deferred if not (isinstance(r, kind) and r.member_id == caller))
-        return Outcome(reply=mine[0] if mine else None, deferred=others, records=records)
+        if mine:
+            return Outcome(reply=mine[0], deferred=others, records=records)
+        return Outcome(deferred=others, records=records, parked_as=caller)

@@ -8,7 +8,7 @@ A record is one compact JSON object with the format tag ``"v": "groups/1"`` (off
      "protocol":"cooperative-sticky","leader":"c-1","ts":1700000000000,"members":[{"id":"c-1",
      "instance":null,"client":"c","host":"10.0.0.5","session_ms":45000,"rebalance_ms":300000,
      "protocols":["cooperative-sticky"],"topics":["orders"],"owned":[["orders",0]],"owned_gen":6,
-     "rack":null,"user_data":"","assignment":[["orders",0]],"revoking":[]}]}
+     "rack":null,"user_data":"","assignment":[["orders",0]],"revoking":[],"delivered":[["orders",0]]}]}
     {"v":"groups/1","t":"tombstone","group":"billing"}
 
 ``user_data`` is base64. Partitions are sorted, so equal records give equal bytes. Decoding checks every
@@ -81,6 +81,7 @@ def _encode_member(m: MemberRecord) -> dict[str, Any]:
         "user_data": base64.b64encode(s.user_data).decode(),
         "assignment": [list(tp) for tp in sorted(m.assignment)],
         "revoking": [list(tp) for tp in sorted(m.revoking)],
+        "delivered": [list(tp) for tp in sorted(m.delivered)],
     }
 
 
@@ -144,6 +145,7 @@ def _decode_member(m: object) -> MemberRecord:
         subscription,
         _partitions(m, "assignment"),
         _partitions(m, "revoking"),
+        _partitions(m, "delivered"),
     )
 
 
