@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
+from ._member import Member
 from ._model import (
     GroupMetadataRecord,
     GroupRecord,
@@ -29,11 +30,9 @@ from ._model import (
     JoinRequest,
     LeaveReply,
     LeaveRequest,
-    MemberRecord,
     MemberSubscription,
     Outcome,
     Reply,
-    Subscription,
     SyncReply,
     SyncRequest,
     TopicPartition,
@@ -60,58 +59,6 @@ MemberIdFactory = Callable[[str], str]  # client id -> a member id never handed 
 
 
 @dataclass
-class _Member:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocols: tuple[str, ...]
-    subscription: Subscription
-    assignment: frozenset[TopicPartition] = frozenset()  # what the current generation gives it
-    revoking: frozenset[TopicPartition] = frozenset()
-    delivered: frozenset[TopicPartition] = frozenset()  # what it may hold: its last SyncGroup answer
-    heartbeat_deadline_ms: int = 0
-    awaiting_join: bool = False  # a JoinGroup of this member is parked
-    awaiting_sync: bool = False  # a SyncGroup of this member is parked
-    synced: bool = False  # sent its SyncGroup for the current generation
-
-    def matches(self, request: JoinRequest) -> bool:
-        return self.protocols == request.protocols and self.subscription == request.subscription
-
-    def same_interest(self, request: JoinRequest) -> bool:
-        """Same assignors, topics and rack: what a restarted static member must keep to skip a rebalance
-        (it owns nothing yet, so its owned partitions differ)."""
-        mine, theirs = self.subscription, request.subscription
-        return self.protocols == request.protocols and (mine.topics, mine.rack) == (theirs.topics, theirs.rack)
-
-    def update(self, request: JoinRequest) -> None:
-        self.session_timeout_ms = request.session_timeout_ms
-        self.rebalance_timeout_ms = request.rebalance_timeout_ms
-        self.protocols = request.protocols
-        self.subscription = request.subscription
-        self.client_id, self.client_host = request.client_id, request.client_host
-        # A member that says it no longer owns a partition has let it go (an eager member lets all go).
-        self.delivered &= request.subscription.owned
-
-    def record(self) -> MemberRecord:
-        return MemberRecord(
-            self.member_id,
-            self.instance_id,
-            self.client_id,
-            self.client_host,
-            self.session_timeout_ms,
-            self.rebalance_timeout_ms,
-            self.protocols,
-            self.subscription,
-            self.assignment,
-            self.revoking,
-            self.delivered,
-        )
-
-
-@dataclass
 class GroupCoordinator:
     """State of one group on the coordinator (the leader of its ``__consumer_offsets`` partition)."""
 
@@ -123,7 +70,7 @@ class GroupCoordinator:
     protocol_type: str | None = None
     protocol_name: str | None = None
     leader_id: str = ""
-    _members: dict[str, _Member] = field(default_factory=dict)  # in join order
+    _members: dict[str, Member] = field(default_factory=dict)  # in join order
     _instances: dict[str, str] = field(default_factory=dict)  # static group_instance_id -> member id
     _pending: dict[str, int] = field(default_factory=dict)  # ids handed out by MEMBER_ID_REQUIRED -> expiry
     _rebalance_deadline_ms: int = 0
@@ -189,7 +136,7 @@ class GroupCoordinator:
             last.leader_id,
         )
         for m in last.members:
-            member = _Member(
+            member = Member(
                 m.member_id,
                 m.group_instance_id,
                 m.client_id,
@@ -295,7 +242,7 @@ class GroupCoordinator:
     def _add_member(self, member_id: str, request: JoinRequest, now_ms: int) -> Outcome:
         if not self._members:
             self.protocol_type = request.protocol_type
-        member = _Member(
+        member = Member(
             member_id,
             request.group_instance_id,
             request.client_id,
@@ -315,7 +262,7 @@ class GroupCoordinator:
             )
         return self._park_join(member, now_ms)
 
-    def _park_join(self, member: _Member, now_ms: int) -> Outcome:
+    def _park_join(self, member: Member, now_ms: int) -> Outcome:
         member.awaiting_join = True
         deferred: tuple[Reply, ...] = ()
         if self.state is not GroupState.PREPARING_REBALANCE:
@@ -323,7 +270,7 @@ class GroupCoordinator:
         deferred += self._maybe_complete_join(now_ms)
         return self._answer_caller(member.member_id, JoinReply, deferred)
 
-    def _join_reply(self, member: _Member, skip_assignment: bool = False) -> JoinReply:
+    def _join_reply(self, member: Member, skip_assignment: bool = False) -> JoinReply:
         leader = member.member_id == self.leader_id
         members = tuple(MemberSubscription(m.member_id, m.instance_id, m.subscription) for m in self._members.values())
         return JoinReply(
@@ -397,7 +344,7 @@ class GroupCoordinator:
                     )
         return None
 
-    def _deliver(self, member: _Member) -> SyncReply:
+    def _deliver(self, member: Member) -> SyncReply:
         """Answer a SyncGroup with the member's assignment. What it held and no longer gets it is revoking:
         it may still commit those offsets (in its ``on_revoke``) until another member is given them."""
         assigned = self._assigned(m.assignment for m in self._members.values())
@@ -549,7 +496,7 @@ class GroupCoordinator:
         return min(votes, key=lambda p: (-votes[p], p))
 
     @staticmethod
-    def _common_protocols(members: Iterable[_Member]) -> set[str]:
+    def _common_protocols(members: Iterable[Member]) -> set[str]:
         common: set[str] | None = None
         for member in members:
             common = set(member.protocols) if common is None else common & set(member.protocols)
@@ -574,7 +521,7 @@ class GroupCoordinator:
         return self._answer_parked(member, UnknownMemberIdError(self.group_id, member_id))
 
     @staticmethod
-    def _answer_parked(member: _Member, error: GroupCoordinatorError) -> tuple[Reply, ...]:
+    def _answer_parked(member: Member, error: GroupCoordinatorError) -> tuple[Reply, ...]:
         deferred: tuple[Reply, ...] = ()
         if member.awaiting_join:
             deferred += (JoinReply(member.member_id, error=error),)

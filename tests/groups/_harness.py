@@ -17,6 +17,7 @@ from multiraft.groups import (
     FencedInstanceIdError,
     GroupCoordinator,
     GroupCoordinatorError,
+    GroupDeadError,
     GroupRecord,
     GroupSettings,
     HeartbeatReply,
@@ -130,6 +131,17 @@ class Group:
         self._deliver(c, self.coordinator.leave(LeaveRequest(c.member_id, c.instance_id), self.now_ms))
         del self.consumers[c.name]
 
+    def failover(self) -> None:
+        """The coordinator's node dies; the new leader of the offsets partition rebuilds the group from the
+        replicated records, and every consumer with a request in flight retries it there."""
+        reborn = GroupCoordinator.from_records(self.group_id, self.records, self.ids, self.now_ms, self.settings)  # type: ignore[arg-type]
+        self.coordinator = reborn or GroupCoordinator(self.group_id, self.ids, self.settings)  # type: ignore[arg-type]
+        self.waiters.clear()
+        for c in list(self.consumers.values()):
+            if c.waiting and not c.fenced and c.name in self.consumers:
+                c.waiting = None
+                self.join(c)
+
     def crash(self, c: Consumer) -> None:
         """kill -9: the process is gone, the coordinator is not told."""
         del self.consumers[c.name]
@@ -137,6 +149,8 @@ class Group:
     def can_commit(
         self, c: Consumer, partitions: frozenset[TopicPartition] | None = None
     ) -> GroupCoordinatorError | None:
+        if not c.member_id:
+            return UnknownMemberIdError(self.group_id, "")  # a consumer that has no id commits nothing
         try:
             check_offset_commit(self.coordinator, c.member_id, c.generation, partitions or c.owned, c.instance_id)
         except GroupCoordinatorError as exc:
@@ -151,6 +165,7 @@ class Group:
         while self.now_ms < end:
             self.now_ms = min(end, self.now_ms + 500)
             self._deliver(None, self.coordinator.tick(self.now_ms))
+            self.check()
             for c in list(self.consumers.values()):
                 if c.name in paused or c.fenced or c.waiting or not c.member_id:
                     continue
@@ -164,6 +179,24 @@ class Group:
                 return
             self.advance(1_000)
         raise AssertionError(f"the group did not settle: {self.describe()}")
+
+    def check(self) -> None:
+        """Invariants that hold at every instant; a simulation calls it after every step."""
+        coordinator = self.coordinator
+        assigned = [tp for m in coordinator.member_ids for tp in coordinator.assignment_of(m)]
+        assert len(assigned) == len(set(assigned)), f"a partition assigned twice: {self.describe()}"
+        every = [(t, p) for t, n in self.partitions.items() for p in range(n)]
+        for tp in every:  # a zombie cannot move offsets: at most one process may commit each partition
+            committers = [c.name for c in self.consumers.values() if self.can_commit(c, frozenset({tp})) is None]
+            assert len(committers) <= 1, f"{tp} committable by {committers}: {self.describe()}"
+        holders: dict[TopicPartition, str] = {}
+        for c in self.consumers.values():
+            current = c.member_id in coordinator.member_ids
+            if not c.cooperative:  # an eager member holding on past a rebalance it missed is fenced instead
+                current = current and c.generation == coordinator.generation
+            for tp in c.owned if current else ():
+                assert tp not in holders, f"{tp} held by {holders[tp]} and {c.name}: {self.describe()}"
+                holders[tp] = c.name
 
     def settled(self) -> bool:
         live = [c for c in self.consumers.values() if not c.fenced]
@@ -226,7 +259,8 @@ class Group:
             if error is not None:
                 self._on_error(c, error)
                 return
-            self.handed_out.setdefault(reply.generation, {})[c.member_id] = reply.assignment
+            # A restarted static member is the same member under a new id: key it by its instance.
+            self.handed_out.setdefault(reply.generation, {})[c.instance_id or c.member_id] = reply.assignment
             revoked = c.owned - reply.assignment
             self._revoke(c, revoked)
             c.owned, c.owned_generation, c.generation = reply.assignment, reply.generation, reply.generation
@@ -239,6 +273,8 @@ class Group:
 
     def _on_error(self, c: Consumer, error: GroupCoordinatorError) -> None:
         c.stable = False
+        if isinstance(error, GroupDeadError):
+            return  # its coordinator moved: failover() makes it retry on the new one
         if isinstance(error, FencedInstanceIdError):
             c.fenced = True
             c.owned = frozenset()
