@@ -147,7 +147,9 @@ class GroupCoordinator:
                 m.subscription,
                 m.assignment,
                 m.revoking,
-                m.delivered,
+                # The record was written when the leader synced: the member may have received its assignment
+                # since, or not. Assume it holds either (a rejoin claiming less lets the rest go).
+                m.delivered | m.assignment,
                 heartbeat_deadline_ms=now_ms + m.session_timeout_ms,
                 synced=True,
             )

@@ -28,6 +28,7 @@ from multiraft.groups import (
     SyncReply,
     SyncRequest,
     UnknownMemberIdError,
+    check_offset_commit,
 )
 
 from ._harness import counter_ids
@@ -259,3 +260,30 @@ def test_invalid_settings_name_the_field(field: str, value: int) -> None:
     with pytest.raises(GroupSettingsError) as error:
         GroupSettings(**{field: value}).validate()
     assert error.value.field == field
+
+
+def test_after_a_failover_a_member_is_assumed_to_hold_the_assignment_it_may_have_received() -> None:
+    coop = ("cooperative-sticky",)
+    g = _coordinator(initial_rebalance_delay_ms=1_000)
+    a, b = _member(g, "a", protocols=coop), _member(g, "b", protocols=coop)
+    _join(g, a, protocols=coop)
+    _join(g, b, protocols=coop)
+    g.tick(1_000)
+    t0, t1, t2 = ("t", 0), ("t", 1), ("t", 2)
+    written = g.sync(SyncRequest(a, 1, ((a, frozenset({t2})), (b, frozenset({t0, t1})))), 1_000).records
+    g.sync(SyncRequest(b, 1), 1_000)  # b receives t/0 and t/1 after the record was written
+    reborn = GroupCoordinator.from_records("g", written, counter_ids(), 2_000)  # type: ignore[arg-type]
+    assert reborn is not None
+    c = _member(reborn, "c", now=2_000, protocols=coop)
+    _join(reborn, c, now=2_000, protocols=coop)
+    _join(reborn, b, now=2_000, protocols=coop, sub=Subscription(("t",), frozenset({t0, t1}), 1))
+    _join(reborn, a, now=2_000, protocols=coop, sub=Subscription(("t",), frozenset({t2}), 1))
+    generation = reborn.generation
+    moved = reborn.sync(SyncRequest(a, generation, ((b, frozenset({t0})), (c, frozenset({t1})))), 2_000).reply
+    assert moved is not None and isinstance(moved.error, IllegalAssignmentError)  # b may still hold t/1
+    for member, owned in ((a, {t2}), (b, {t0, t1}), (c, set())):
+        _join(reborn, member, now=2_000, protocols=coop, sub=Subscription(("t",), frozenset(owned), 1))
+    generation = reborn.generation
+    reborn.sync(SyncRequest(a, generation, ((a, frozenset({t2})), (b, frozenset({t0})))), 2_000)
+    reborn.sync(SyncRequest(b, generation), 2_000)
+    check_offset_commit(reborn, b, generation, [t1])  # b revokes t/1 and commits it in on_revoke
