@@ -92,8 +92,10 @@ class GroupSettings:
 class Subscription:
     """What a member reads and holds: Kafka's ConsumerProtocolSubscription, decoded.
 
-    ``owned`` are the partitions the member holds now (cooperative protocols and sticky assignors use them) and
-    ``owned_generation`` the generation they were assigned in; ``rack`` is the member's rack (``client.rack``).
+    ``owned`` are the partitions the member holds now (cooperative protocols), or for the eager ``sticky``
+    assignor those it held before it revoked them to join (Kafka carries them in that assignor's user data);
+    ``owned_generation`` is the generation they were assigned in; ``rack`` the member's ``client.rack``.
+    A member that claims fewer partitions than it was given has let the others go.
     """
 
     topics: tuple[str, ...] = ()

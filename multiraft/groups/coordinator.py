@@ -33,6 +33,7 @@ from ._model import (
     MemberSubscription,
     Outcome,
     Reply,
+    Subscription,
     SyncReply,
     SyncRequest,
     TopicPartition,
@@ -76,6 +77,7 @@ class GroupCoordinator:
     _rebalance_deadline_ms: int = 0
     _initial_deadline_ms: int | None = None
     _sync_deadline_ms: int = 0
+    _absent: frozenset[str] = frozenset()  # static members that did not rejoin for this generation
 
     # ------------------------------------------------------------------------------------------- views
 
@@ -274,7 +276,10 @@ class GroupCoordinator:
 
     def _join_reply(self, member: Member, skip_assignment: bool = False) -> JoinReply:
         leader = member.member_id == self.leader_id
-        members = tuple(MemberSubscription(m.member_id, m.instance_id, m.subscription) for m in self._members.values())
+        members = tuple(
+            MemberSubscription(m.member_id, m.instance_id, self._subscription_for_leader(m))
+            for m in self._members.values()
+        )
         return JoinReply(
             member.member_id,
             self.generation,
@@ -284,6 +289,13 @@ class GroupCoordinator:
             skip_assignment,
             members if leader else (),
         )
+
+    def _subscription_for_leader(self, member: Member) -> Subscription:
+        if member.member_id not in self._absent:
+            return member.subscription
+        # An absent static member cannot tell the leader what it holds: the coordinator knows, so that a
+        # sticky assignor keeps its partitions waiting for it.
+        return replace(member.subscription, owned=member.delivered, owned_generation=self.generation - 1)
 
     # ------------------------------------------------------------------------------------------- sync
 
@@ -478,13 +490,14 @@ class GroupCoordinator:
         if not joined:
             self.state, self.protocol_name, self.leader_id = GroupState.EMPTY, None, ""
             return deferred
+        self._absent = frozenset(m.member_id for m in self._members.values() if not m.awaiting_join)
         self.protocol_name = self._select_protocol()
         if self.leader_id not in self._members or not self._members[self.leader_id].awaiting_join:
             self.leader_id = joined[0].member_id
         self.state = GroupState.COMPLETING_REBALANCE
         self._sync_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in self._members.values())
         for member in self._members.values():
-            member.synced = False
+            member.synced = not member.awaiting_join  # an absent static member is not waited for
         for member in joined:
             member.awaiting_join = False
             member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms

@@ -112,10 +112,13 @@ class Group:
         return consumer
 
     def join(self, c: Consumer) -> None:
+        claim = c.owned
         if not c.cooperative:
             self._revoke(c, c.owned)  # eager: give up everything before joining
+            if c.protocols[0] != "sticky":
+                claim = frozenset()  # (eager sticky still tells the leader what it had: Kafka's user data)
         c.stable = False
-        subscription = Subscription(c.topics, c.owned, c.owned_generation, c.rack)
+        subscription = Subscription(c.topics, claim, c.owned_generation, c.rack)
         request = JoinRequest(
             c.member_id, c.session_ms, REBALANCE_MS, c.protocols, subscription, c.instance_id, client_id=c.name
         )

@@ -229,3 +229,22 @@ def test_the_last_member_leaving_empties_the_group_and_records_it() -> None:
     assert group.coordinator.state is GroupState.EMPTY
     last = group.records[-1]
     assert isinstance(last, GroupMetadataRecord) and last.state is GroupState.EMPTY and last.members == ()
+
+
+def test_an_absent_static_members_partitions_wait_for_it_through_a_rebalance() -> None:
+    group = Group({"orders": 6})
+    a = group.add("a", "sticky", instance_id="host-a", session_ms=60_000)
+    b = group.add("b", "sticky", instance_id="host-b", session_ms=60_000)
+    group.settle()
+    held = b.owned
+    group.crash(b)
+    group.add("c", "sticky")  # a rebalance without b: it keeps its place (and partitions) in the group
+    group.advance(35_000)
+    assert group.coordinator.state is GroupState.STABLE
+    assert group.coordinator.member_of_instance("host-b") is not None
+    generation = group.coordinator.generation
+    restarted = group.add("b2", "sticky", instance_id="host-b", session_ms=60_000)
+    group.advance(1_000)
+    assert group.coordinator.generation == generation  # it came back in time: no rebalance
+    assert restarted.owned and restarted.owned <= held
+    assert not (restarted.owned & a.owned)
