@@ -287,3 +287,29 @@ def test_after_a_failover_a_member_is_assumed_to_hold_the_assignment_it_may_have
     reborn.sync(SyncRequest(a, generation, ((a, frozenset({t2})), (b, frozenset({t0})))), 2_000)
     reborn.sync(SyncRequest(b, generation), 2_000)
     check_offset_commit(reborn, b, generation, [t1])  # b revokes t/1 and commits it in on_revoke
+
+
+def test_heartbeats_are_accepted_while_the_leader_computes_the_assignment() -> None:
+    g = _coordinator()
+    a = _member(g)
+    _join(g, a)
+    assert g.state is GroupState.COMPLETING_REBALANCE
+    beat = g.heartbeat(HeartbeatRequest(a, 1), 5_000).reply
+    assert beat is not None and beat.error is None
+
+
+def test_a_restarted_static_leader_takes_over_leadership_without_reassigning() -> None:
+    g = _coordinator()
+    first = _join(g, group_instance_id="host-a").reply
+    assert first is not None
+    old = first.member_id
+    g.sync(SyncRequest(old, 1, ((old, frozenset({("t", 0)})),), "host-a"), 0)
+    again = _join(g, group_instance_id="host-a", now=1_000)
+    reply = again.reply
+    assert isinstance(reply, JoinReply) and reply.error is None
+    assert reply.skip_assignment and reply.leader_id == reply.member_id != old
+    assert [m.member_id for m in reply.members] == [reply.member_id]
+    assert (g.generation, g.state) == (1, GroupState.STABLE)
+    assert isinstance(again.records[0], GroupMetadataRecord) and again.records[0].leader_id == reply.member_id
+    synced = g.sync(SyncRequest(reply.member_id, 1, (), "host-a"), 1_000).reply
+    assert synced is not None and synced.assignment == {("t", 0)}
