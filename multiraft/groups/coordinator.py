@@ -79,6 +79,9 @@ class GroupCoordinator:
     _sync_deadline_ms: int = 0
     _absent: frozenset[str] = frozenset()  # static members that did not rejoin for this generation
 
+    def __post_init__(self) -> None:
+        self.settings.validate()
+
     # ------------------------------------------------------------------------------------------- views
 
     @property

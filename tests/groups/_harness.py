@@ -27,6 +27,7 @@ from multiraft.groups import (
     JoinRequest,
     LeaveReply,
     LeaveRequest,
+    MemberIdFactory,
     MemberIdRequiredError,
     Outcome,
     RebalanceInProgressError,
@@ -48,7 +49,8 @@ REBALANCE_MS = 30_000
 HEARTBEAT_MS = 3_000
 
 
-def counter_ids() -> object:
+def counter_ids() -> MemberIdFactory:
+    """Member ids as a real driver makes them (client id and a unique suffix), deterministic for tests."""
     numbers = itertools.count(1)
     return lambda client_id: f"{client_id or 'member'}-{next(numbers)}"
 
@@ -92,11 +94,11 @@ class Group:
     log: list[bytes] = field(default_factory=list)
     # generation -> member id -> assignment, as handed out in SyncGroup replies
     handed_out: dict[int, dict[str, frozenset[TopicPartition]]] = field(default_factory=dict)
-    ids: object = field(default_factory=counter_ids)
+    ids: MemberIdFactory = field(default_factory=counter_ids)
     waiters: dict[str, Consumer] = field(default_factory=dict)  # member id -> consumer with a parked request
 
     def __post_init__(self) -> None:
-        self.coordinator = GroupCoordinator(self.group_id, self.ids, self.settings)  # type: ignore[arg-type]
+        self.coordinator = GroupCoordinator(self.group_id, self.ids, self.settings)
 
     @property
     def records(self) -> list[GroupRecord]:
@@ -106,7 +108,7 @@ class Group:
 
     def add(self, name: str, protocol: str = "cooperative-sticky", **kwargs: object) -> Consumer:
         topics = tuple(sorted(self.partitions))
-        consumer = Consumer(name, topics, (protocol,), **kwargs)  # type: ignore[arg-type]
+        consumer = Consumer(name, topics, (protocol,), **kwargs)
         self.consumers[name] = consumer
         self.join(consumer)
         return consumer
@@ -137,8 +139,8 @@ class Group:
     def failover(self) -> None:
         """The coordinator's node dies; the new leader of the offsets partition rebuilds the group from the
         replicated records, and every consumer with a request in flight retries it there."""
-        reborn = GroupCoordinator.from_records(self.group_id, self.records, self.ids, self.now_ms, self.settings)  # type: ignore[arg-type]
-        self.coordinator = reborn or GroupCoordinator(self.group_id, self.ids, self.settings)  # type: ignore[arg-type]
+        reborn = GroupCoordinator.from_records(self.group_id, self.records, self.ids, self.now_ms, self.settings)
+        self.coordinator = reborn or GroupCoordinator(self.group_id, self.ids, self.settings)
         self.waiters.clear()
         for c in list(self.consumers.values()):
             if c.waiting and not c.fenced and c.name in self.consumers:

@@ -39,7 +39,7 @@ def _join(
 
 def _stable_pair() -> tuple[GroupCoordinator, str, str]:
     """A group at generation 1: a owns t/0 and t/1, b owns t/2."""
-    g = GroupCoordinator("g", counter_ids(), GroupSettings(initial_rebalance_delay_ms=1_000))  # type: ignore[arg-type]
+    g = GroupCoordinator("g", counter_ids(), GroupSettings(initial_rebalance_delay_ms=1_000))
     a = _join(g, "", instance="host-a")
     b = _join(g, "", instance="host-b")
     g.tick(1_000)  # the first generation waited for both
@@ -109,7 +109,7 @@ def test_a_revoked_partition_may_be_committed_until_its_new_owner_is_assigned_it
 
 
 def test_a_commit_outside_any_generation_is_accepted_only_while_the_group_has_no_members() -> None:
-    g = GroupCoordinator("g", counter_ids())  # type: ignore[arg-type]
+    g = GroupCoordinator("g", counter_ids())
     check_offset_commit(g, "", NO_GENERATION, [T0])  # admin tools, manually assigned consumers
     g, _, _ = _stable_pair()
     with pytest.raises(UnknownMemberIdError):

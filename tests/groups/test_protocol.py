@@ -37,7 +37,7 @@ SUB = Subscription(("t",))
 
 
 def _coordinator(**settings: int) -> GroupCoordinator:
-    return GroupCoordinator("g", counter_ids(), GroupSettings(**{"initial_rebalance_delay_ms": 0, **settings}))  # type: ignore[arg-type]
+    return GroupCoordinator("g", counter_ids(), GroupSettings(**{"initial_rebalance_delay_ms": 0, **settings}))
 
 
 def _join(
@@ -96,7 +96,7 @@ def test_a_member_sharing_no_protocol_with_the_group_is_refused() -> None:
 
 @pytest.mark.parametrize("session", [5_999, 1_800_001])
 def test_a_session_timeout_outside_the_coordinators_bounds_is_refused(session: int) -> None:
-    g = GroupCoordinator("g", counter_ids())  # type: ignore[arg-type]
+    g = GroupCoordinator("g", counter_ids())
     reply = _join(g, session=session).reply
     assert reply is not None and isinstance(reply.error, InvalidSessionTimeoutError)
 
@@ -223,7 +223,7 @@ def test_deleting_a_group_with_members_is_refused_and_an_empty_one_leaves_a_tomb
     assert g.delete().records == (GroupTombstone("g"),)
     reply = _join(g).reply
     assert reply is not None and isinstance(reply.error, GroupDeadError)
-    assert GroupCoordinator.from_records("g", [g.snapshot(0), GroupTombstone("g")], counter_ids(), 0) is None  # type: ignore[arg-type]
+    assert GroupCoordinator.from_records("g", [g.snapshot(0), GroupTombstone("g")], counter_ids(), 0) is None
 
 
 def test_unloading_tells_every_parked_request_to_find_the_new_coordinator() -> None:
@@ -272,7 +272,7 @@ def test_after_a_failover_a_member_is_assumed_to_hold_the_assignment_it_may_have
     t0, t1, t2 = ("t", 0), ("t", 1), ("t", 2)
     written = g.sync(SyncRequest(a, 1, ((a, frozenset({t2})), (b, frozenset({t0, t1})))), 1_000).records
     g.sync(SyncRequest(b, 1), 1_000)  # b receives t/0 and t/1 after the record was written
-    reborn = GroupCoordinator.from_records("g", written, counter_ids(), 2_000)  # type: ignore[arg-type]
+    reborn = GroupCoordinator.from_records("g", written, counter_ids(), 2_000)
     assert reborn is not None
     c = _member(reborn, "c", now=2_000, protocols=coop)
     _join(reborn, c, now=2_000, protocols=coop)

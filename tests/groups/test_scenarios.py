@@ -185,7 +185,7 @@ def test_replaying_the_replicated_records_on_a_new_coordinator_reproduces_the_gr
     a, b, c = (group.add(name, instance_id=f"host-{name}") for name in ("a", "b", "c"))
     group.settle()
     old = group.coordinator
-    reborn = GroupCoordinator.from_records(group.group_id, group.records, counter_ids(), group.now_ms)  # type: ignore[arg-type]
+    reborn = GroupCoordinator.from_records(group.group_id, group.records, counter_ids(), group.now_ms)
     assert reborn is not None
 
     def shape(g: GroupCoordinator) -> object:
@@ -210,7 +210,7 @@ def test_a_failover_during_a_rebalance_restarts_it_from_the_last_stable_generati
     stable = group.records[-1]
     group.add("c")  # a rebalance begins; the coordinator dies before it writes the new generation
     group.log = group.log[: group.records.index(stable) + 1]
-    reborn = GroupCoordinator.from_records(group.group_id, group.records, counter_ids(), group.now_ms)  # type: ignore[arg-type]
+    reborn = GroupCoordinator.from_records(group.group_id, group.records, counter_ids(), group.now_ms)
     assert reborn is not None and isinstance(stable, GroupMetadataRecord)
     assert reborn.generation == stable.generation
     group.coordinator = reborn

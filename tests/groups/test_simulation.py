@@ -70,7 +70,7 @@ def _simulate(seed: int, steps: int) -> None:
         seen = [tp for parts in assignments.values() for tp in parts]
         assert len(seen) == len(set(seen)), generation
     if group.coordinator.state is GroupState.STABLE:
-        reborn = GroupCoordinator.from_records(group.group_id, group.records, group.ids, group.now_ms)  # type: ignore[arg-type]
+        reborn = GroupCoordinator.from_records(group.group_id, group.records, group.ids, group.now_ms)
         assert reborn is not None
         assert reborn.generation == group.coordinator.generation
         assert {m: reborn.assignment_of(m) for m in reborn.member_ids} == {
