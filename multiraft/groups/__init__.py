@@ -4,7 +4,8 @@ Pure Python with no I/O, clock, randomness or threads: the node runtime (gRPC su
 front door) drives it with the time and an injected member-id factory. Modules: :mod:`.coordinator` (the
 state machine of one group), :mod:`.assignors` (range, roundrobin, sticky, cooperative-sticky),
 :mod:`.fencing` (may this offset commit move the group's offsets?), :mod:`.records` (the replicated records'
-encoding), :mod:`.errors`. docs/architecture.md, "Consumer-group coordinator", draws the transitions.
+encoding), :mod:`.registry` (the last record of each group on a replica), :mod:`.errors`.
+docs/architecture.md, "Consumer-group coordinator", draws the transitions.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .assignors import (
     Assignment,
     Assignor,
     TopicRacks,
+    assign_for_leader,
     assignor,
     cooperative_sticky_assign,
     previous_owners,
@@ -70,6 +72,7 @@ from .errors import (
 )
 from .fencing import check_offset_commit
 from .records import GROUP_RECORD_FORMAT, decode_group_record, encode_group_record, is_group_record
+from .registry import GroupRecords
 
 __all__ = [
     # the state machine
@@ -102,6 +105,7 @@ __all__ = [
     "encode_group_record",
     "decode_group_record",
     "is_group_record",
+    "GroupRecords",
     # assignors
     "Assignor",
     "Assignment",
@@ -109,6 +113,7 @@ __all__ = [
     "ASSIGNORS",
     "COOPERATIVE_ASSIGNORS",
     "assignor",
+    "assign_for_leader",
     "range_assign",
     "roundrobin_assign",
     "sticky_assign",

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeAlias
 
-from ._model import MemberSubscription, TopicPartition
+from ._model import JoinReply, MemberSubscription, TopicPartition
 from .errors import UnknownAssignorError
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "cooperative_sticky_assign",
     "topics_without_racks",
     "previous_owners",
+    "assign_for_leader",
 ]
 
 TopicRacks: TypeAlias = Mapping[str, Sequence[frozenset[str]]]  # topic -> per partition, its replicas' racks
@@ -262,3 +263,13 @@ def assignor(name: str) -> Assignor:
         return ASSIGNORS[name]
     except KeyError:
         raise UnknownAssignorError(f"unknown assignor {name!r}; known: {sorted(ASSIGNORS)}") from None
+
+
+def assign_for_leader(reply: JoinReply, topics: TopicRacks) -> tuple[tuple[str, frozenset[TopicPartition]], ...]:
+    """The ``assignments`` of the leader's SyncGroup, computed with the group's protocol from the leader's
+    JoinGroup reply: what a Kafka client's leader does, and what the gRPC surface does for its members
+    (server-side assignment). Empty for a reply that is not the leader's or that skips assignment."""
+    if reply.member_id != reply.leader_id or reply.skip_assignment or reply.protocol_name is None:
+        return ()
+    plan = assignor(reply.protocol_name)(reply.members, topics)
+    return tuple(sorted(plan.items()))

@@ -37,7 +37,7 @@ from multiraft.groups import (
     SyncRequest,
     TopicPartition,
     UnknownMemberIdError,
-    assignor,
+    assign_for_leader,
     check_offset_commit,
     decode_group_record,
     encode_group_record,
@@ -251,11 +251,7 @@ class Group:
                 self._on_error(c, error)
             else:
                 c.member_id, c.generation, c.protocol = reply.member_id, reply.generation, reply.protocol_name
-                assignments: tuple[tuple[str, frozenset[TopicPartition]], ...] = ()
-                if reply.leader_id == c.member_id and not reply.skip_assignment:
-                    assert reply.protocol_name is not None
-                    plan = assignor(reply.protocol_name)(reply.members, topics_without_racks(self.partitions))
-                    assignments = tuple(plan.items())
+                assignments = assign_for_leader(reply, topics_without_racks(self.partitions))
                 c.waiting = "sync"
                 request = SyncRequest(c.member_id, c.generation, assignments, c.instance_id)
                 self._deliver(c, self.coordinator.sync(request, self.now_ms))
