@@ -202,3 +202,22 @@ def test_rack_awareness_never_costs_balance() -> None:
 def test_an_unknown_assignor_name_is_refused() -> None:
     with pytest.raises(UnknownAssignorError, match="known"):
         assignor("uniform")
+
+
+@st.composite
+def racked_groups(draw: st.DrawFn) -> tuple[list[MemberSubscription], dict[str, tuple[frozenset[str], ...]]]:
+    racks = st.sampled_from(["r1", "r2", "r3"])
+    count = draw(st.integers(1, 12))
+    topics = {"t": tuple(frozenset(draw(st.lists(racks, max_size=2))) for _ in range(count))}
+    members = [_member(f"m{i}", ["t"], rack=draw(st.none() | racks), gen=-1) for i in range(draw(st.integers(1, 5)))]
+    return members, topics
+
+
+@pytest.mark.parametrize("name", ["range", "sticky", "cooperative-sticky"])
+@given(racked_groups())
+def test_rack_aware_assignments_stay_complete_and_balanced(name: str, group) -> None:
+    members, topics = group
+    plan = assignor(name)(members, topics)
+    _check_valid(plan, members, {"t": len(topics["t"])})
+    counts = [len(p) for p in plan.values()]
+    assert max(counts) - min(counts) <= 1
