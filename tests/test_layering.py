@@ -57,6 +57,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "multiraft.raft": _PURE,
     # The controller's state machine is pure too: the node runtime does its I/O.
     "multiraft.controller": _PURE,
+    # So is the consumer-group coordinator: the gRPC surface and a Kafka front door drive it.
+    "multiraft.groups": _PURE,
     "multiraft": ("spark_connector", "tests", "benchmarks"),
     # The node runtime knows no front door: gRPC servicers and the server are built on its services, outside.
     "multiraft.node": ("rpc", "spark_connector", "tests", "benchmarks"),
@@ -89,6 +91,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 ALLOWED: dict[str, tuple[str, ...]] = {
     "multiraft.raft": ("multiraft.raft",),
     "multiraft.controller": ("multiraft.controller",),
+    "multiraft.groups": ("multiraft.groups",),
     "spark_connector": ("multiraft.client",),
     # The client shares the record-batch format with storage and uses none of the engine (light to import).
     "rpc.client": ("storage.batch", "storage.errors"),
@@ -266,6 +269,17 @@ def test_the_raft_core_may_not_read_the_clock(tmp_path: Path) -> None:
     assert _violations(probe, "multiraft.raft._layering_probe") == [
         "_layering_probe.py:1: multiraft.raft._layering_probe (multiraft.raft) imports time",
         "_layering_probe.py:4: multiraft.raft._layering_probe (multiraft.raft) imports datetime",
+    ]
+
+
+def test_the_group_coordinator_may_not_read_the_clock_or_draw_random_numbers(tmp_path: Path) -> None:
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text("import time\nimport random\nfrom multiraft.node import offsets\nfrom . import assignors\n")
+    module = "multiraft.groups._layering_probe"
+    assert _violations(probe, module) == [
+        f"_layering_probe.py:1: {module} (multiraft.groups) imports time",
+        f"_layering_probe.py:2: {module} (multiraft.groups) imports random",
+        f"_layering_probe.py:3: {module} (multiraft.groups) imports multiraft.node",
     ]
 
 
