@@ -26,7 +26,7 @@ import lmdb
 
 from storage import _format as fmt
 from storage._entries import EntryKind, HardState
-from storage._lmdb import verify_structure
+from storage._lmdb import check_file_length, verify_structure
 from storage._store import LogStore
 from storage.batch import validate_batch
 from storage.config import StorageConfig
@@ -308,6 +308,12 @@ def _walk_store(path: str | os.PathLike[str]) -> tuple[list[str], str | None, li
     except lmdb.Error as exc:
         return structural, f"LMDB cannot open the file: {exc}", []
     try:
+        # A file cut only where no tree has a page (free pages at its end) passes the structural check, but
+        # LogStore.open refuses it: a problem repair must rebuild, though it loses nothing.
+        check_file_length(env, data_file)
+    except StorageError as exc:
+        structural = [*structural, str(exc)]
+    try:
         with env.begin(buffers=True) as txn:
             walker = _Walker(env, txn, str(data_file), damaged)
             return structural, None, [_walk_log(walker, name, log_id) for name, log_id in walker.logs()]
@@ -371,6 +377,8 @@ def repair_store(path: str | os.PathLike[str], config: StorageConfig | None = No
                         )
         finally:
             env.close()
+        if not dropped and not notes:
+            notes.append(f"every log kept whole; the file was rebuilt ({'; '.join(structural)})")
     except lmdb.Error as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise StorageError(f"cannot repair {env_dir}: LMDB failed while copying the valid prefix: {exc}") from exc

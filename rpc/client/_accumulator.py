@@ -133,6 +133,7 @@ class ProducerBatch:
         "keys",
         "limit",
         "maybe_written",
+        "outcome_unknown",
         "payload",
         "producer_epoch",
         "producer_id",
@@ -169,6 +170,9 @@ class ProducerBatch:
         self.attempts = 0
         self.send_index = 0  # per partition, increasing with every send (the order the leader sees)
         self.maybe_written = False
+        # An attempt that reached a leader ended with its outcome unknown: the batch may be in the log under its
+        # sequences, whatever later attempts are answered (a refusal proves only that attempt unwritten).
+        self.outcome_unknown = False
 
     def __repr__(self) -> str:
         return f"ProducerBatch({self.tp}, records={len(self.values)}, sequence={self.base_sequence})"
@@ -241,7 +245,7 @@ class ProducerBatch:
             part.futures = self.futures[lo:hi]
             part.has_keys = any(k is not None for k in part.keys)
             part.has_headers = any(part.headers)
-            part.attempts = self.attempts
+            part.attempts, part.outcome_unknown = self.attempts, self.outcome_unknown
             parts.append(part)
         first, second = parts
         first.reserved = self.reserved * half // len(self.values)

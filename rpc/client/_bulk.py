@@ -141,6 +141,7 @@ class BulkBatch(ProducerBatch):
         second = BulkBatch(self.tp, self.call, self.columns.slice(half, count), body - first_body)
         for part in (first, second):
             part.created, part.deadline, part.attempts = self.created, self.deadline, self.attempts
+            part.outcome_unknown = self.outcome_unknown
         first.reserved = self.reserved * half // count
         second.reserved = self.reserved - first.reserved
         if self.base_sequence >= 0:

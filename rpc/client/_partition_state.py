@@ -12,13 +12,22 @@ from multiraft.errors import (
     MultiraftError,
     NotFoundError,
     OutOfOrderSequenceError,
+    RecordTooLargeError,
     UnknownProducerIdError,
     UnsupportedError,
 )
 from rpc.client._accumulator import ProducerBatch
 from rpc.client._records import TopicPartition
 
-__all__ = ["PartitionState", "refused", "written_long_ago", "written_prefix", "BACKOFF_START_S", "BACKOFF_MAX_S"]
+__all__ = [
+    "PartitionState",
+    "refused",
+    "attempt_refused",
+    "written_long_ago",
+    "written_prefix",
+    "BACKOFF_START_S",
+    "BACKOFF_MAX_S",
+]
 
 BACKOFF_START_S = 0.02
 BACKOFF_MAX_S = 0.5
@@ -36,8 +45,14 @@ _REFUSED: tuple[type[MultiraftError], ...] = (
 
 
 def refused(error: MultiraftError) -> bool:
-    """Whether ``error`` proves its batch was never proposed; any other failure leaves the outcome unknown."""
+    """Whether ``error`` proves that the attempt it answers was never proposed; any other failure leaves the
+    outcome unknown. It proves nothing of the batch's earlier attempts (see ``ProducerBatch.outcome_unknown``)."""
     return isinstance(error, _REFUSED)
+
+
+def attempt_refused(error: MultiraftError) -> bool:
+    """Whether the leader refused this attempt without writing it: up front, as out of order, or as too large."""
+    return refused(error) or isinstance(error, (OutOfOrderSequenceError, RecordTooLargeError))
 
 
 @dataclass(eq=False)

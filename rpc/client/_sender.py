@@ -13,11 +13,12 @@ connection to the node could be made) is retried; any other failure fails its re
 
 A batch's sequence numbers are never given to other records unless the leader proved it refused the batch
 before proposing it (a failed check, STORAGE_FULL up front, an unknown topic: the later batches then move
-down). Any other failure leaves the outcome unknown, as the followers may hold the batch: a retriable one (a
-timeout, a lost stream, NOT_LEADER, UNAVAILABLE, which a leader also answers when its write failed after the
-proposal) and an older node's STORAGE_ERROR re-send the same batch until the delivery timeout; any other
-failure, and the delivery timeout, fail the partition's unacknowledged batches and move it to a new producer
-id, as Kafka's idempotent producer does since KIP-360.
+down) and no earlier attempt of it ended with its outcome unknown (a refused retry proves nothing of a first
+attempt that a leader proposed and a later one committed). Any other failure leaves the outcome unknown, as
+the followers may hold the batch: a retriable one (a timeout, a lost stream, NOT_LEADER, UNAVAILABLE, which a
+leader also answers when its write failed after the proposal) and an older node's STORAGE_ERROR re-send the
+same batch until the delivery timeout; any other failure, and the delivery timeout, fail the partition's
+unacknowledged batches and move it to a new producer id, as Kafka's idempotent producer does since KIP-360.
 
 A leader that answers OUT_OF_ORDER_SEQUENCE expecting a sequence beyond a batch's last one already wrote that
 batch, too long ago to remember where (Kafka's DUPLICATE_SEQUENCE_NUMBER): the batch succeeds as a duplicate
@@ -59,9 +60,14 @@ from multiraft.logging import get_logger
 from rpc.client._accumulator import ProducerBatch, RecordAccumulator
 from rpc.client._aio import cancel_all_tasks
 from rpc.client._cluster import CHANNEL_OPTIONS, ClusterClient
-from rpc.client._partition_state import BACKOFF_MAX_S, BACKOFF_START_S, written_long_ago, written_prefix
+from rpc.client._partition_state import (
+    BACKOFF_MAX_S,
+    BACKOFF_START_S,
+    attempt_refused,
+    written_long_ago,
+    written_prefix,
+)
 from rpc.client._partition_state import PartitionState as _PartitionState
-from rpc.client._partition_state import refused as _refused
 from rpc.client._produce_stream import CONNECT_TIMEOUT_S, NodeStream, connect
 from rpc.client._records import TopicPartition
 from rpc.proto import multiraft_pb2 as pb
@@ -493,6 +499,9 @@ class Sender:
     ) -> None:
         tp = batch.tp
         log.debug("batch failed", partition=str(tp), sequence=batch.base_sequence, error=str(error))
+        unknown_before = batch.outcome_unknown  # an earlier attempt may have written the batch
+        if batch.maybe_written and not attempt_refused(error):
+            batch.outcome_unknown = True
         if isinstance(error, NotLeaderError):
             self._client.learn_leader(tp.topic, tp.partition, error)
             if not error.leader_id:
@@ -516,8 +525,6 @@ class Sender:
                 self._accumulator.replace(batch, parts)
                 state.retry.extend(parts)
                 return
-            self._reject(state, batch, error)
-            return
         if isinstance(error, OutOfOrderSequenceError) and self.idempotent:
             if follows_failure:
                 self._retry(state, batch)  # an earlier batch of the round failed: the leader expected that one
@@ -531,7 +538,9 @@ class Sender:
         if error.retriable:
             self._fail(batch, error)  # it may have been written; sending it again could duplicate it
             return
-        if not self.idempotent or batch.base_sequence < 0 or not batch.maybe_written or _refused(error):
+        # A refused retry of a batch an earlier attempt may have written frees nothing (nemesis finding 6).
+        refused = not batch.maybe_written or attempt_refused(error)
+        if not self.idempotent or batch.base_sequence < 0 or (refused and not unknown_before):
             self._reject(state, batch, error)
             return
         # The leader may have written the batch (KIP-360): its sequences are spent, never given to other records.

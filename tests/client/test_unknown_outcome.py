@@ -46,6 +46,7 @@ class _Leader(pb_grpc.LogServicer):
         self.producer_ids: list[int] = []
         self.fail_after_write: list[MultiraftError] = []  # answer the next written batches with these
         self.refuse: list[MultiraftError] = []  # refuse the next batches before writing them
+        self.refuse_once_written = 0  # ...but only once the log holds this many records
         self.grant_ids = 1 << 30  # InitProducer answers UNAVAILABLE once it handed out this many ids
         self._states = ProducerStates()
         self._lock = threading.Lock()
@@ -65,7 +66,7 @@ class _Leader(pb_grpc.LogServicer):
                 yield self._produce(request)
 
     def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
-        if self.refuse:
+        if self.refuse and len(self.records) >= self.refuse_once_written:
             return pb.ProduceResponse(sequence=request.sequence, error=to_proto_error(self.refuse.pop(0)))
         header = check_batch(request.batch)
         pid, epoch, first, count = header.producer_id, header.producer_epoch, header.base_sequence, header.record_count
@@ -213,6 +214,29 @@ def test_a_batch_refused_up_front_frees_its_sequence_for_the_next_batch(leader: 
     assert first is None and isinstance(first_error, InsufficientStorageError)
     assert (second, second_error) == (0, None)
     assert leader.records == [b"second"] and len(leader.producer_ids) == 1
+
+
+def test_a_refused_retry_of_a_batch_an_earlier_attempt_may_have_written_does_not_free_its_sequence(
+    leader: _Leader,
+) -> None:
+    # Nemesis finding 6: a leader whose disk was full proposed the batch (its follower got it) and lost
+    # leadership before answering; the retry met a leader short of storage, which refused it up front. That
+    # refusal says nothing of the first attempt: the batch was committed later, and a next batch given its
+    # sequence would be deduplicated against it, acknowledged at its offset, and never written.
+    leader.fail_after_write = [UnavailableError("the leader lost leadership after proposing", outcome="unknown")]
+    leader.refuse = [InsufficientStorageError("node storage is low", resource="disk")]
+    leader.refuse_once_written = 1
+    producer = _Producer(leader)
+    try:
+        first, first_error = producer.send(b"first")
+        second, second_error = producer.send(b"second")
+    finally:
+        producer.close()
+    assert first is None and isinstance(first_error, InsufficientStorageError)
+    assert second_error is None and second is not None
+    assert leader.records == [b"first", b"second"]  # the failed batch is in the log, and so is the next one
+    _acknowledged_where_the_log_says(leader, {b"second": second})
+    assert len(leader.producer_ids) == 2  # its sequence is spent: the partition goes on under a new id
 
 
 def test_a_replay_producer_stops_rather_than_reuse_a_sequence_whose_outcome_is_unknown(leader: _Leader) -> None:

@@ -21,6 +21,7 @@ from storage import (
     repair_store,
     set_aside_store,
 )
+from storage._lmdb import verify_structure
 from tests.storage._helpers import SMALL, data
 
 PARTITIONS = 3
@@ -160,6 +161,47 @@ def test_a_file_cut_inside_the_directory_of_logs_is_refused_with_a_clear_error_a
     assert "the directory of logs) is damaged. Set it aside" in str(raised.value)
     assert data_file.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.lmdb"]  # no staging or damaged copy left
+
+
+def test_a_file_cut_only_where_no_tree_has_a_page_is_rebuilt_whole_and_opens_again(tmp_path: Path) -> None:
+    # Nemesis finding 6: a 4 KiB cut took only free pages at the end of the file. The verifier found nothing,
+    # so repair said "no problems found", yet every open refused the short file: the node could never start.
+    written: list[Entry] = []
+    with LogStore.open(tmp_path, SMALL) as store:
+        log = store.log("events", 0)
+        for index in range(1, 200):  # one commit each, then a drop: the file ends in pages freed since
+            log.append([data(index, 1, value=_marker(0, index))])
+            store.sync()
+        log.drop_before(150)
+        store.sync()
+        for index in range(200, 210):
+            log.append([data(index, 1, value=_marker(0, index))])
+            store.sync()
+        first = log.first_index()
+        written = log.entries(first, 210)
+    data_file = _data_file(tmp_path)
+    original = data_file.read_bytes()
+    for pages in range(1, 8):
+        _truncate(data_file, len(original) - pages * mmap.PAGESIZE)
+        if not verify_structure(data_file):
+            break
+        data_file.write_bytes(original)
+    else:
+        pytest.fail("no cut of the file's last pages left every tree whole")
+    with pytest.raises(CorruptionError, match="truncated"):
+        LogStore.open(tmp_path, SMALL)
+
+    report = check_store(tmp_path)
+    assert not report.ok and report.unrecoverable is None
+    assert [m for m in report.structural_problems if "truncated" in m] == list(report.structural_problems)
+    assert [c.last_good_index for c in report.logs] == [209]
+
+    repaired = repair_store(tmp_path)
+    assert repaired.repaired and repaired.dropped == ()
+    assert "every log kept whole" in repaired.notes[0]
+    assert check_store(tmp_path).ok
+    with LogStore.open(tmp_path, SMALL) as store:
+        assert store.log("events", 0).entries(first, 210) == written
 
 
 def test_a_store_set_aside_is_kept_whole_and_the_next_open_starts_empty(tmp_path: Path) -> None:
