@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from multiraft.errors import (
     AssignmentChangedError,
+    AuthenticationFailedError,
+    AuthorizationFailedError,
     ConfigError,
     ConnectionFailedError,
     CorruptBatchError,
@@ -38,9 +40,13 @@ from multiraft.errors import (
     UnknownPartitionError,
     UnknownProducerIdError,
     UnknownTopicError,
+    UnknownUserError,
     UnsupportedError,
+    UserExistsError,
 )
 from rpc.client import (
+    AclBinding,
+    AclFilter,
     Admin,
     BatchMetadata,
     ClusterInfo,
@@ -53,6 +59,7 @@ from rpc.client import (
     RecordMetadata,
     TopicInfo,
     TopicPartition,
+    UserInfo,
 )
 
 __all__ = [
@@ -68,6 +75,9 @@ __all__ = [
     "ClusterInfo",
     "DrainStatus",
     "MoveInfo",
+    "AclBinding",
+    "AclFilter",
+    "UserInfo",
     # errors (multiraft.errors)
     "MultiraftError",
     "ConfigError",
@@ -100,4 +110,8 @@ __all__ = [
     "UnavailableError",
     "ConnectionFailedError",
     "StorageFailureError",
+    "AuthenticationFailedError",
+    "AuthorizationFailedError",
+    "UserExistsError",
+    "UnknownUserError",
 ]

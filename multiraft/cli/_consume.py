@@ -34,6 +34,7 @@ from multiraft.cli._options import (
     ClusterDirOption,
     TimeoutOption,
     bootstrap_addresses,
+    credentials,
     fail,
     open_admin,
     silence_stdout,
@@ -222,6 +223,7 @@ def consume(
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         max_poll_records=500,
+        **credentials(),
     )
     run = _Run(consumer, sys.stdout.buffer, group)
     try:

@@ -8,15 +8,19 @@ bootstrap addresses come from the first of:
    (its ``cluster.json`` records every node's client address).
 
 A local cluster listens on free ports chosen when it starts, so there is no fixed default address.
+
+A cluster with authentication wants credentials: ``multiraft --user NAME [--password-file FILE] ...`` (or
+``MULTIRAFT_USER`` and ``MULTIRAFT_PASSWORD_FILE``); without a password file the password is asked for.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypedDict
 
 import typer
 
@@ -32,6 +36,8 @@ __all__ = [
     "bootstrap_addresses",
     "fail",
     "open_admin",
+    "credentials",
+    "read_password",
     "unescape",
 ]
 
@@ -97,7 +103,43 @@ def bootstrap_addresses(bootstrap: str | None, cluster_dir: Path | None) -> str:
 def open_admin(bootstrap: str | None, cluster_dir: Path | None, timeout_s: float) -> Admin:
     from rpc.client import Admin
 
-    return Admin(bootstrap_addresses(bootstrap, cluster_dir), request_timeout_s=timeout_s)
+    return Admin(bootstrap_addresses(bootstrap, cluster_dir), request_timeout_s=timeout_s, **credentials())
+
+
+def read_password(path: str | None, prompt: str, *, confirm: bool = False) -> str:
+    """The first line of ``path``, or typed at a prompt (twice with ``confirm``); never echoed or logged."""
+    if path:
+        try:
+            with Path(path).open(encoding="utf-8") as file:
+                password = file.readline().rstrip("\r\n")
+        except OSError as exc:
+            fail(f"cannot read the password file {path}: {exc.strerror}")
+    else:
+        password = getpass.getpass(prompt)
+        if confirm and getpass.getpass("again: ") != password:
+            fail("the passwords differ")
+    if not password:
+        fail("the password is empty")
+    return password
+
+
+class Credentials(TypedDict, total=False):
+    user: str
+    password: str
+
+
+def credentials() -> Credentials:
+    """``user``/``password`` keyword arguments of a client, from ``--user``/``--password-file`` (or the
+    variables), asking for the password when no file is given; empty without a user."""
+    from multiraft.cli._common import state
+
+    user = state.user or os.environ.get("MULTIRAFT_USER")
+    if not user:
+        return Credentials()
+    path = state.password_file or os.environ.get("MULTIRAFT_PASSWORD_FILE")
+    if state.password is None:
+        state.password = read_password(path, f"password of {user}: ")
+    return Credentials(user=user, password=state.password)
 
 
 def unescape(text: str) -> bytes:

@@ -23,6 +23,7 @@ from multiraft.cli._options import (
     ClusterDirOption,
     TimeoutOption,
     bootstrap_addresses,
+    credentials,
     describe_error,
     fail,
     silence_stdout,
@@ -160,6 +161,7 @@ def produce(
         compression=compression.value,
         linger_ms=linger_ms,
         request_timeout_s=timeout,
+        **credentials(),
     )
     try:
         with contextlib.ExitStack() as stack:

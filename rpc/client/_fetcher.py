@@ -19,7 +19,7 @@ import asyncio
 import collections
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -130,8 +130,9 @@ class StreamFetcher:
     """Runs :class:`PartitionStream` calls on a background thread (an asyncio loop with ``grpc.aio``
     channels), started on the first :meth:`open` and stopped by :meth:`close`."""
 
-    def __init__(self, notify: Callable[[], None], *, window: int = 2) -> None:
+    def __init__(self, notify: Callable[[], None], *, window: int = 2, interceptors: Sequence[Any] = ()) -> None:
         self._notify = notify
+        self._interceptors = list(interceptors)  # the client's credentials
         self._window = window
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -156,7 +157,9 @@ class StreamFetcher:
     def _stub(self, address: str) -> pb_grpc.LogStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=_STREAM_CHANNEL_OPTIONS)
+            channel = grpc.aio.insecure_channel(
+                address, options=_STREAM_CHANNEL_OPTIONS, interceptors=self._interceptors
+            )
             self._channels[address] = channel
             stub = self._stubs[address] = pb_grpc.LogStub(channel)
         return stub

@@ -390,6 +390,8 @@ class Producer:
         metadata_max_age_s: float = 300.0,
         replay_key: str | None = None,
         replay_epoch: int = 0,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
         if linger_ms < 0:
             raise ConfigError("linger_ms", f"must be >= 0, got {linger_ms}")
@@ -432,7 +434,11 @@ class Producer:
         elif replay_epoch != 0:
             raise ConfigError("replay_epoch", "is only meaningful with replay_key")
         self._client = ClusterClient(
-            bootstrap, request_timeout_s=request_timeout_s, metadata_max_age_s=metadata_max_age_s
+            bootstrap,
+            request_timeout_s=request_timeout_s,
+            metadata_max_age_s=metadata_max_age_s,
+            user=user,
+            password=password,
         )
         self._topics: dict[str, _TopicInfo] = {}
         self._learned_max_bytes: dict[str, int] = {}

@@ -459,7 +459,9 @@ class Sender:
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = self._channels[address] = grpc.aio.insecure_channel(
+                address, options=CHANNEL_OPTIONS, interceptors=self._client.aio_interceptors()
+            )
         return channel
 
     def _watch_streams(self, now: float) -> None:

@@ -93,6 +93,9 @@ class _Cluster:
     def addresses(self) -> list[str]:
         return [self.address]
 
+    def aio_interceptors(self) -> list[object]:
+        return []  # no credentials
+
     def cached_leader(self, topic: str, partition: int) -> str:
         return self.address
 

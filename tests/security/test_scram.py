@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from multiraft.errors import AuthenticationFailedError
 from multiraft.scram import ScramClient, ScramServer, scram_credential
@@ -88,3 +90,22 @@ def test_stored_credentials_hold_no_password_and_differ_per_salt() -> None:
     assert b"same password" not in b"".join((first.salt, first.stored_key, first.server_key))
     with pytest.raises(ValueError, match="4096"):
         scram_credential("pw", iterations=1000)
+
+
+scram_like = st.one_of(
+    st.text(max_size=60),
+    st.lists(st.sampled_from(["n,,", "n=u", "r=abc", "s=AAAA", "i=4096", "c=biws", "p=AA==", ",", "=", "=2C"])).map(
+        "".join
+    ),
+)
+
+
+@given(scram_like, scram_like)
+def test_any_client_message_is_answered_or_refused_with_an_authentication_error(first: str, final: str) -> None:
+    credential = scram_credential("pw", iterations=4096)
+    server = ScramServer(lambda name: credential)
+    try:
+        server.first(first)
+        server.final(final)
+    except AuthenticationFailedError:
+        pass
