@@ -171,6 +171,13 @@ def test_a_deny_beats_an_allow_and_a_super_user_needs_no_acl(admin: Admin, secur
         assert bob.list_topics() == []
         with pytest.raises(AuthorizationFailedError, match="User:bob may not describe topic 'events'"):
             bob.describe_topic("events")
+    # carol sees the topic but may not write it: refused at InitProducer, and batch by batch on the stream
+    with Producer(secure, user="carol", password="carol-pw", delivery_timeout_s=10) as idempotent:
+        with pytest.raises(AuthorizationFailedError, match="may not write any topic"):
+            idempotent.send("events", b"x").result(timeout=30)
+    with Producer(secure, user="carol", password="carol-pw", idempotence=False, delivery_timeout_s=10) as plain:
+        with pytest.raises(AuthorizationFailedError, match="User:carol may not write topic 'events'"):
+            plain.send("events", b"x").result(timeout=30)
     assert "events" in [t.name for t in admin.list_topics()]  # no ACL names the admin
 
 
