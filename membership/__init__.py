@@ -5,8 +5,11 @@
   :class:`SimulatedNetwork` in tests and capacity projections).
 * :class:`MembershipConfig` holds every setting, with :meth:`~MembershipConfig.lan` and
   :meth:`~MembershipConfig.local` profiles.
+* :class:`Keyring` holds the AES keys that seal gossip (hashicorp/memberlist's keyring); without one, gossip
+  travels in plain text.
 """
 
+from membership._crypto import KEY_SIZES, SEAL_OVERHEAD, Keyring, generate_key
 from membership._runtime import MemberList
 from membership._state import SwimCore
 from membership._transport import NetTransport, PacketHandler, StreamHandler, Transport
@@ -14,12 +17,14 @@ from membership._types import Counters, EventKind, Member, MemberEvent, MemberMe
 from membership.config import MembershipConfig
 from membership.errors import (
     JoinError,
+    KeyringError,
     LifecycleError,
     MembershipCodecError,
     MembershipConfigError,
     MembershipError,
     MetadataError,
     TransportError,
+    UndecryptableError,
 )
 from membership.simulation import NetworkStats, SimulatedNetwork
 
@@ -33,6 +38,11 @@ __all__ = [
     "MemberEvent",
     "EventKind",
     "Counters",
+    # gossip encryption
+    "Keyring",
+    "generate_key",
+    "KEY_SIZES",
+    "SEAL_OVERHEAD",
     # transport
     "Transport",
     "NetTransport",
@@ -47,6 +57,8 @@ __all__ = [
     "MembershipConfigError",
     "MetadataError",
     "MembershipCodecError",
+    "UndecryptableError",
+    "KeyringError",
     "LifecycleError",
     "TransportError",
     "JoinError",

@@ -3,6 +3,10 @@
 The runtime owns no protocol logic. It feeds the core every datagram and push-pull it receives, wakes it at
 its next deadline with ``loop.call_at`` (no polling), sends what it asks for, and hands its events to
 subscribers. Nothing a peer sends can raise out of the runtime: bad input is counted and dropped.
+
+With a :class:`Keyring` the runtime seals every datagram and push-pull message it sends and opens every one it
+receives (:mod:`membership._crypto`); what no key opens is counted and dropped before the core sees it, so the
+core stays the same with and without encryption.
 """
 
 from __future__ import annotations
@@ -18,17 +22,29 @@ from typing import Any
 
 import structlog
 
+from membership._crypto import SEAL_OVERHEAD, Keyring
 from membership._state import SwimCore
 from membership._transport import NetTransport, Transport
 from membership._types import Counters, EventKind, Member, MemberEvent, MemberMeta
 from membership.config import MembershipConfig
-from membership.errors import JoinError, LifecycleError, MembershipCodecError, MetadataError, TransportError
+from membership.errors import (
+    JoinError,
+    LifecycleError,
+    MembershipCodecError,
+    MetadataError,
+    TransportError,
+    UndecryptableError,
+)
 
 __all__ = ["MemberList"]
 
 # A stdlib logger underneath: unconfigured, info stays silent and warnings go to stderr, never stdout.
 _log: structlog.stdlib.BoundLogger = structlog.wrap_logger(logging.getLogger(__name__))
 _INFINITY = float("inf")
+# Undecryptable input is logged at most this often (with the count since the last warning): a flood of
+# forged packets must not flood the log too.
+_UNDECRYPTABLE_LOG_INTERVAL = 10.0
+_PLAIN_MAGICS = (0x53, 0x50)  # the first byte of a plain packet ('S') and push-pull state ('P')
 
 
 class _Phase(enum.Enum):
@@ -61,6 +77,7 @@ class MemberList:
         advertise_host: str | None = None,
         transport: Transport | None = None,
         rng: random.Random | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         self._config = config if config is not None else MembershipConfig.lan()
         self._meta = meta
@@ -73,11 +90,15 @@ class MemberList:
                 port,
                 advertise_host=advertise_host,
                 stream_timeout=self._config.tcp_timeout,
-                max_stream_bytes=self._config.max_push_pull_bytes,
+                max_stream_bytes=self._config.max_push_pull_bytes + SEAL_OVERHEAD,
                 counters=self._counters,
             )
         )
         self._rng = rng if rng is not None else random.Random()
+        self._keyring = keyring
+        self._associated = self._config.cluster_name.encode()
+        self._undecryptable_logged_at = -_INFINITY
+        self._undecryptable_unlogged = 0
         self._core: SwimCore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._phase = _Phase.NEW
@@ -223,6 +244,21 @@ class MemberList:
         """Every counter by name (packets, bytes, probes, suspicions, drops...), for metrics."""
         return self._counters.snapshot()
 
+    @property
+    def keyring(self) -> Keyring | None:
+        """The gossip keyring; None when gossip travels in plain text (tagged with the cluster name only)."""
+        return self._keyring
+
+    def set_keyring(self, keyring: Keyring) -> None:
+        """Use another keyring from now on (rotation): its primary seals what is sent, all its keys open."""
+        old = self._keyring
+        self._keyring = keyring
+        self._log.info(
+            "gossip keyring changed",
+            keys=keyring.fingerprints(),
+            previous=old.fingerprints() if old is not None else None,
+        )
+
     # Changing
 
     def update_meta(self, **changes: Any) -> MemberMeta:
@@ -274,6 +310,14 @@ class MemberList:
             return
         if self.drop_packet is not None and self.drop_packet(src_addr, False):
             return
+        if self._keyring is not None:
+            if len(data) > self._config.max_packet_bytes + SEAL_OVERHEAD:
+                self._counters.malformed_dropped += 1
+                return
+            opened = self._unseal(data, f"datagram from {src_addr}")
+            if opened is None:
+                return
+            data = opened
         try:
             core.receive(self._event_loop().time(), src_addr, data)
         except Exception:
@@ -286,8 +330,12 @@ class MemberList:
         core = self._core
         if core is None or self._phase is not _Phase.RUNNING:
             return None
+        opened = self._unseal(data, "push-pull request")
+        if opened is None:
+            return None
         try:
-            return core.handle_push_pull_request(self._event_loop().time(), data)
+            reply = core.handle_push_pull_request(self._event_loop().time(), opened)
+            return self._seal(reply) if reply is not None else None
         except MembershipCodecError as exc:
             self._counters.push_pull_failures += 1
             self._log.warning("cannot serve push-pull", error=str(exc))
@@ -306,7 +354,7 @@ class MemberList:
             self._pump()
             if self.drop_packet and self.drop_packet(addr, True):
                 raise TransportError(f"push-pull to {addr} cut (test hook)")
-            reply = await self._transport.exchange(addr, request, self._config.tcp_timeout)
+            sealed_reply = await self._transport.exchange(addr, self._seal(request), self._config.tcp_timeout)
         except (TransportError, MembershipCodecError) as exc:
             self._counters.push_pull_failures += 1
             self._log.debug("push-pull failed", peer=addr, error=str(exc))
@@ -314,6 +362,12 @@ class MemberList:
                 raise
             return
         if self._phase is not _Phase.RUNNING:
+            return
+        reply = self._unseal(sealed_reply, f"push-pull reply from {addr}")
+        if reply is None:
+            self._counters.push_pull_failures += 1
+            if join:
+                raise TransportError(f"{addr} sent a push-pull reply no key of the gossip keyring opens")
             return
         accepted = core.handle_push_pull_response(self._event_loop().time(), reply, addr)
         self._pump()
@@ -341,7 +395,7 @@ class MemberList:
             return
         for addr, data in core.take_packets():
             if not (self.drop_packet and self.drop_packet(addr, True)):
-                self._transport.send_packet(addr, data)
+                self._transport.send_packet(addr, self._seal(data))
         for addr in core.take_push_pulls():
             self._spawn(self._push_pull(addr, join=False))
         for event in core.take_events():
@@ -354,6 +408,38 @@ class MemberList:
                 self._timer.cancel()
             self._timer_at = deadline
             self._timer = self._event_loop().call_at(deadline, self._on_timer)
+
+    # Gossip encryption
+
+    def _seal(self, data: bytes) -> bytes:
+        keyring = self._keyring
+        if keyring is None or not self._config.gossip_verify_outgoing:
+            return data
+        return keyring.seal(data, self._associated)
+
+    def _unseal(self, data: bytes, what: str) -> bytes | None:
+        """The plain bytes of a received message, or None (counted, and logged at a bounded rate) if refused."""
+        keyring = self._keyring
+        if keyring is None:
+            return data
+        try:
+            return keyring.unseal(data, self._associated)
+        except UndecryptableError as exc:
+            if not self._config.gossip_verify_incoming and data[:1] and data[0] in _PLAIN_MAGICS:
+                return data  # migration: plain text still accepted, the core checks it as ever
+            self._counters.undecryptable_dropped += 1
+            self._undecryptable_unlogged += 1
+            now = self._event_loop().time()
+            if now - self._undecryptable_logged_at >= _UNDECRYPTABLE_LOG_INTERVAL:
+                self._log.warning(
+                    "dropped gossip no key opens",
+                    last=what,
+                    reason=str(exc),
+                    dropped_since_last_warning=self._undecryptable_unlogged,
+                )
+                self._undecryptable_logged_at = now
+                self._undecryptable_unlogged = 0
+            return None
 
     def _deliver(self, event: MemberEvent) -> None:
         if event.kind in (EventKind.UPDATE, EventKind.ALIVE, EventKind.SUSPECT):

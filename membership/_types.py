@@ -176,6 +176,9 @@ class Counters:
     """Alive/suspect/dead messages piggybacked or gossiped."""
     malformed_dropped: int = 0
     """Packets or push-pull states that failed to decode (including oversize datagrams)."""
+    undecryptable_dropped: int = 0
+    """Datagrams and push-pull messages no key of the gossip keyring opened: another key, altered, or plain
+    text. They never reach the protocol core."""
     foreign_cluster_dropped: int = 0
     """Packets with another cluster's tag."""
     unknown_sender_dropped: int = 0

@@ -122,8 +122,9 @@ class MembershipConfig:
     max_packet_bytes: int = _setting(
         1400,
         "bytes",
-        "Largest UDP datagram sent or accepted; piggybacked gossip fills packets up to it. Must fit the "
-        "path MTU. At least 1200, so the largest alive message (about 1070 bytes) always fits. Default 1400.",
+        "Largest UDP datagram sent or accepted; piggybacked gossip fills packets up to it (a keyring adds 29 "
+        "bytes: version, nonce, tag). Must fit the path MTU. At least 1200, so the largest alive message "
+        "(about 1070 bytes) always fits. Default 1400.",
     )
     max_push_pull_bytes: int = _setting(
         16 * MiB,
@@ -132,6 +133,18 @@ class MembershipConfig:
     )
     tcp_timeout: float = _setting(
         10.0, "seconds", "Deadline for one TCP push-pull exchange, connect included. Default 10."
+    )
+    gossip_verify_incoming: bool = _setting(
+        True,
+        "bool",
+        "With a keyring: drop every datagram and push-pull message that is not sealed with one of its keys. "
+        "False also accepts plain text, for a rolling migration to encryption (as memberlist). Default True.",
+    )
+    gossip_verify_outgoing: bool = _setting(
+        True,
+        "bool",
+        "With a keyring: seal everything sent with the primary key. False sends plain text, for the first "
+        "step of a rolling migration to encryption. Default True.",
     )
     leave_timeout: float = _setting(
         5.0,
@@ -196,6 +209,9 @@ class MembershipConfig:
                 "probe_timeout",
                 f"must be below probe_interval ({self.probe_interval}), got {self.probe_timeout}",
             )
+        for name in ("gossip_verify_incoming", "gossip_verify_outgoing"):
+            if not isinstance(getattr(self, name), bool):
+                raise MembershipConfigError(name, f"must be a bool, got {getattr(self, name)!r}")
         _int_in("indirect_checks", self.indirect_checks, 0, 64)
         _int_in("suspicion_mult", self.suspicion_mult, 1, 1000)
         _int_in("suspicion_max_timeout_mult", self.suspicion_max_timeout_mult, 1, 1000)

@@ -7,6 +7,8 @@ mapped at the boundary (``raise ... from exc``) so callers never see a foreign e
     ├── MembershipConfigError     a MembershipConfig field is wrong (names the field); also a ValueError
     ├── MetadataError             a MemberMeta field is wrong (names the field); also a ValueError
     ├── MembershipCodecError      bytes are not a valid packet or push-pull state; also a ValueError
+    │   └── UndecryptableError    no key of the gossip keyring opens a sealed message (wrong key, altered, plain)
+    ├── KeyringError              a gossip keyring (or its file) is wrong: bad base64, key size, unreadable
     ├── LifecycleError            the call does not fit the member's phase: not started, stopped, or left
     └── TransportError            a socket could not be bound, or a TCP push-pull exchange failed
         └── JoinError             no seed answered the join push-pull; ``failures`` says why, per seed
@@ -23,6 +25,8 @@ __all__ = [
     "MembershipConfigError",
     "MetadataError",
     "MembershipCodecError",
+    "UndecryptableError",
+    "KeyringError",
     "LifecycleError",
     "TransportError",
     "JoinError",
@@ -51,6 +55,14 @@ class MetadataError(MembershipError, ValueError):
 
 class MembershipCodecError(MembershipError, ValueError):
     """Bytes that are not a valid packet or push-pull state (truncated, unknown type, bad field)."""
+
+
+class UndecryptableError(MembershipCodecError):
+    """No key of the gossip keyring opens a sealed message: another key, altered bytes, or plain text."""
+
+
+class KeyringError(MembershipError, ValueError):
+    """A gossip keyring is wrong: a line that is not base64, a key not 16, 24 or 32 bytes, an unreadable file."""
 
 
 class LifecycleError(MembershipError):

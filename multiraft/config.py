@@ -291,6 +291,12 @@ class _NodeSettings:
         "How often the controller leader advances replica moves and plans new ones (repair, drain, balance).",
     )
     max_concurrent_moves: int = _setting(4, "moves", "Replica moves in flight at once across the cluster.")
+    move_stall_s: float = _setting(
+        120.0,
+        "seconds",
+        "A replica move whose new replica neither copies nor catches up for this long is aborted and planned "
+        "again later, so that a stuck move cannot hold one of max_concurrent_moves for ever.",
+    )
     move_bandwidth_mb_s: float = _setting(
         50.0,
         "MB/s",
@@ -409,6 +415,7 @@ class _NodeSettings:
             "min_free_segments": (0, 1_000_000),
             "replica_replace_after_ms": (0, 86_400_000),
             "max_concurrent_moves": (1, 1_000),
+            "move_stall_s": (1, 86_400),
             "move_bandwidth_mb_s": (0, 100_000),
             "rebalance_interval_ms": (10, 3_600_000),
             "scrub_bytes_per_s": (0, 64 * GiB),
@@ -576,6 +583,9 @@ _IGNORED_VARIABLES = frozenset(
     {
         "MULTIRAFT_BOOTSTRAP",  # client settings
         "MULTIRAFT_CLUSTER_DIR",
+        "MULTIRAFT_TLS_CA",
+        "MULTIRAFT_TLS_CERT",
+        "MULTIRAFT_TLS_KEY",
         "MULTIRAFT_USER",
         "MULTIRAFT_PASSWORD_FILE",
         "MULTIRAFT_BOOTSTRAP_USER",  # read by multiraft.node.security: the cluster's first user

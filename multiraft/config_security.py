@@ -54,6 +54,17 @@ class SecuritySettings:
         "Keyring of the SWIM gossip: one base64 AES key (16, 24 or 32 bytes) a line, the first one encrypts, "
         "all decrypt (rotation). Empty: gossip is not encrypted. Re-read when it changes.",
     )
+    gossip_verify_incoming: bool = setting(
+        True,
+        "bool",
+        "With a keyring: drop gossip that no key opens. false also accepts plain-text gossip, only while a "
+        "running cluster migrates to encryption (docs/security.md).",
+    )
+    gossip_verify_outgoing: bool = setting(
+        True,
+        "bool",
+        "With a keyring: encrypt all gossip sent. false sends plain text, only for the first step of a migration.",
+    )
     authentication: tuple[str, ...] = setting(
         (),
         "list",
@@ -102,12 +113,25 @@ class SecuritySettings:
             kind, sep, name = principal.partition(":")
             if not sep or kind != "User" or not name:
                 raise ConfigError("super_users", f"expected User:name, got {principal!r}")
+        if not self.gossip_keyring_file:
+            for key in ("gossip_verify_incoming", "gossip_verify_outgoing"):
+                if not getattr(self, key):
+                    raise ConfigError(key, "only means something with gossip_keyring_file")
         exposed = [key for key, host in listen_hosts.items() if not is_loopback(host)]
         if exposed and not self.insecure and not (self.tls_cert_file and self.authentication):
             raise ConfigError(
                 exposed[0],
                 f"listens off the loopback ({listen_hosts[exposed[0]]}) without TLS and authentication: set "
                 "tls_cert_file, tls_key_file, tls_ca_file and authentication, or insecure = true to accept it",
+            )
+        gossip_host = listen_hosts.get("gossip_address", "127.0.0.1")
+        verified = self.gossip_keyring_file and self.gossip_verify_incoming and self.gossip_verify_outgoing
+        if not is_loopback(gossip_host) and not self.insecure and not verified:
+            # Plain gossip can declare nodes dead or alive at will: SWIM off the loopback needs the keyring.
+            raise ConfigError(
+                "gossip_keyring_file",
+                f"gossip listens off the loopback ({gossip_host}) unencrypted: set gossip_keyring_file "
+                "(`multiraft gossip keygen`), or insecure = true to accept it",
             )
 
 

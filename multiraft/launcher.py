@@ -6,6 +6,7 @@ A cluster lives in one directory::
     DIR/n<ID>/node.toml     the node's configuration (start it again with the same arguments)
     DIR/n<ID>/data/         its log store
     DIR/n<ID>/node.log      its stdout and stderr
+    DIR/tls/                with ``up --secure``: the CA, node and client certificates (multiraft.tls)
 
 Processes are started in their own session and stopped by the PIDs recorded here, after checking that each
 PID still runs a multiraft node of this directory (a recycled PID is never signalled).
@@ -29,6 +30,8 @@ import grpc
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from multiraft.tls import node_name, write_cluster_certificates
 
 __all__ = [
     "ClusterInfo",
@@ -72,13 +75,30 @@ class ClusterInfo:
     directory: str
     nodes: dict[int, NodeProcess] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    # With --secure: how a client connects (ca_file, cert_file, key_file), and the certificates' directory.
+    tls: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def secure(self) -> bool:
+        return bool(self.tls)
+
+    def node_settings(self, node_id: int) -> dict[str, Any]:
+        """Every node's settings plus this node's own TLS files (a new node gets its certificate here)."""
+        if not self.secure:
+            return dict(self.settings)
+        directory = Path(self.tls["directory"])
+        cert, key = directory / f"{node_name(node_id)}.pem", directory / f"{node_name(node_id)}-key.pem"
+        if not cert.exists():
+            write_cluster_certificates(directory, [node_id], clients=())
+        files = {"tls_cert_file": str(cert), "tls_key_file": str(key), "tls_ca_file": self.tls["ca_file"]}
+        return {**files, "tls_client_auth": "requested", **self.settings}
 
     @property
     def bootstrap(self) -> str:
         return ",".join(node.client_address for node in self.nodes.values())
 
     def save(self) -> None:
-        document = {"nodes": [asdict(n) for n in self.nodes.values()], "settings": self.settings}
+        document = {"nodes": [asdict(n) for n in self.nodes.values()], "settings": self.settings, "tls": self.tls}
         path = Path(self.directory) / _STATE_FILE
         temporary = path.with_suffix(".tmp")
         temporary.write_text(json.dumps(document, indent=2))
@@ -91,7 +111,7 @@ def load_cluster(directory: str | os.PathLike[str]) -> ClusterInfo:
         raise FileNotFoundError(f"no cluster in {directory} (missing {_STATE_FILE})")
     document = json.loads(path.read_text())
     nodes = {int(n["node_id"]): NodeProcess(**n) for n in document["nodes"]}
-    return ClusterInfo(str(Path(directory).resolve()), nodes, document.get("settings", {}))
+    return ClusterInfo(str(Path(directory).resolve()), nodes, document.get("settings", {}), document.get("tls", {}))
 
 
 def free_ports(count: int) -> list[int]:
@@ -232,11 +252,17 @@ def _wait_gone(node: NodeProcess, timeout_s: float = 10.0) -> None:
     _reap(node.pid)
 
 
-def node_serving(address: str, timeout_s: float = 1.0) -> bool:
-    """True once the node answers the standard gRPC health check with SERVING (it is registered)."""
+def node_serving(address: str, timeout_s: float = 1.0, tls: dict[str, str] | None = None) -> bool:
+    """True once the node answers the standard gRPC health check with SERVING (it is registered); ``tls``:
+    a secure cluster's :attr:`ClusterInfo.tls`."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(address) as channel:
+    if tls:
+        ca, key, cert = (Path(tls[name]).read_bytes() for name in ("ca_file", "key_file", "cert_file"))
+        channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(ca, key, cert))
+    else:
+        channel = grpc.insecure_channel(address)
+    with channel:
         try:
             response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
         except grpc.RpcError:
@@ -253,7 +279,7 @@ def wait_serving(cluster: ClusterInfo, node_ids: list[int] | None = None, timeou
             node = cluster.nodes[node_id]
             if not _is_our_process(node):
                 raise RuntimeError(f"node {node_id} exited ({_exit_status(node.pid)}); {_log_tail(node)}")
-            if node_serving(node.client_address):
+            if node_serving(node.client_address, tls=cluster.tls):
                 pending.discard(node_id)
         if pending and time.monotonic() > deadline:
             raise TimeoutError(f"nodes {sorted(pending)} not serving after {timeout_s:.0f}s; see their node.log")
@@ -262,9 +288,11 @@ def wait_serving(cluster: ClusterInfo, node_ids: list[int] | None = None, timeou
 
 
 def cluster_up(
-    directory: str | os.PathLike[str], nodes: int = 3, settings: dict[str, Any] | None = None
+    directory: str | os.PathLike[str], nodes: int = 3, settings: dict[str, Any] | None = None, *, secure: bool = False
 ) -> ClusterInfo:
-    """Start a fresh ``nodes``-node cluster in ``directory`` and wait until it serves."""
+    """Start a fresh ``nodes``-node cluster in ``directory`` and wait until it serves. ``secure``: with a new
+    CA, node certificates and an ``admin`` client certificate under ``DIR/tls``, TLS on the client port and
+    mutual TLS on the peer port."""
     root = Path(directory).resolve()
     if (root / _STATE_FILE).exists():
         existing = load_cluster(root)
@@ -273,6 +301,14 @@ def cluster_up(
     root.mkdir(parents=True, exist_ok=True)
     ports = free_ports(3 * nodes)
     cluster = ClusterInfo(str(root), settings=dict(settings or {}))
+    if secure:
+        tls_dir = write_cluster_certificates(root / "tls", [], clients=("admin",))
+        cluster.tls = {
+            "directory": str(tls_dir),
+            "ca_file": str(tls_dir / "ca.pem"),
+            "cert_file": str(tls_dir / "admin.pem"),
+            "key_file": str(tls_dir / "admin-key.pem"),
+        }
     for position in range(nodes):
         node_id = position + 1
         node_dir = root / f"n{node_id}"
@@ -287,7 +323,7 @@ def cluster_up(
     initial = [f"{n.node_id}={n.peer_address}" for n in cluster.nodes.values()]
     seeds = [n.gossip_address for n in cluster.nodes.values()]
     for node in cluster.nodes.values():
-        _write_config(node, initial, cluster.settings, seeds)
+        _write_config(node, initial, cluster.node_settings(node.node_id), seeds)
     cluster.save()
     try:
         for node_id in cluster.nodes:
@@ -320,7 +356,7 @@ def add_node(cluster: ClusterInfo, node_id: int | None = None, *, wait: bool = T
         directory=str(node_dir),
     )
     seeds = [n.gossip_address for n in cluster.nodes.values()]
-    settings = {**cluster.settings, **({"rack": rack} if rack else {})}
+    settings = {**cluster.node_settings(new_id), **({"rack": rack} if rack else {})}
     _write_config(node, [], settings, seeds)
     cluster.nodes[new_id] = node
     cluster.save()
@@ -361,7 +397,7 @@ def cluster_status(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 "node_id": node.node_id,
                 "pid": node.pid if running else None,
                 "running": running,
-                "serving": running and node_serving(node.client_address, 0.5),
+                "serving": running and node_serving(node.client_address, 0.5, cluster.tls),
                 "client_address": node.client_address,
                 "peer_address": node.peer_address,
                 "log": str(node.log_path),
@@ -402,10 +438,30 @@ def up(
     directory: Path = typer.Option(..., "--dir", help="Directory for the cluster's data, logs and PIDs."),
     nodes: int = typer.Option(3, "--nodes", min=1, max=9, help="Number of nodes."),
     set_: list[str] = typer.Option([], "--set", help="A node setting KEY=VALUE for every node (repeatable)."),
+    secure: bool = typer.Option(
+        False, "--secure", help="Generate a CA and certificates (DIR/tls) and run TLS on every port."
+    ),
 ) -> None:
-    """Start a cluster on free loopback ports, wait until it serves, print the bootstrap address."""
-    cluster = cluster_up(directory, nodes, _settings(set_))
+    """Start a cluster on free loopback ports, wait until it serves, print the bootstrap address (with
+    --secure, how to connect follows on stderr)."""
+    cluster = cluster_up(directory, nodes, _settings(set_), secure=secure)
     typer.echo(cluster.bootstrap)
+    if cluster.secure:
+        typer.echo(connect_instructions(cluster), err=True)
+
+
+def connect_instructions(cluster: ClusterInfo) -> str:
+    """How a client reaches a secure cluster: the CLI's variables and the client library's settings."""
+    tls = cluster.tls
+    return (
+        f"TLS is on; certificates are in {tls['directory']}. Connect with:\n"
+        f"  export MULTIRAFT_BOOTSTRAP={cluster.bootstrap}\n"
+        f"  export MULTIRAFT_TLS_CA={tls['ca_file']}\n"
+        f"  export MULTIRAFT_TLS_CERT={tls['cert_file']}\n"
+        f"  export MULTIRAFT_TLS_KEY={tls['key_file']}\n"
+        f"or, in Python: TlsSettings(ca_file={tls['ca_file']!r}, cert_file={tls['cert_file']!r}, "
+        f"key_file={tls['key_file']!r})"
+    )
 
 
 @cluster_app.command("down")

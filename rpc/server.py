@@ -21,6 +21,7 @@ from rpc.auth import ClientAuth
 from rpc.limits import RequestLimits, UndecodableRequests
 from rpc.proto import multiraft_pb2, multiraft_pb2_grpc
 from rpc.security_servicer import SecurityServicer
+from rpc.server_tls import client_port_credentials
 from rpc.servicers import AdminServicer, LogServicer
 
 __all__ = ["GrpcFrontDoor", "run_node"]
@@ -63,7 +64,10 @@ class GrpcFrontDoor:
             config.max_request_items, config.max_request_string_chars, config.max_stream_inflight_bytes
         )
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
-        self.port = self._server.add_insecure_port(config.client_address)
+        if config.tls_cert_file:
+            self.port = self._server.add_secure_port(config.client_address, client_port_credentials(config))
+        else:
+            self.port = self._server.add_insecure_port(config.client_address)
 
     async def start(self, services: NodeServices) -> None:
         server = self._server

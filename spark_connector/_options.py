@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from multiraft.client import Admin, ConfigError
+from spark_connector._security import SECURITY_OPTIONS, Security, parse_security
 
 __all__ = [
     "CONNECTION_OPTIONS",
@@ -28,7 +29,7 @@ __all__ = [
 DEFAULT_CONNECT_TIMEOUT_MS = 5_000
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 
-CONNECTION_OPTIONS = ("bootstrap", "connectTimeoutMs", "requestTimeoutMs")
+CONNECTION_OPTIONS = ("bootstrap", "connectTimeoutMs", "requestTimeoutMs", *SECURITY_OPTIONS)
 """The options both the source and the sink take."""
 
 
@@ -83,15 +84,17 @@ def positive_int(options: Mapping[str, str], key: str, name: str) -> int | None:
 
 @dataclass(frozen=True)
 class Connection:
-    """Where the cluster is, and how long the driver and the tasks wait for it."""
+    """Where the cluster is, how long the driver and the tasks wait for it, and how they prove who they are."""
 
     bootstrap: str
     connect_timeout_s: float
     request_timeout_s: float
+    security: Security = field(default_factory=Security)
 
 
 def parse_connection(options: Mapping[str, str]) -> Connection:
-    """``bootstrap``, ``connectTimeoutMs`` and ``requestTimeoutMs`` from lower-cased options."""
+    """``bootstrap``, ``connectTimeoutMs``, ``requestTimeoutMs`` and the security options (``_security``) from
+    lower-cased options."""
     bootstrap = options.get("bootstrap", "").strip()
     if not bootstrap:
         raise ConfigError("bootstrap", "is required: host:port of one or more nodes, comma-separated")
@@ -101,7 +104,7 @@ def parse_connection(options: Mapping[str, str]) -> Connection:
             raise ConfigError("bootstrap", f"must be host:port, comma-separated, not {bootstrap!r}")
     connect_ms = positive_int(options, "connecttimeoutms", "connectTimeoutMs") or DEFAULT_CONNECT_TIMEOUT_MS
     request_ms = positive_int(options, "requesttimeoutms", "requestTimeoutMs") or DEFAULT_REQUEST_TIMEOUT_MS
-    return Connection(bootstrap, connect_ms / 1000, request_ms / 1000)
+    return Connection(bootstrap, connect_ms / 1000, request_ms / 1000, parse_security(options))
 
 
 def connect(connection: Connection) -> Admin:
@@ -111,6 +114,7 @@ def connect(connection: Connection) -> Admin:
         connection.bootstrap,
         request_timeout_s=connection.request_timeout_s,
         connect_timeout_s=connection.connect_timeout_s,
+        **connection.security.client_kwargs(),
     )
 
 

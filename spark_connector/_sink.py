@@ -36,6 +36,7 @@ may write its records again: at-least-once).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ from spark_connector._options import (
     missing_topics_error,
     parse_connection,
 )
+from spark_connector._security import KAFKA_PREFIXED
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -151,7 +153,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         passed_by_spark=_PASSED_BY_SPARK,
         unsupported=_MISNAMED,
         role="sink",
-        aliases=_CAMEL_CASE,
+        aliases=(*_CAMEL_CASE, *KAFKA_PREFIXED),
     )
     lowered = lower_keys(options)
     connection = parse_connection(lowered)
@@ -179,7 +181,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     if "request_timeout_s" in given:
         if "requesttimeoutms" in lowered:
             raise ConfigError("requestTimeoutMs", "give it or request_timeout_s, not both")
-        connection = Connection(connection.bootstrap, connection.connect_timeout_s, given["request_timeout_s"])
+        connection = dataclasses.replace(connection, request_timeout_s=given["request_timeout_s"])
     elif "requesttimeoutms" in lowered:
         producer.append(("request_timeout_s", connection.request_timeout_s))
     return SinkOptions(
@@ -401,7 +403,7 @@ def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], replay:
     first = next(runs, None)
     if first is None:
         return SinkCommitMessage(spark_partition, 0, 0, 0)  # an empty task: no producer, no connection
-    with Producer(options.bootstrap, **settings) as producer:
+    with Producer(options.bootstrap, **settings, **options.connection.security.client_kwargs()) as producer:
         writer = _TaskWriter(options, producer, replay)
         writer.write(first)
         for run in runs:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -48,6 +48,7 @@ from spark_connector._planning import (
     split_limit,
     starting_offsets,
 )
+from spark_connector._security import Security
 from spark_connector._source_options import (
     LATEST,
     Offsets,
@@ -141,6 +142,7 @@ class _ReadSettings:
     poll_timeout_s: float
     fetch_max_bytes: int
     request_timeout_s: float = 30.0
+    security: Security = field(default_factory=Security)
 
 
 class OffsetRange(InputPartition):
@@ -191,11 +193,12 @@ def _read_settings(options: SourceOptions) -> _ReadSettings:
         poll_timeout_s=options.poll_timeout_s,
         fetch_max_bytes=options.fetch_max_bytes,
         request_timeout_s=options.request_timeout_s,
+        security=options.security,
     )
 
 
 def _connection(options: SourceOptions) -> Connection:
-    return Connection(options.bootstrap, options.connect_timeout_s, options.request_timeout_s)
+    return Connection(options.bootstrap, options.connect_timeout_s, options.request_timeout_s, options.security)
 
 
 # -------------------------------------------------------------------------------------------- readers
@@ -423,6 +426,7 @@ def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
         fetch_max_bytes=settings.fetch_max_bytes,
         max_poll_records=_PREFETCH_RECORDS,
         request_timeout_s=settings.request_timeout_s,
+        **settings.security.client_kwargs(),
     )
     try:
         consumer.assign([tp], start=task.start)

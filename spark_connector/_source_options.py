@@ -14,6 +14,7 @@ from typing import Any
 
 from multiraft.client import ConfigError
 from spark_connector._options import CONNECTION_OPTIONS, check_names, lower_keys, parse_connection, positive_int
+from spark_connector._security import KAFKA_PREFIXED, Security
 
 __all__ = [
     "EARLIEST",
@@ -66,7 +67,14 @@ _UNSUPPORTED = {
 
 def check_source_names(options: Mapping[str, str]) -> None:
     """Refuse an option name the source does not take (a typo), suggesting the nearest known one."""
-    check_names(options, SOURCE_OPTIONS, passed_by_spark=_PASSED_BY_SPARK, unsupported=_UNSUPPORTED, role="source")
+    check_names(
+        options,
+        SOURCE_OPTIONS,
+        passed_by_spark=_PASSED_BY_SPARK,
+        unsupported=_UNSUPPORTED,
+        role="source",
+        aliases=KAFKA_PREFIXED,
+    )
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,7 @@ class SourceOptions:
     bootstrap: str
     connect_timeout_s: float
     request_timeout_s: float
+    security: Security
     subscribe: tuple[str, ...] | None
     pattern: str | None
     assign: tuple[tuple[str, int], ...] | None
@@ -249,6 +258,7 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         bootstrap=connection.bootstrap,
         connect_timeout_s=connection.connect_timeout_s,
         request_timeout_s=connection.request_timeout_s,
+        security=connection.security,
         subscribe=subscribe,
         pattern=pattern,
         assign=assign,

@@ -28,7 +28,16 @@ if TYPE_CHECKING:
         record_schema,
         validate_batch,
     )
-    from storage.check import CheckReport, Dropped, LogCheck, Problem, RepairReport, check_store, repair_store
+    from storage.check import (
+        CheckReport,
+        Dropped,
+        LogCheck,
+        Problem,
+        RepairReport,
+        check_store,
+        repair_store,
+        set_aside_store,
+    )
     from storage.config import StorageConfig
     from storage.errors import (
         BatchFormatError,
@@ -46,6 +55,7 @@ if TYPE_CHECKING:
         StorageError,
         StorageFullError,
         TransactionFailedError,
+        UnrepairableStoreError,
     )
     from storage.log import (
         ENTRY_OVERHEAD_BYTES,
@@ -101,6 +111,7 @@ __all__ = [
     # check and repair
     "check_store",
     "repair_store",
+    "set_aside_store",
     "CheckReport",
     "LogCheck",
     "Problem",
@@ -120,6 +131,7 @@ __all__ = [
     "SegmentFileError",
     "ChunkChecksumError",
     "CorruptionError",
+    "UnrepairableStoreError",
     "StorageFullError",
     "TransactionFailedError",
 ]
@@ -160,7 +172,16 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "validate_batch",
         "first_offset_at_or_after",
     ),
-    "storage.check": ("check_store", "repair_store", "CheckReport", "LogCheck", "Problem", "RepairReport", "Dropped"),
+    "storage.check": (
+        "check_store",
+        "repair_store",
+        "set_aside_store",
+        "CheckReport",
+        "LogCheck",
+        "Problem",
+        "RepairReport",
+        "Dropped",
+    ),
     "storage.errors": tuple(name for name in __all__ if name.endswith("Error")),
 }
 _MODULE_OF = {name: module for module, names in _MODULES.items() for name in names}

@@ -30,9 +30,18 @@ from storage._lmdb import verify_structure
 from storage._store import LogStore
 from storage.batch import validate_batch
 from storage.config import StorageConfig
-from storage.errors import BatchFormatError, StorageError
+from storage.errors import BatchFormatError, StorageError, UnrepairableStoreError
 
-__all__ = ["Problem", "LogCheck", "CheckReport", "Dropped", "RepairReport", "check_store", "repair_store"]
+__all__ = [
+    "Problem",
+    "LogCheck",
+    "CheckReport",
+    "Dropped",
+    "RepairReport",
+    "check_store",
+    "repair_store",
+    "set_aside_store",
+]
 
 _DB_IN_MESSAGE = re.compile(r"^main/(\S+) DB:")
 
@@ -331,9 +340,10 @@ def repair_store(path: str | os.PathLike[str], config: StorageConfig | None = No
     env_dir = _env_dir(path)
     structural, fatal, prefixes = _walk_store(path)
     if fatal:
-        raise StorageError(
-            f"cannot repair {env_dir}: {fatal}. Move the data directory aside; the node's replicas will "
-            "have to be re-created from their peers."
+        raise UnrepairableStoreError(
+            f"cannot repair the store: {fatal}. Set it aside (a node does so itself); the node's replicas are "
+            "then re-created from their peers",
+            path=str(env_dir),
         )
     if not structural and all(p.problem is None for p in prefixes):
         return RepairReport(str(env_dir), repaired=False, notes=("no problems found",))
@@ -371,6 +381,24 @@ def repair_store(path: str | os.PathLike[str], config: StorageConfig | None = No
     _swap_in(env_dir, staging / fmt.ENV_DIRNAME, damaged_copy)
     shutil.rmtree(staging, ignore_errors=True)
     return RepairReport(str(env_dir), True, tuple(dropped), str(damaged_copy), tuple(notes))
+
+
+def set_aside_store(path: str | os.PathLike[str]) -> str:
+    """Move a store that cannot be repaired out of the way (kept for inspection, never deleted); returns where.
+
+    The next :meth:`LogStore.open` of ``path`` creates an empty store."""
+    env_dir = _env_dir(path)
+    aside = env_dir.with_name(f"{fmt.ENV_DIRNAME}.unrepairable-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    try:
+        env_dir.rename(aside)
+        fd = os.open(env_dir.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the rename is durable before anything is written to a new store
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StorageError(f"cannot set {env_dir} aside to {aside}: {exc}") from exc
+    return str(aside)
 
 
 def _swap_in(env_dir: Path, rebuilt: Path, damaged_copy: Path) -> None:

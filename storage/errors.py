@@ -17,6 +17,7 @@ the boundary (``raise ... from exc``) so callers never see a foreign exception::
     ├── SegmentFileError          an exported segment file is malformed, truncated or fails its checksum
     │   └── ChunkChecksumError    a copied chunk of a segment file fails its checksum (fetch it again)
     ├── CorruptionError           data read from disk fails a check; names the file and the entry index
+    │   └── UnrepairableStoreError  the store is damaged beyond repair in place (its directory of logs is lost)
     ├── StorageFullError          the disk or the LMDB map is full
     └── TransactionFailedError    an earlier write failed part-way; rollback() must discard the pending writes
 """
@@ -37,6 +38,7 @@ __all__ = [
     "SegmentFileError",
     "ChunkChecksumError",
     "CorruptionError",
+    "UnrepairableStoreError",
     "StorageFullError",
     "TransactionFailedError",
 ]
@@ -104,6 +106,11 @@ class CorruptionError(StorageError):
         super().__init__(f"{message} ({where})")
         self.path = path
         self.index = index
+
+
+class UnrepairableStoreError(CorruptionError):
+    """The store cannot be repaired in place (e.g. LMDB's main database, the directory of logs, is damaged):
+    set it aside (:func:`storage.set_aside_store`) and rebuild every replica from its peers."""
 
 
 class StorageFullError(StorageError):

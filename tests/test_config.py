@@ -48,6 +48,7 @@ def test_lists_come_comma_separated_from_variables_and_flags() -> None:
         ('data_dir = "d"\n', "node_id"),
         ("node_id = 1\n", "data_dir"),
         ("node_id = = 1\n", "config"),
+        ('node_id = 1\ndata_dir = "d"\nmove_stall_s = 0\n', "move_stall_s"),
         ('node_id = 1\ndata_dir = "d"\nclient_address = "10.1.2.3:7000"\n', "client_address"),  # no TLS, no auth
         ('node_id = 1\ndata_dir = "d"\ngossip_address = "0.0.0.0:7200"\n', "gossip_address"),
         ('node_id = 1\ndata_dir = "d"\ntls_cert_file = "c.pem"\n', "tls_key_file"),
@@ -70,6 +71,11 @@ def test_an_unknown_variable_is_named_and_diagnostic_switches_are_ignored() -> N
     with pytest.raises(ConfigError, match="MULTIRAFT_TICKS"):
         load_config(environ={"MULTIRAFT_TICKS": "5"}, overrides=REQUIRED)
     assert load_config(environ={"MULTIRAFT_DEBUG_GC_MS": "1"}, overrides=REQUIRED).tick_ms == NodeConfig.tick_ms
+
+
+def test_the_client_s_tls_variables_do_not_stop_a_node_from_starting() -> None:
+    client = {"MULTIRAFT_TLS_CA": "ca.pem", "MULTIRAFT_TLS_CERT": "me.pem", "MULTIRAFT_TLS_KEY": "me-key.pem"}
+    assert load_config(environ=client, overrides=REQUIRED).tls_cert_file == ""
 
 
 def test_a_batch_or_offsets_commit_limit_the_log_store_cannot_hold_is_refused() -> None:

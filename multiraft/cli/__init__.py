@@ -16,6 +16,7 @@ from multiraft import __version__
 from multiraft.cli._bench import bench_app
 from multiraft.cli._common import state
 from multiraft.cli._consume import consume
+from multiraft.cli._gossip import gossip_app
 from multiraft.cli._nemesis import nemesis
 from multiraft.cli._options import describe_error
 from multiraft.cli._produce import produce
@@ -44,6 +45,7 @@ app.add_typer(bench_app, name="bench")
 app.command("nemesis")(nemesis)
 app.add_typer(user_app, name="user")
 app.add_typer(acl_app, name="acl")
+app.add_typer(gossip_app, name="gossip")
 
 
 def _version(value: bool) -> None:

@@ -34,11 +34,13 @@ from multiraft.cli._options import (
     ClusterDirOption,
     TimeoutOption,
     bootstrap_addresses,
+    client_tls,
     credentials,
     fail,
     open_admin,
     silence_stdout,
     unescape,
+    with_tls_options,
 )
 
 if TYPE_CHECKING:
@@ -168,6 +170,7 @@ class _Run:
             self.consumer.commit(next_offsets)
 
 
+@with_tls_options
 def consume(
     topic: str = typer.Argument(..., metavar="TOPIC", help="Topic to read."),
     from_: str | None = typer.Option(
@@ -208,7 +211,7 @@ def consume(
             output_format is Format.HEX, unescape(separator), print_key, print_offset, print_timestamp
         )
     addresses = bootstrap_addresses(bootstrap, cluster_dir)
-    with open_admin(addresses, None, timeout) as admin:
+    with open_admin(addresses, cluster_dir, timeout) as admin:
         count = len(admin.describe_topic(topic).partitions)
         wanted = sorted(set(partition)) if partition else list(range(count))
         missing = [p for p in wanted if p >= count]
@@ -224,6 +227,7 @@ def consume(
         enable_auto_commit=False,
         max_poll_records=500,
         **credentials(),
+        tls=client_tls(cluster_dir),
     )
     run = _Run(consumer, sys.stdout.buffer, group)
     try:

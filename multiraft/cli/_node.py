@@ -61,6 +61,17 @@ def reference() -> None:
 
 
 def _connection_options(command: Any) -> Any:
+    from multiraft.cli._options import remember_tls
+
+    for flag, variable, text in (
+        ("--tls-key", "MULTIRAFT_TLS_KEY", "Key of --tls-cert."),
+        ("--tls-cert", "MULTIRAFT_TLS_CERT", "Client certificate to present; needs --tls-key."),
+        ("--tls-ca", "MULTIRAFT_TLS_CA", "Speak TLS; trust the nodes' certificates signed by this CA bundle."),
+    ):
+        command = click.option(
+            flag, envvar=variable, metavar="PEM", default=None, expose_value=False, help=text,
+            callback=lambda context, parameter, value: remember_tls(parameter.name, value),
+        )(command)  # fmt: skip
     command = click.option(
         "--timeout", type=click.FloatRange(min=0.1), default=30.0, help="Seconds to wait for each request."
     )(command)

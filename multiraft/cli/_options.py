@@ -9,31 +9,42 @@ bootstrap addresses come from the first of:
 
 A local cluster listens on free ports chosen when it starts, so there is no fixed default address.
 
+TLS (:func:`with_tls_options`, :func:`client_tls`): ``--tls-ca PEM`` (``MULTIRAFT_TLS_CA``) makes the client
+speak TLS and check the nodes' certificates against that CA; ``--tls-cert`` and ``--tls-key``
+(``MULTIRAFT_TLS_CERT``, ``MULTIRAFT_TLS_KEY``) present a client certificate. Without them, a ``--cluster-dir``
+started with ``--secure`` supplies its own (``DIR/tls``).
+
 A cluster with authentication wants credentials: ``multiraft --user NAME [--password-file FILE] ...`` (or
 ``MULTIRAFT_USER`` and ``MULTIRAFT_PASSWORD_FILE``); without a password file the password is asked for.
 """
 
 from __future__ import annotations
 
+import functools
 import getpass
+import inspect
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypedDict, TypeVar
 
 import typer
 
 from multiraft.errors import MultiraftError
 
 if TYPE_CHECKING:
-    from rpc.client import Admin
+    from rpc.client import Admin, TlsSettings
 
 __all__ = [
     "BootstrapOption",
     "ClusterDirOption",
     "TimeoutOption",
     "bootstrap_addresses",
+    "client_tls",
+    "remember_tls",
+    "with_tls_options",
     "fail",
     "open_admin",
     "credentials",
@@ -70,6 +81,71 @@ TimeoutOption = Annotated[
 ]
 
 
+_TLS_OPTIONS = {
+    "tls_ca": typer.Option(
+        "--tls-ca",
+        envvar="MULTIRAFT_TLS_CA",
+        metavar="PEM",
+        help="Speak TLS; trust the nodes' certificates signed by this CA bundle.",
+        rich_help_panel=_PANEL,
+    ),
+    "tls_cert": typer.Option(
+        "--tls-cert",
+        envvar="MULTIRAFT_TLS_CERT",
+        metavar="PEM",
+        help="Client certificate to present (its subject is the principal); needs --tls-key.",
+        rich_help_panel=_PANEL,
+    ),
+    "tls_key": typer.Option(
+        "--tls-key", envvar="MULTIRAFT_TLS_KEY", metavar="PEM", help="Key of --tls-cert.", rich_help_panel=_PANEL
+    ),
+}
+_tls_given: dict[str, str] = {}  # one command runs per process: what its TLS options said
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def remember_tls(name: str, value: str | None) -> None:
+    """Record a TLS option (``tls_ca``, ``tls_cert``, ``tls_key``) for :func:`client_tls`."""
+    if value:
+        _tls_given[name] = value
+
+
+def with_tls_options(command: Command) -> Command:
+    """Give a client command ``--tls-ca``, ``--tls-cert`` and ``--tls-key`` (read by :func:`client_tls`)."""
+    signature = inspect.signature(command, eval_str=True)
+    extra = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[str | None, option])
+        for name, option in _TLS_OPTIONS.items()
+    ]
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        for name in _TLS_OPTIONS:
+            remember_tls(name, kwargs.pop(name, None))
+        return command(*args, **kwargs)
+
+    run.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *extra])  # type: ignore[attr-defined]
+    return run  # type: ignore[return-value]
+
+
+def client_tls(cluster_dir: Path | None = None) -> TlsSettings | None:
+    """The TLS settings the command's options give; else a secure ``cluster_dir``'s; else None (plaintext)."""
+    from rpc.client import TlsSettings
+
+    if _tls_given:
+        if ("tls_cert" in _tls_given) != ("tls_key" in _tls_given):
+            fail("--tls-cert and --tls-key go together (MULTIRAFT_TLS_CERT, MULTIRAFT_TLS_KEY)", 2)
+        return TlsSettings(_tls_given.get("tls_ca", ""), _tls_given.get("tls_cert", ""), _tls_given.get("tls_key", ""))
+    if cluster_dir is not None:
+        from multiraft.launcher import load_cluster
+
+        tls = load_cluster(cluster_dir).tls
+        if tls:
+            return TlsSettings(tls["ca_file"], tls["cert_file"], tls["key_file"])
+    return None
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """One line on stderr, then exit ``code``."""
     print(f"error: {one_line(message)}", file=sys.stderr)
@@ -103,7 +179,12 @@ def bootstrap_addresses(bootstrap: str | None, cluster_dir: Path | None) -> str:
 def open_admin(bootstrap: str | None, cluster_dir: Path | None, timeout_s: float) -> Admin:
     from rpc.client import Admin
 
-    return Admin(bootstrap_addresses(bootstrap, cluster_dir), request_timeout_s=timeout_s, **credentials())
+    return Admin(
+        bootstrap_addresses(bootstrap, cluster_dir),
+        request_timeout_s=timeout_s,
+        tls=client_tls(cluster_dir),
+        **credentials(),
+    )
 
 
 def read_password(path: str | None, prompt: str, *, confirm: bool = False) -> str:

@@ -23,11 +23,13 @@ from multiraft.cli._options import (
     ClusterDirOption,
     TimeoutOption,
     bootstrap_addresses,
+    client_tls,
     credentials,
     describe_error,
     fail,
     silence_stdout,
     unescape,
+    with_tls_options,
 )
 from multiraft.cli._topic import key_values
 
@@ -107,6 +109,7 @@ def _print_offset(future: Future[RecordMetadata]) -> None:
         sys.stdout.write(f"failed ({reason})\n")
 
 
+@with_tls_options
 def produce(
     topic: str = typer.Argument(..., metavar="TOPIC", help="Topic to write to."),
     file: Path | None = typer.Option(
@@ -162,6 +165,7 @@ def produce(
         linger_ms=linger_ms,
         request_timeout_s=timeout,
         **credentials(),
+        tls=client_tls(cluster_dir),
     )
     try:
         with contextlib.ExitStack() as stack:

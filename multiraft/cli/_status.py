@@ -12,7 +12,14 @@ from rich.table import Table
 from rich.text import Text
 
 from multiraft.cli._common import console
-from multiraft.cli._options import BootstrapOption, ClusterDirOption, TimeoutOption, describe_error, open_admin
+from multiraft.cli._options import (
+    BootstrapOption,
+    ClusterDirOption,
+    TimeoutOption,
+    describe_error,
+    open_admin,
+    with_tls_options,
+)
 from multiraft.cli._topic import format_replica_lag, partition_status, print_table
 from multiraft.errors import MultiraftError, UnknownTopicError
 
@@ -219,6 +226,7 @@ def _copied(copied: int, total: int) -> str:
     return f"{copied / 1e6:.1f}/{total / 1e6:.1f} MB ({100 * copied / total:.0f}%)"
 
 
+@with_tls_options
 def status(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     bootstrap: BootstrapOption = None,

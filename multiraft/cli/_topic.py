@@ -13,7 +13,14 @@ from rich.table import Table
 from rich.text import Text
 
 from multiraft.cli._common import console
-from multiraft.cli._options import BootstrapOption, ClusterDirOption, TimeoutOption, fail, open_admin
+from multiraft.cli._options import (
+    BootstrapOption,
+    ClusterDirOption,
+    TimeoutOption,
+    fail,
+    open_admin,
+    with_tls_options,
+)
 
 __all__ = ["topic_app", "partition_status", "format_replica_lag", "key_values", "print_table"]
 
@@ -66,6 +73,7 @@ def _print_json(payload: Any) -> None:
 
 
 @topic_app.command("create")
+@with_tls_options
 def create(
     name: str = typer.Argument(..., metavar="NAME", help="Topic name."),
     partitions: int = typer.Option(0, "--partitions", "-p", min=0, help="Partition count (0: the cluster default)."),
@@ -89,6 +97,7 @@ def create(
 
 
 @topic_app.command("list")
+@with_tls_options
 def list_(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array instead of a table."),
     bootstrap: BootstrapOption = None,
@@ -126,6 +135,7 @@ def list_(
 
 
 @topic_app.command("describe")
+@with_tls_options
 def describe(
     name: str = typer.Argument(..., metavar="NAME", help="Topic name."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
@@ -180,6 +190,7 @@ def _print_configs(configs: dict[str, str]) -> None:
 
 
 @topic_app.command("delete")
+@with_tls_options
 def delete(
     name: str = typer.Argument(..., metavar="NAME", help="Topic name."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
@@ -199,6 +210,7 @@ def delete(
 
 
 @topic_app.command("alter")
+@with_tls_options
 def alter(
     name: str = typer.Argument(..., metavar="NAME", help="Topic name."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Set a topic config KEY=VALUE (repeatable)."),

@@ -9,6 +9,11 @@ nothing for long stretches, and a connection can stay up to a node whose event l
 Only addresses the member-list heard from the member itself reach the node (:meth:`NodeMembership.peers`
 and the JOIN/UPDATE events), so gossip from others cannot re-point the peer transport (issue 13).
 
+With ``gossip_keyring_file`` set, every datagram and push-pull is sealed with the keyring's primary key and
+opened with any of its keys (:class:`membership.Keyring`). The file is checked every few seconds and a changed,
+valid keyring replaces the one in use, so keys rotate without a restart (docs/security.md); a broken file is
+logged and the keyring in use is kept.
+
 Everything here runs on the event loop; :attr:`live_ids` and :attr:`known_ids` are republished as immutable
 frozensets so that the scheduler thread can read them without a lock.
 """
@@ -18,10 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from pathlib import Path
 
 from membership import (
     EventKind,
     JoinError,
+    Keyring,
+    KeyringError,
     Member,
     MemberEvent,
     MemberList,
@@ -31,14 +39,17 @@ from membership import (
 )
 from membership import MembershipError as _MembershipError
 from multiraft.config import NodeConfig, parse_address
+from multiraft.errors import ConfigError
 from multiraft.logging import get_logger
 
-__all__ = ["NodeMembership", "LIVENESS_STATES"]
+__all__ = ["NodeMembership", "LIVENESS_STATES", "KEYRING_POLL_S"]
 
 log = get_logger(__name__)
 
 LIVENESS_STATES = ("alive", "suspect", "dead", "left", "unknown")
 _JOIN_RETRY_S = 1.0
+KEYRING_POLL_S = 2.0
+"""How often the gossip keyring file is checked for changes, in seconds."""
 
 
 class NodeMembership:
@@ -51,17 +62,27 @@ class NodeMembership:
         client_address: str,
         peer_address: str,
         on_event: Callable[[MemberEvent], None],
+        keyring_poll_s: float = KEYRING_POLL_S,
     ) -> None:
         self._config = config
         profile = MembershipConfig.local if config.membership_profile == "local" else MembershipConfig.lan
-        self.swim_config = profile(cluster_name=config.cluster_id)
+        self.swim_config = profile(
+            cluster_name=config.cluster_id,
+            gossip_verify_incoming=config.gossip_verify_incoming,
+            gossip_verify_outgoing=config.gossip_verify_outgoing,
+        )
         host, port = parse_address(config.gossip_address, "gossip_address")
+        self._keyring_poll_s = keyring_poll_s
+        self._keyring_text: str | None = None
+        keyring = self._load_keyring() if config.gossip_keyring_file else None
         self._members = MemberList(
             MemberMeta(config.node_id, client_address, peer_address, config.rack, config.capacity),
             self.swim_config,
             host=host,
             port=port,
+            keyring=keyring,
         )
+        self._keyring_task: asyncio.Task[None] | None = None
         self._on_event = on_event
         self._gone_at: dict[int, float] = {}  # node id -> loop time it was declared dead or left
         self.live_ids: frozenset[int] = frozenset({config.node_id})
@@ -77,13 +98,16 @@ class NodeMembership:
         self._members.subscribe(self._handle)
         await self._members.start()
         self._join_task = asyncio.get_running_loop().create_task(self._join())
+        if self._config.gossip_keyring_file:
+            self._keyring_task = asyncio.get_running_loop().create_task(self._watch_keyring())
 
     async def stop(self) -> None:
         """Leave gracefully (peers see "left" at once instead of waiting out a suspicion), then close."""
-        if self._join_task is not None:
-            self._join_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._join_task
+        for task in (self._join_task, self._keyring_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._members.running:
             with contextlib.suppress(_MembershipError):
                 await self._members.leave()
@@ -107,6 +131,58 @@ class NodeMembership:
             log.info("joined the member-list", seeds_answered=answered, members=self._members.num_members)
             self.joined.set()
             return
+
+    # ------------------------------------------------------------------------------------------ keyring
+
+    def _load_keyring(self) -> Keyring:
+        """Read ``gossip_keyring_file`` at start: a missing or broken file stops the node with a clear error."""
+        path = self._config.gossip_keyring_file
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            keyring = Keyring.parse(text, source=path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError("gossip_keyring_file", f"cannot read {path}: {exc}") from exc
+        except KeyringError as exc:
+            raise ConfigError("gossip_keyring_file", str(exc)) from exc
+        self._keyring_text = text
+        log.info("gossip encryption on", keyring=path, keys=keyring.fingerprints())
+        return keyring
+
+    async def _watch_keyring(self) -> None:
+        """Re-read the keyring file every ``keyring_poll_s`` (for the node's lifetime) and apply a changed one."""
+        while True:
+            await asyncio.sleep(self._keyring_poll_s)
+            self.reload_keyring()
+
+    def reload_keyring(self) -> bool:
+        """Apply the keyring file if it changed and is valid; True if a new keyring is now in use."""
+        path = self._config.gossip_keyring_file
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            if self._keyring_text is not None:  # said once, not at every poll
+                log.warning(
+                    "cannot read the gossip keyring file; keeping the keys in use", keyring=path, error=str(exc)
+                )
+            self._keyring_text = None
+            return False
+        if text == self._keyring_text:
+            return False
+        self._keyring_text = text  # a broken file is reported once, not at every poll
+        try:
+            keyring = Keyring.parse(text, source=path)
+        except KeyringError as exc:
+            log.error("the gossip keyring file is wrong; keeping the keys in use", keyring=path, error=str(exc))
+            return False
+        if keyring == self._members.keyring:
+            return False
+        self._members.set_keyring(keyring)
+        return True
+
+    @property
+    def keyring(self) -> Keyring | None:
+        """The gossip keyring in use, None when gossip is not encrypted."""
+        return self._members.keyring
 
     # ------------------------------------------------------------------------------------------ reading
 

@@ -60,7 +60,15 @@ from multiraft.node.status import MoveReporter, StatusCollector, move_report
 from multiraft.node.store import Store, StoreClient
 from multiraft.node.threads import LoopHandoff, LoopOwned, SchedulerHandoff, ThreadOwner
 from multiraft.node.transport import PeerTransport
-from storage import CorruptionError, LogStore, StorageConfig, repair_store
+from multiraft.tls import peer_tls
+from storage import (
+    CorruptionError,
+    LogStore,
+    StorageConfig,
+    UnrepairableStoreError,
+    repair_store,
+    set_aside_store,
+)
 
 __all__ = ["Node", "NodeServices", "FrontDoor"]
 
@@ -193,6 +201,7 @@ class Node(LoopOwned):
             heartbeat_interval_s=config.heartbeat_interval_s,
             max_connections=config.max_peer_connections,
             max_requests_per_connection=config.max_peer_requests_per_connection,
+            tls=peer_tls(config),
         )
         if self._isolation is not None:
             transport.drop_request = self._isolation.drop_request
@@ -203,7 +212,9 @@ class Node(LoopOwned):
                 transport.set_peer(node_id, address)
         directory.on_cluster(self._on_cluster)
 
-        scheduler = self._scheduler = Scheduler(store_opener=self._open_store, tick_ms=config.tick_ms, outbox=self)
+        scheduler = self._scheduler = Scheduler(
+            store_opener=self._open_store, tick_ms=config.tick_ms, outbox=self, terms_dir=config.data_dir
+        )
         room = RoomLedger(self._capacity_reports)
         to_loop = LoopHandoff(loop)
         store = self._store = Store(config, scheduler, directory, to_loop, self.liveness.ids, room)
@@ -260,7 +271,10 @@ class Node(LoopOwned):
         status = StatusCollector(self.node_id, directory.leader_of, store_client, transport)
         rebalancer = self.rebalancer = Rebalancer(
             RebalanceSettings(
-                config.rebalance_interval_ms, config.replica_replace_after_ms, config.max_concurrent_moves
+                config.rebalance_interval_ms,
+                config.replica_replace_after_ms,
+                config.max_concurrent_moves,
+                config.move_stall_s,
             ),
             directory,
             self.liveness,
@@ -373,7 +387,18 @@ class Node(LoopOwned):
             return LogStore.open(path, storage_config)
         except CorruptionError as exc:  # e.g. a truncated file: keep every log's valid prefix, as Kafka would
             log.error("the log store is damaged; keeping the valid prefix of every log", error=str(exc))
-        report = repair_store(path, storage_config)  # the damaged file is kept aside; raises if it cannot
+        try:
+            report = repair_store(path, storage_config)  # the damaged file is kept aside
+        except UnrepairableStoreError as exc:
+            # Start empty: every replica comes back from its peers, held by the terms recorded outside the store
+            # (multiraft.node.term_guard) to neither vote nor campaign before it holds what it may have lost.
+            aside = set_aside_store(path)
+            log.error(
+                "the log store cannot be repaired; it is set aside and every replica is rebuilt from its peers",
+                error=str(exc),
+                copy=aside,
+            )
+            return LogStore.open(path, storage_config)
         store = LogStore.open(path, storage_config)
         record_lost_suffixes(store, [(dropped.log, dropped.last_index) for dropped in report.dropped])
         log.warning("repaired the log store", dropped=[str(d) for d in report.dropped], copy=report.damaged_copy)

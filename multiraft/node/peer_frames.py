@@ -8,7 +8,8 @@ import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from multiraft.raft import Message, MessageType
+from multiraft.logging import get_logger
+from multiraft.raft import DecodeError, Message, MessageType, decode_message
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -30,7 +31,12 @@ __all__ = [
     "HEARTBEAT_RESPONSE",
     "HEARTBEAT_QUIESCE",
     "write_response",
+    "heartbeat_frames",
+    "decode_raft",
+    "decode_heartbeats",
 ]
+
+log = get_logger(__name__)
 
 PROTOCOL_VERSION = 2  # 2: HEARTBEATS frames
 LENGTH = struct.Struct("<I")
@@ -83,6 +89,7 @@ class TransportStats:
     connects: int = 0
     refused_connections: int = 0  # closed on arrival: the listener held max_peer_connections
     refused_requests: int = 0  # answered busy: the connection had max_peer_requests_per_connection in service
+    refused_certificates: int = 0  # TLS: a failed handshake, or a HELLO naming a node its certificate does not
 
 
 def coalescible(message: Message) -> bool:
@@ -126,3 +133,77 @@ def write_response(writer: asyncio.StreamWriter, request: bytes, status: int, an
     call_id, _ = CALL_HEAD.unpack_from(request)
     head = CALL_HEAD.pack(call_id, status)
     writer.writelines([FRAME_HEAD.pack(1 + len(head) + len(answer), FrameType.RESPONSE), head, answer])
+
+
+# ------------------------------------------------------------------------------ encoding and decoding
+
+
+def heartbeat_frames(messages: list[tuple[int, Message]], max_frame: int) -> list[Frame]:
+    """Plain heartbeats (or their responses) as HEARTBEATS frames of at most ``max_frame`` bytes."""
+    body = bytearray(len(messages) * HEARTBEAT.size)
+    pack = HEARTBEAT.pack_into
+    offset = 0
+    for group_id, message in messages:
+        flags = (HEARTBEAT_RESPONSE if message.type is MessageType.HEARTBEAT_RESP else 0) | (
+            HEARTBEAT_QUIESCE if message.quiesce else 0
+        )
+        pack(body, offset, group_id, flags, message.term, message.commit)
+        offset += HEARTBEAT.size
+    view = memoryview(body)
+    step = (max_frame - 1) // HEARTBEAT.size * HEARTBEAT.size
+    frames: list[Frame] = []
+    for at in range(0, len(view), step):
+        chunk = view[at : at + step]
+        frames.append((FrameType.HEARTBEATS, [chunk], len(chunk), len(chunk) // HEARTBEAT.size))
+    return frames
+
+
+def decode_raft(from_node: int, body: bytes, stats: TransportStats) -> list[tuple[int, Message]]:
+    """A RAFT frame's messages, range-checked; those whose sender is not ``from_node`` are dropped and counted
+    (``forged_messages``). Raises :class:`BadFrameError` for a frame that does not decode."""
+    view = memoryview(body)
+    messages: list[tuple[int, Message]] = []
+    position = forged = 0
+    try:
+        while position < len(view):
+            group_id, length = GROUP_MESSAGE.unpack_from(view, position)
+            position += GROUP_MESSAGE.size
+            if position + length > len(view):
+                raise BadFrameError("message runs past the end of its frame")
+            message = decode_message(view[position : position + length])
+            position += length
+            check_ranges(message)
+            if message.sender != from_node:
+                forged += 1
+                log.debug(
+                    "dropped a message whose sender is not its connection's node",
+                    peer=from_node, sender=message.sender, group=group_id, type=message.type.name,
+                )  # fmt: skip
+                continue
+            messages.append((group_id, message))
+    except (DecodeError, struct.error) as exc:
+        raise BadFrameError(f"undecodable message: {exc}") from exc
+    stats.forged_messages += forged
+    stats.messages_in += len(messages)
+    return messages
+
+
+def decode_heartbeats(node_id: int, from_node: int, body: bytes, stats: TransportStats) -> list[tuple[int, Message]]:
+    """A HEARTBEATS frame as Raft messages to ``node_id``; raises :class:`BadFrameError` for a malformed one."""
+    if len(body) % HEARTBEAT.size:
+        raise BadFrameError(f"a heartbeat frame of {len(body)} bytes is not whole records")
+    messages: list[tuple[int, Message]] = []
+    for group_id, flags, term, commit in HEARTBEAT.iter_unpack(body):
+        if flags & ~(HEARTBEAT_RESPONSE | HEARTBEAT_QUIESCE):
+            raise BadFrameError(f"unknown heartbeat flags {flags:#x}")
+        if term > MAX_TERM_OR_INDEX or commit > MAX_TERM_OR_INDEX:
+            raise BadFrameError(f"a heartbeat's term {term} or commit {commit} is above {MAX_TERM_OR_INDEX}")
+        kind = MessageType.HEARTBEAT_RESP if flags & HEARTBEAT_RESPONSE else MessageType.HEARTBEAT
+        quiesce = bool(flags & HEARTBEAT_QUIESCE)
+        messages.append(
+            (group_id, Message(type=kind, to=node_id, sender=from_node, term=term, commit=commit, quiesce=quiesce))
+        )
+    stats.heartbeat_frames_in += 1
+    stats.heartbeats_in += len(messages)
+    stats.messages_in += len(messages)
+    return messages

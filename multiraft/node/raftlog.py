@@ -157,12 +157,20 @@ def _to_raft_error(exc: StorageError) -> raft.RaftStorageError:
 class RaftLogStorage:
     """:class:`multiraft.raft.MutableStorage` over one :class:`storage.SegmentedLog` (owner thread only)."""
 
-    def __init__(self, log: SegmentedLog, *, recent_bytes: int = DEFAULT_RECENT_BYTES) -> None:
+    def __init__(self, log: SegmentedLog, *, recent_bytes: int = DEFAULT_RECENT_BYTES, term_floor: int = 0) -> None:
+        """``term_floor``: the highest term the replica ever reached, as recorded outside the store
+        (:class:`multiraft.node.term_guard.TermGuard`); a stored hard state below it was lost (see there)."""
         self.log = log
         # Set by the catch-up copier once the files of the catch-up snapshot at this index are in place.
         self.segment_installer: tuple[int, Callable[[SegmentedLog, SnapshotManifest], None]] | None = None
         self._recent_limit = recent_bytes
         self._load()
+        stored_term = log.hard_state().term
+        self._term_floor = term_floor if term_floor > stored_term else 0
+        self.amnesiac = bool(self._term_floor) and stored_term == 0 and log.last_index() == 0
+        if self.amnesiac:
+            # The log was lost: no vote, no campaign, until it holds an entry of a term after any it had.
+            self.record_lost_suffix(1, self._term_floor + 1)
 
     def reload(self) -> None:
         """Forget what is cached and read it from the log again: after the store rolled back a round's
@@ -197,6 +205,8 @@ class RaftLogStorage:
 
     def initial_state(self) -> tuple[raft.HardState, raft.ConfState]:
         stored = self.log.hard_state()
+        if self._term_floor > stored.term:  # the store lost the hard state: the vote of that term is unknown
+            return raft.HardState(self._term_floor, raft.UNKNOWN_VOTE, stored.commit), self._snapshot_meta.conf_state
         return raft.HardState(stored.term, stored.vote, stored.commit), self._snapshot_meta.conf_state
 
     def conf_checkpoint(self, index: int) -> tuple[int, raft.ConfState]:

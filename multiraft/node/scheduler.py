@@ -37,6 +37,7 @@ from multiraft import raft
 from multiraft.errors import NotLeaderError, RecordTooLargeError, StorageFailureError, UnavailableError
 from multiraft.logging import get_logger
 from multiraft.node.raftlog import RaftLogStorage
+from multiraft.node.term_guard import TermGuard
 from multiraft.node.threads import ThreadOwner
 from storage import CorruptionError, LogStore, StorageConfig, StorageError, StorageFullError
 
@@ -121,8 +122,10 @@ class Scheduler:
         tick_ms: int,
         outbox: Outbox,
         max_payload_bytes: int = StorageConfig().max_payload_bytes,
+        terms_dir: str | None = None,
     ) -> None:
         self._store_opener = store_opener
+        self._terms_dir = terms_dir  # where the TermGuard's file lives (None: no guard, in unit tests)
         self._max_payload_bytes = max_payload_bytes  # what the store's append accepts
         self._tick_s = tick_ms / 1000
         self._outbox = outbox
@@ -133,6 +136,7 @@ class Scheduler:
         self._started = threading.Event()
         self._failure: BaseException | None = None
         self.store: LogStore | None = None
+        self.term_guard: TermGuard | None = None  # the terms each group reached, kept outside the store
         self.groups: dict[int, Group] = {}
         self._awake: set[int] = set()  # groups to tick (not quiescent)
         self._touched: set[int] = set()  # groups that may have a Ready
@@ -177,6 +181,8 @@ class Scheduler:
     def _run(self) -> None:
         self.owner.bind()
         try:
+            if self._terms_dir is not None:
+                self.term_guard = TermGuard.open(self._terms_dir, self.owner)
             self.store = self._store_opener()
             self._on_started()
             if self.store.writes_pending:  # what loading wrote stands alone too (see _discard_if_full)
@@ -475,6 +481,10 @@ class Scheduler:
 
     def _persist(self, readies: list[tuple[Group, raft.Ready]], *, force_sync: bool = False) -> None:
         must_sync = force_sync
+        if self.term_guard is not None:  # first, so that a recorded term is never below a stored one
+            self.term_guard.record(
+                {group.group_id: ready.hard_state.term for group, ready in readies if ready.hard_state is not None}
+            )
         for group, ready in readies:
             storage = group.storage
             if ready.snapshot is not None:

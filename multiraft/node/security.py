@@ -90,11 +90,13 @@ class NodeSecurity:
 
     def token_principal(self, token: str) -> str:
         """The principal a bearer token stands for; AuthenticationFailedError (with the reason) otherwise."""
-        state = self._cluster.cluster.security
+        cluster = self._cluster.cluster
+        state = cluster.security
         found = verify_token(state.token_key, token, int(time.time() * 1000))
         if found.method == SCRAM_METHOD:
             name = found.principal.partition(":")[2]
-            if name not in state.users:
+            # A node that has not applied the state the token was issued in may not know a new user yet.
+            if name not in state.users and cluster.applied_index >= found.index:
                 raise AuthenticationFailedError(f"unknown user {name!r} (deleted since the token was issued)")
         return found.principal
 
@@ -118,11 +120,12 @@ class NodeSecurity:
             raise AuthenticationFailedError("unknown or expired SCRAM session: start again (on the same node)")
         server = entry[1]
         server_final = server.final(client_final)
-        key = self._cluster.cluster.security.token_key
-        if not key:
+        cluster = self._cluster.cluster
+        if not cluster.security.token_key:
             raise UnavailableError("the cluster has no token key yet; retry shortly")
         expires_ms = int((time.time() + self.settings.auth_token_ttl_s) * 1000)
-        token = issue_token(key, Token(user_principal(server.user), SCRAM_METHOD, expires_ms))
+        issued = Token(user_principal(server.user), SCRAM_METHOD, expires_ms, cluster.applied_index)
+        token = issue_token(cluster.security.token_key, issued)
         log.info("client authenticated", principal=user_principal(server.user), method=SCRAM_METHOD)
         return server_final, token, expires_ms, server.user
 

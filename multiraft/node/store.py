@@ -49,7 +49,7 @@ from multiraft.node.peer_messages import ControllerRequest, OffsetsCommit, Offse
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.scheduler import Completion, Group, Scheduler, damaged_index
 from multiraft.node.threads import LoopHandoff, SchedulerHandoff, SchedulerOwned, on_owner_thread
-from storage import CorruptionError, StorageError, StoreCapacity
+from storage import CorruptionError, SegmentedLog, StorageError, StoreCapacity
 from storage.batch import BatchHeader
 
 __all__ = ["Store", "StoreClient", "LiveIds", "CatchupHook"]
@@ -120,7 +120,7 @@ class Store(SchedulerOwned):
         store = scheduler.store
         assert store is not None
         controller_log = store.log(CONTROLLER_TOPIC, 0)
-        storage = RaftLogStorage(controller_log)
+        storage = self._raft_storage(controller_log, ctl.CONTROLLER_GROUP_ID)
         members = self.config.initial_members()
         fresh = controller_log.last_index() == 0 and storage.snapshot().meta.index == 0
         if fresh and self.node_id in members:
@@ -152,6 +152,20 @@ class Store(SchedulerOwned):
                 described = json.loads(attribute)
                 self.open_partition(topic, partition, int(described["group_id"]), bootstrap=None, configs=None)
         machine.start(group)
+
+    def _raft_storage(self, log_: SegmentedLog, group_id: int) -> RaftLogStorage:
+        """The group's Raft storage, held to the terms recorded outside the store (see TermGuard)."""
+        guard = self.scheduler.term_guard
+        storage = RaftLogStorage(log_, term_floor=guard.floor(group_id) if guard is not None else 0)
+        if storage.amnesiac:
+            log.warning(
+                "a replica lost its log with the store; it is rebuilt from the leader, and votes and campaigns "
+                "again once it holds an entry of a later term than any it had",
+                log=log_.name,
+                group=group_id,
+                until_term=storage.recover_until()[1],
+            )
+        return storage
 
     def _raw_node_repairing(self, storage: RaftLogStorage, applied: int) -> raft.RawNode:
         """The group's RawNode; a damaged entry it reads at start (configuration replay) is cut off first."""
@@ -283,7 +297,7 @@ class Store(SchedulerOwned):
             plog = store.log(topic, partition)
         else:
             plog = store.log(topic, partition, segment_bytes=configs.segment_bytes, segment_ms=configs.segment_ms)
-        storage = RaftLogStorage(plog)
+        storage = self._raft_storage(plog, group_id)
         if bootstrap is not None and plog.attribute(_GROUP_ATTRIBUTE) is None:
             hard_state, snapshot = raft.bootstrap(raft.ConfState.of(bootstrap.replicas, bootstrap.learners))
             storage.apply_snapshot(snapshot)

@@ -27,6 +27,9 @@ The peer listener holds at most ``max_peer_connections`` connections (more are c
 each connection at most ``max_peer_requests_per_connection`` REQUESTs, and ``max_frame_bytes`` of their bodies,
 in service (more are answered busy at once, never queued). A frame whose handling raises unexpectedly is
 dropped alone and logged.
+With ``tls`` (:class:`multiraft.tls.PeerTls`) both directions are mutual TLS: a dialled peer's certificate
+must name the node dialled (``node-<id>``), and an accepted connection's HELLO must name a node its
+certificate names; a connection failing either is closed (``refused_certificates``) before any frame is used.
 A connection that sends a malformed frame, a frame above ``max_frame_bytes``, a foreign cluster id or a term
 or index above ``MAX_TERM_OR_INDEX`` is closed and logged; nothing else is affected. A Raft message whose
 sender is not the node that said HELLO on its connection is dropped alone (counted in
@@ -40,7 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
+import ssl
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -50,9 +53,6 @@ from multiraft.node.peer_frames import (
     CALL_HEAD,
     FRAME_HEAD,
     GROUP_MESSAGE,
-    HEARTBEAT,
-    HEARTBEAT_QUIESCE,
-    HEARTBEAT_RESPONSE,
     HELLO,
     LENGTH,
     MAX_TERM_OR_INDEX,
@@ -63,11 +63,14 @@ from multiraft.node.peer_frames import (
     RaftDelivery,
     RequestHandler,
     TransportStats,
-    check_ranges,
     coalescible,
+    decode_heartbeats,
+    decode_raft,
+    heartbeat_frames,
     write_response,
 )
-from multiraft.raft import DecodeError, Message, MessageType, decode_message, encode_message_buffers
+from multiraft.raft import Message, MessageType, encode_message_buffers
+from multiraft.tls import PeerTls, peer_node_names
 
 __all__ = ["PeerTransport", "FrameType", "TransportStats", "RaftDelivery", "PROTOCOL_VERSION", "MAX_TERM_OR_INDEX"]
 
@@ -122,7 +125,9 @@ class PeerTransport:
         heartbeat_interval_s: float | None = 0.1,
         max_connections: int = 256,
         max_requests_per_connection: int = 256,
+        tls: PeerTls | None = None,
     ) -> None:
+        self._tls = tls
         self.node_id = node_id
         self.cluster_id = cluster_id
         self._listen = listen
@@ -153,7 +158,11 @@ class PeerTransport:
 
     async def start(self) -> None:
         host, port = parse_address(self._listen, "peer_address")
-        self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 20)
+        # A handshake that never ends holds no slot of max_peer_connections: bound it like a HELLO.
+        secure: dict[str, Any] = {}
+        if self._tls is not None:
+            secure = {"ssl": self._tls.listening_context(), "ssl_handshake_timeout": _HELLO_TIMEOUT_S}
+        self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 20, **secure)
         self.port = self._server.sockets[0].getsockname()[1]
         if self._heartbeat_interval:
             self._spawn(self._heartbeat_clock(self._heartbeat_interval))
@@ -241,7 +250,7 @@ class PeerTransport:
         if count:
             frames.append((FrameType.RAFT, parts, size, count))
         if responses:
-            frames += self._heartbeat_frames(responses)
+            frames += heartbeat_frames(responses, self._max_frame)
         if frames:
             self._write_frames(to_node, frames)
 
@@ -249,25 +258,7 @@ class PeerTransport:
         """Send the held heartbeats: one HEARTBEATS frame per peer with every group's latest."""
         held, self._held = self._held, {}
         for to_node, messages in held.items():
-            self._write_frames(to_node, self._heartbeat_frames(list(messages.items())))
-
-    def _heartbeat_frames(self, messages: list[tuple[int, Message]]) -> list[Frame]:
-        body = bytearray(len(messages) * HEARTBEAT.size)
-        pack = HEARTBEAT.pack_into
-        offset = 0
-        for group_id, message in messages:
-            flags = (HEARTBEAT_RESPONSE if message.type is MessageType.HEARTBEAT_RESP else 0) | (
-                HEARTBEAT_QUIESCE if message.quiesce else 0
-            )
-            pack(body, offset, group_id, flags, message.term, message.commit)
-            offset += HEARTBEAT.size
-        view = memoryview(body)
-        step = (self._max_frame - 1) // HEARTBEAT.size * HEARTBEAT.size
-        frames: list[Frame] = []
-        for at in range(0, len(view), step):
-            chunk = view[at : at + step]
-            frames.append((FrameType.HEARTBEATS, [chunk], len(chunk), len(chunk) // HEARTBEAT.size))
-        return frames
+            self._write_frames(to_node, heartbeat_frames(list(messages.items()), self._max_frame))
 
     async def _heartbeat_clock(self, interval_s: float) -> None:
         loop = asyncio.get_running_loop()
@@ -337,8 +328,10 @@ class PeerTransport:
             await asyncio.sleep(delay)
         host, port = parse_address(peer.address, "peer address")
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), _DIAL_TIMEOUT_S)
+            secure = self._tls.dial_options(peer.node_id) if self._tls is not None else {}
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, **secure), _DIAL_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
+            self._refused_certificate(exc, peer.node_id)
             peer.next_dial = loop.time() + peer.backoff
             peer.backoff = min(peer.backoff * 2, _BACKOFF_MAX_S)
             log.debug("peer dial failed", peer=peer.node_id, address=peer.address, error=str(exc))
@@ -362,8 +355,8 @@ class PeerTransport:
                     self._complete_call(body)
                 else:
                     raise BadFrameError(f"unexpected frame type {frame_type} on an outbound connection")
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            self._refused_certificate(exc, peer.node_id)  # TLS 1.3: the peer refuses our certificate after "connect"
         except BadFrameError as exc:
             self.stats.bad_frames += 1
             log.warning("closing connection to peer", peer=peer.node_id, reason=str(exc))
@@ -398,6 +391,9 @@ class PeerTransport:
         try:
             frame_type, body = await asyncio.wait_for(self._read_frame(reader), _HELLO_TIMEOUT_S)
             from_node = self._check_hello(frame_type, body)
+            if self._tls is not None and from_node not in peer_node_names(writer.get_extra_info("peercert")):
+                self._refused_certificate(BadFrameError(f"its certificate does not name node {from_node}"), from_node)
+                return
             serving: dict[asyncio.Task[None], int] = {}  # this connection's requests in service -> body bytes
             while True:
                 frame_type, body = await self._read_frame(reader)
@@ -411,8 +407,8 @@ class PeerTransport:
                         "handling a peer frame failed; dropped it",
                         peer=from_node, frame_type=frame_type, bytes=len(body), error=repr(exc),
                     )  # fmt: skip
-        except (asyncio.IncompleteReadError, ConnectionError, OSError, TimeoutError):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, TimeoutError) as exc:
+            self._refused_certificate(exc, from_node)
         except BadFrameError as exc:
             self.stats.bad_frames += 1
             log.warning("closing peer connection", remote=str(remote), peer=from_node, reason=str(exc))
@@ -426,11 +422,11 @@ class PeerTransport:
         self, from_node: int, frame_type: int, body: bytes, writer: asyncio.StreamWriter, serving: dict[Any, int]
     ) -> None:
         if frame_type == FrameType.RAFT:
-            messages = self._decode_raft(from_node, body)
+            messages = decode_raft(from_node, body, self.stats)
             if messages and self._known(from_node, messages):
                 self._deliver(from_node, messages)
         elif frame_type == FrameType.HEARTBEATS:
-            heartbeats = self._decode_heartbeats(from_node, body)
+            heartbeats = decode_heartbeats(self.node_id, from_node, body, self.stats)
             if heartbeats and self._known(from_node, heartbeats):
                 self._deliver(from_node, heartbeats)
         elif frame_type == FrameType.REQUEST:
@@ -468,6 +464,12 @@ class PeerTransport:
             raise BadFrameError(f"bad peer node id {node_id}")
         return int(node_id)
 
+    def _refused_certificate(self, exc: BaseException, node_id: int) -> None:
+        """Count and log a peer connection refused over TLS (a failed handshake or a HELLO's node id)."""
+        if isinstance(exc, ssl.SSLError | BadFrameError):
+            self.stats.refused_certificates += 1
+            log.warning("peer connection refused: TLS", peer=node_id, reason=str(exc))
+
     def _known(self, from_node: int, messages: list[tuple[int, Message]]) -> bool:
         """Whether Raft messages from ``from_node`` may reach the groups: only from a node we know as a peer
         (initial cluster, cluster state or gossip), so a stranger cannot raise a group's term or lead it."""
@@ -476,53 +478,6 @@ class PeerTransport:
         self.stats.stranger_messages += len(messages)
         log.debug("dropped Raft messages from a node that is not a known peer", peer=from_node, count=len(messages))
         return False
-
-    def _decode_raft(self, from_node: int, body: bytes) -> list[tuple[int, Message]]:
-        view = memoryview(body)
-        messages: list[tuple[int, Message]] = []
-        position = forged = 0
-        try:
-            while position < len(view):
-                group_id, length = GROUP_MESSAGE.unpack_from(view, position)
-                position += GROUP_MESSAGE.size
-                if position + length > len(view):
-                    raise BadFrameError("message runs past the end of its frame")
-                message = decode_message(view[position : position + length])
-                position += length
-                check_ranges(message)
-                if message.sender != from_node:
-                    forged += 1
-                    log.debug(
-                        "dropped a message whose sender is not its connection's node",
-                        peer=from_node, sender=message.sender, group=group_id, type=message.type.name,
-                    )  # fmt: skip
-                    continue
-                messages.append((group_id, message))
-        except (DecodeError, struct.error) as exc:
-            raise BadFrameError(f"undecodable message: {exc}") from exc
-        self.stats.forged_messages += forged
-        self.stats.messages_in += len(messages)
-        return messages
-
-    def _decode_heartbeats(self, from_node: int, body: bytes) -> list[tuple[int, Message]]:
-        if len(body) % HEARTBEAT.size:
-            raise BadFrameError(f"a heartbeat frame of {len(body)} bytes is not whole records")
-        to = self.node_id
-        messages: list[tuple[int, Message]] = []
-        for group_id, flags, term, commit in HEARTBEAT.iter_unpack(body):
-            if flags & ~(HEARTBEAT_RESPONSE | HEARTBEAT_QUIESCE):
-                raise BadFrameError(f"unknown heartbeat flags {flags:#x}")
-            if term > MAX_TERM_OR_INDEX or commit > MAX_TERM_OR_INDEX:
-                raise BadFrameError(f"a heartbeat's term {term} or commit {commit} is above {MAX_TERM_OR_INDEX}")
-            kind = MessageType.HEARTBEAT_RESP if flags & HEARTBEAT_RESPONSE else MessageType.HEARTBEAT
-            quiesce = bool(flags & HEARTBEAT_QUIESCE)
-            messages.append(
-                (group_id, Message(type=kind, to=to, sender=from_node, term=term, commit=commit, quiesce=quiesce))
-            )
-        self.stats.heartbeat_frames_in += 1
-        self.stats.heartbeats_in += len(messages)
-        self.stats.messages_in += len(messages)
-        return messages
 
     # ------------------------------------------------------------------------------- node-to-node calls
 

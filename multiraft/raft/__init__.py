@@ -61,7 +61,17 @@ from .errors import (
     SnapshotTemporarilyUnavailableError,
     UsageError,
 )
-from .messages import Entry, EntryKind, HardState, Message, MessageType, Snapshot, SnapshotMeta, entries_size
+from .messages import (
+    UNKNOWN_VOTE,
+    Entry,
+    EntryKind,
+    HardState,
+    Message,
+    MessageType,
+    Snapshot,
+    SnapshotMeta,
+    entries_size,
+)
 from .rawnode import ProgressStatus, RandomSource, RawNode, ReadState, Ready, Role, SoftState, Status
 from .storage import BOOTSTRAP_INDEX, MemoryStorage, MutableStorage, Storage, bootstrap, limit_size
 
@@ -80,6 +90,7 @@ __all__ = [
     "Entry",
     "EntryKind",
     "HardState",
+    "UNKNOWN_VOTE",
     "Message",
     "MessageType",
     "Snapshot",

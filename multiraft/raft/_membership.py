@@ -87,13 +87,13 @@ class Membership(Replication):
         last = log.last_index()
         if log.committed != last:
             return
-        best: tuple[int, int] | None = None
-        for node_id in sorted(self.tracker.voters):
-            pr = self.tracker.progress.get(node_id)
-            if pr is not None and (best is None or pr.match > best[1]):
-                best = (node_id, pr.match)
-        if best is not None and best[1] == last:
-            self.msgs.append(Message(type=TIMEOUT_NOW, to=best[0], sender=self.id, term=self.term))
+        progress = self.tracker.progress
+        caught_up = [n for n in sorted(self.tracker.voters) if (pr := progress.get(n)) is not None and pr.match == last]
+        if caught_up:
+            # In turn: a voter that may not campaign (one rebuilding a lost log, say) must not hold up the rest.
+            to = caught_up[self.handover_turn % len(caught_up)]
+            self.handover_turn += 1
+            self.msgs.append(Message(type=TIMEOUT_NOW, to=to, sender=self.id, term=self.term))
 
     def maybe_auto_leave_joint(self) -> None:
         """A leader leaves an automatic joint configuration once the entry that entered it is applied."""

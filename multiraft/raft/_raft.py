@@ -85,6 +85,7 @@ class Raft(Ticks):
         self.heartbeat_elapsed = 0
         self.randomized_election_timeout = self.election_timeout
         self.lead_transferee = 0
+        self.handover_turn = 0
         self.pending_conf_index = 0
         self.uncommitted_size = 0
         self.committed_in_term = False

@@ -98,6 +98,7 @@ class RaftState:
     heartbeat_elapsed: int
     randomized_election_timeout: int
     lead_transferee: int
+    handover_turn: int  # a removed leader's hand-overs so far: each asks the next caught-up voter
     pending_conf_index: int
     uncommitted_size: int
     committed_in_term: bool

@@ -17,6 +17,7 @@ __all__ = [
     "EntryKind",
     "Entry",
     "HardState",
+    "UNKNOWN_VOTE",
     "SnapshotMeta",
     "Snapshot",
     "MessageType",
@@ -50,9 +51,14 @@ def entries_size(entries: Sequence[Entry]) -> int:
     return sum([len(e.payload) for e in entries])
 
 
+UNKNOWN_VOTE = (1 << 63) - 1
+"""A vote this replica may have cast in its term but no longer knows: it votes for nobody else in that term."""
+
+
 @dataclass(frozen=True, slots=True)
 class HardState:
-    """What must be durable before a node speaks: current term, vote in that term (0 = none), commit index."""
+    """What must be durable before a node speaks: current term, vote in that term (0 = none, UNKNOWN_VOTE = some
+    candidate, not known which: lost with a disk), commit index."""
 
     term: int = 0
     vote: int = 0

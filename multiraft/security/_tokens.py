@@ -1,7 +1,9 @@
 """Short-lived bearer tokens any node verifies: an HMAC-SHA256, under the cluster's token key (kept in the
 controller's replicated state), over the principal, the way it authenticated and the expiry.
 
-Format: ``mr1.<base64url JSON {"p": principal, "m": method, "exp": ms since the epoch}>.<base64url HMAC>``.
+Format: ``mr1.<base64url JSON {"p": principal, "m": method, "exp": ms since the epoch, "i": index}>.<base64url
+HMAC>``; ``index`` is the controller state's applied index where the token was issued (a node behind it may not
+know the user yet).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Token:
     principal: str
     method: str
     expires_ms: int
+    index: int = 0  # the issuing node's applied controller index
 
 
 def _b64(data: bytes) -> str:
@@ -41,7 +44,9 @@ def _signature(key: bytes, payload: str) -> str:
 
 def issue_token(key: bytes, token: Token) -> str:
     payload = _b64(
-        json.dumps({"p": token.principal, "m": token.method, "exp": token.expires_ms}, sort_keys=True).encode()
+        json.dumps(
+            {"p": token.principal, "m": token.method, "exp": token.expires_ms, "i": token.index}, sort_keys=True
+        ).encode()
     )
     return f"{TOKEN_PREFIX}.{payload}.{_signature(key, payload)}"
 
@@ -55,7 +60,7 @@ def verify_token(key: bytes, text: str, now_ms: int) -> Token:
         raise AuthenticationFailedError("invalid token (not signed by this cluster)")
     try:
         fields = json.loads(_unb64(parts[1]))
-        token = Token(str(fields["p"]), str(fields["m"]), int(fields["exp"]))
+        token = Token(str(fields["p"]), str(fields["m"]), int(fields["exp"]), int(fields.get("i", 0)))
     except (ValueError, KeyError, TypeError) as exc:
         raise AuthenticationFailedError("malformed token") from exc
     if token.expires_ms <= now_ms:

@@ -17,12 +17,14 @@ from rpc.client._partitioner import partition_for_key
 from rpc.client._producer import Producer
 from rpc.client._records import BatchMetadata, Record, RecordMetadata, TopicPartition
 from rpc.client._security_admin import AclBinding, AclFilter, UserInfo
+from rpc.client._tls import TlsSettings
 
 __all__ = [
     "Producer",
     "Consumer",
     "Admin",
     "TopicPartition",
+    "TlsSettings",
     "Record",
     "RecordMetadata",
     "BatchMetadata",

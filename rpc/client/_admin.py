@@ -16,6 +16,7 @@ from multiraft.errors import (
 from rpc.client._cluster import ClusterClient
 from rpc.client._records import TopicPartition
 from rpc.client._security_admin import SecurityAdmin
+from rpc.client._tls import TlsSettings
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import from_proto_error, from_rpc_error
@@ -173,12 +174,14 @@ class Admin(SecurityAdmin):
         *,
         request_timeout_s: float = 30.0,
         connect_timeout_s: float | None = None,
+        tls: TlsSettings | None = None,
         user: str | None = None,
         password: str | None = None,
     ) -> None:
         """``connect_timeout_s``: give up after this long while no node has answered yet (a wrong bootstrap
-        fails with "no node reachable at ..."); None: the request timeout (see :class:`ClusterClient`).
-        ``user``/``password``: SCRAM-SHA-256 credentials (see :class:`ClusterClient`)."""
+        fails with "no node reachable at ..."); None: the request timeout (see :class:`ClusterClient`). ``tls``: reach
+        the cluster over TLS (:class:`TlsSettings`); None: plaintext. ``user``/``password``: SCRAM-SHA-256
+        credentials (see :class:`ClusterClient`)."""
         if isinstance(bootstrap, ClusterClient):
             self._client, self._owned = bootstrap, False
         else:
@@ -186,6 +189,7 @@ class Admin(SecurityAdmin):
                 bootstrap,
                 request_timeout_s=request_timeout_s,
                 connect_timeout_s=connect_timeout_s,
+                tls=tls,
                 user=user,
                 password=password,
             )

@@ -28,6 +28,7 @@ from multiraft.errors import (
     UnknownTopicError,
 )
 from rpc.client._auth import AuthInterceptor, TokenSource, aio_interceptors
+from rpc.client._tls import TlsSettings, open_aio_channel, open_channel, tls_hint
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import from_rpc_error
@@ -93,6 +94,9 @@ class ClusterClient:
     timeout); None leaves the request timeout alone. Once a node has answered, outages are retried up to the
     request timeout (a cluster restarting under a running client).
 
+    ``tls``: reach the nodes over TLS (None: plaintext); every channel of the client, including the
+    producer's and the consumer's streams, uses it.
+
     ``user`` and ``password``: authenticate with SCRAM-SHA-256 and send the token with every call (renewed
     before it expires); None: no credentials (a cluster without authentication, or mutual TLS).
     """
@@ -104,16 +108,19 @@ class ClusterClient:
         request_timeout_s: float = 30.0,
         metadata_max_age_s: float = 300.0,
         connect_timeout_s: float | None = None,
+        tls: TlsSettings | None = None,
         user: str | None = None,
         password: str | None = None,
     ) -> None:
         self._bootstrap = parse_bootstrap(bootstrap)
+        self.tls = tls
+        self.credentials = tls.credentials() if tls is not None else None
         if (user is None) != (password is None):
             raise ValueError("user and password go together")
-        self._raw_channels: dict[str, grpc.Channel] = {}
-        self.credentials: TokenSource | None = None
+        self._raw_channels: dict[str, grpc.Channel] = {}  # without the token interceptor (authenticating)
+        self.token_source: TokenSource | None = None
         if user is not None and password is not None:
-            self.credentials = TokenSource(
+            self.token_source = TokenSource(
                 user, password, lambda: self._candidates(()), self._raw_channel, min(request_timeout_s, 10.0)
             )
         self.request_timeout_s = request_timeout_s
@@ -144,12 +151,12 @@ class ClusterClient:
 
     def channel(self, address: str) -> grpc.Channel:
         """The channel to ``address``; its calls carry this client's credentials."""
-        if self.credentials is None:
+        if self.token_source is None:
             return self._raw_channel(address)
         with self._lock:
             channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.intercept_channel(self._raw_channel(address), AuthInterceptor(self.credentials))
+            channel = grpc.intercept_channel(self._raw_channel(address), AuthInterceptor(self.token_source))
             with self._lock:
                 channel = self._channels.setdefault(address, channel)
         return channel
@@ -160,13 +167,17 @@ class ClusterClient:
                 raise ConnectionFailedError("the client is closed")
             channel = self._raw_channels.get(address)
             if channel is None:
-                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                channel = open_channel(address, CHANNEL_OPTIONS, self.credentials)
                 self._raw_channels[address] = channel
             return channel
 
     def aio_interceptors(self) -> list[Any]:
-        """Interceptors that give a ``grpc.aio`` channel this client's credentials."""
-        return aio_interceptors(self.credentials)
+        """Interceptors that give a ``grpc.aio`` channel this client's SCRAM token (none without a user)."""
+        return aio_interceptors(self.token_source)
+
+    def aio_channel(self, address: str, options: Sequence[tuple[str, Any]] = CHANNEL_OPTIONS) -> grpc.aio.Channel:
+        """A new ``grpc.aio`` channel to ``address`` with this client's security (the caller closes it)."""
+        return open_aio_channel(address, options, self.credentials, self.aio_interceptors())
 
     def log_stub(self, address: str) -> pb_grpc.LogStub:
         return pb_grpc.LogStub(self.channel(address))
@@ -372,7 +383,8 @@ class ClusterClient:
             backoff = min(backoff * 2, _BACKOFF_MAX_S)
         if not self._reached:
             raise ConnectionFailedError(
-                f"no node reachable at {', '.join(self._bootstrap)} ({_unreachable_reason(last)})"
+                f"no node reachable at {', '.join(self._bootstrap)} "
+                f"({tls_hint(last.message, self.tls) or _unreachable_reason(last)})"
             ) from last
         if isinstance(last, UnavailableError) and not isinstance(last, ConnectionFailedError):
             raise ConnectionFailedError(f"no node of the cluster answered: {last.message}")

@@ -45,6 +45,7 @@ from rpc.client._decode import decode_fetched, records_before
 from rpc.client._fetcher import PartitionStream, StreamFetcher
 from rpc.client._offsets import list_offsets
 from rpc.client._records import Record, TopicPartition
+from rpc.client._tls import TlsSettings
 from rpc.proto import multiraft_pb2 as pb
 from storage.batch import headers_type, record_schema
 
@@ -139,6 +140,7 @@ class Consumer:
       (its own ``fetch_max_wait_ms``) and push them as they commit.
     * ``max_poll_records``: most records one ``poll()`` returns.
     * ``metadata_max_age_s``: how often a subscription looks for new partitions and topics.
+    * ``tls``: reach the cluster over TLS (:class:`TlsSettings`); None: plaintext.
     """
 
     def __init__(
@@ -154,6 +156,7 @@ class Consumer:
         max_poll_records: int = 500,
         request_timeout_s: float = 30.0,
         metadata_max_age_s: float = 30.0,
+        tls: TlsSettings | None = None,
         user: str | None = None,
         password: str | None = None,
     ) -> None:
@@ -172,7 +175,9 @@ class Consumer:
                 raise ConfigError(name, f"must be > 0, got {value}")
         if fetch_max_wait_ms < 0:
             raise ConfigError("fetch_max_wait_ms", f"must be >= 0, got {fetch_max_wait_ms}")
-        self._client = ClusterClient(bootstrap, request_timeout_s=request_timeout_s, user=user, password=password)
+        self._client = ClusterClient(
+            bootstrap, request_timeout_s=request_timeout_s, tls=tls, user=user, password=password
+        )
         self._group_id = group_id
         self._auto_offset_reset = auto_offset_reset
         self._auto_commit = enable_auto_commit and group_id is not None
@@ -188,7 +193,9 @@ class Consumer:
         self._subscription_start: Start = None
         self._next_metadata_check = 0.0
         self._completed = threading.Event()
-        self._fetcher = StreamFetcher(self._completed.set, interceptors=self._client.aio_interceptors())
+        self._fetcher = StreamFetcher(
+            self._completed.set, credentials=self._client.credentials, interceptors=self._client.aio_interceptors()
+        )
         weakref.finalize(self, self._fetcher.close)  # a consumer dropped without close() stops its thread
         self._rotation = 0
         self._closed = False

@@ -29,6 +29,7 @@ from multiraft.errors import MultiraftError, UnavailableError
 from multiraft.logging import get_logger
 from rpc.client._aio import cancel_all_tasks
 from rpc.client._cluster import CHANNEL_OPTIONS
+from rpc.client._tls import open_aio_channel
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import from_proto_error, from_rpc_error
@@ -130,9 +131,17 @@ class StreamFetcher:
     """Runs :class:`PartitionStream` calls on a background thread (an asyncio loop with ``grpc.aio``
     channels), started on the first :meth:`open` and stopped by :meth:`close`."""
 
-    def __init__(self, notify: Callable[[], None], *, window: int = 2, interceptors: Sequence[Any] = ()) -> None:
+    def __init__(
+        self,
+        notify: Callable[[], None],
+        *,
+        window: int = 2,
+        credentials: grpc.ChannelCredentials | None = None,
+        interceptors: Sequence[Any] = (),
+    ) -> None:
         self._notify = notify
-        self._interceptors = list(interceptors)  # the client's credentials
+        self._credentials = credentials
+        self._interceptors = list(interceptors)  # the client's SCRAM token, if any
         self._window = window
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -157,9 +166,7 @@ class StreamFetcher:
     def _stub(self, address: str) -> pb_grpc.LogStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(
-                address, options=_STREAM_CHANNEL_OPTIONS, interceptors=self._interceptors
-            )
+            channel = open_aio_channel(address, _STREAM_CHANNEL_OPTIONS, self._credentials, self._interceptors)
             self._channels[address] = channel
             stub = self._stubs[address] = pb_grpc.LogStub(channel)
         return stub

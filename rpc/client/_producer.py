@@ -41,6 +41,7 @@ from rpc.client._cluster import ClusterClient, TopicMetadata
 from rpc.client._partitioner import partition_for_key
 from rpc.client._records import BatchMetadata, RecordMetadata, TopicPartition
 from rpc.client._sender import Sender
+from rpc.client._tls import TlsSettings
 from storage.batch import HEADER_SIZE, Compression, headers_type
 
 if TYPE_CHECKING:
@@ -365,6 +366,7 @@ class Producer:
     * ``max_block_s``: how long ``send()`` blocks for buffer space before it raises
       :class:`RequestTimeoutError`.
     * ``metadata_max_age_s``: metadata older than this is refreshed (new partitions, moved leaders).
+    * ``tls``: reach the cluster over TLS (:class:`TlsSettings`); None: plaintext.
     * ``replay_key``, ``replay_epoch``: a *replay producer* (docs/client.md). Its producer id is derived from
       the key (:func:`replay_producer_id`), its epoch is ``replay_epoch`` (0 to 32767) and its sequences
       start at 0 in every partition, without asking the cluster for an id. A second producer with the same
@@ -390,6 +392,7 @@ class Producer:
         metadata_max_age_s: float = 300.0,
         replay_key: str | None = None,
         replay_epoch: int = 0,
+        tls: TlsSettings | None = None,
         user: str | None = None,
         password: str | None = None,
     ) -> None:
@@ -437,6 +440,7 @@ class Producer:
             bootstrap,
             request_timeout_s=request_timeout_s,
             metadata_max_age_s=metadata_max_age_s,
+            tls=tls,
             user=user,
             password=password,
         )

@@ -39,7 +39,6 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -49,11 +48,7 @@ from multiraft.errors import (
     AuthenticationFailedError,
     AuthorizationFailedError,
     ConnectionFailedError,
-    InsufficientStorageError,
-    InvalidArgumentError,
-    InvalidProducerEpochError,
     MultiraftError,
-    NotFoundError,
     NotLeaderError,
     OutOfOrderSequenceError,
     ProducerError,
@@ -61,13 +56,14 @@ from multiraft.errors import (
     RecordTooLargeError,
     RequestTimeoutError,
     StorageFailureError,
-    UnknownProducerIdError,
-    UnsupportedError,
 )
 from multiraft.logging import get_logger
 from rpc.client._accumulator import ProducerBatch, RecordAccumulator
 from rpc.client._aio import cancel_all_tasks
 from rpc.client._cluster import CHANNEL_OPTIONS, ClusterClient
+from rpc.client._partition_state import BACKOFF_MAX_S, BACKOFF_START_S, written_long_ago, written_prefix
+from rpc.client._partition_state import PartitionState as _PartitionState
+from rpc.client._partition_state import refused as _refused
 from rpc.client._produce_stream import CONNECT_TIMEOUT_S, NodeStream, connect
 from rpc.client._records import TopicPartition
 from rpc.proto import multiraft_pb2 as pb
@@ -79,50 +75,12 @@ __all__ = ["Sender"]
 
 log = get_logger(__name__)
 
-_BACKOFF_START_S = 0.02
-_BACKOFF_MAX_S = 0.5
+
 _REFRESH_MIN_INTERVAL_S = 0.1
 _IDLE_WAKE_S = 0.2
 _STREAM_GRACE_S = 5.0  # beyond the request timeout, before an unanswered stream is given up
 _FINISH_TIMEOUT_S = 2.0  # for the streams to answer what they carry when the producer closes
 _CANCEL_TIMEOUT_S = 5.0
-
-
-# Errors that prove the leader refused a batch before proposing it (checks, a node short of storage, a method
-# or topic it does not know): the batch was not written and its sequences may go to the next batch.
-_REFUSED: tuple[type[MultiraftError], ...] = (
-    InvalidArgumentError,
-    NotFoundError,
-    InsufficientStorageError,
-    UnknownProducerIdError,
-    InvalidProducerEpochError,
-    UnsupportedError,
-)
-
-
-def _refused(error: MultiraftError) -> bool:
-    """Whether ``error`` proves its batch was never proposed; any other failure leaves the outcome unknown."""
-    return isinstance(error, _REFUSED)
-
-
-@dataclass(eq=False)
-class _PartitionState:
-    """What the sender knows of one partition (loop thread only)."""
-
-    tp: TopicPartition
-    producer_id: int = -1
-    producer_epoch: int = -1
-    next_sequence: int = 0
-    acked_once: bool = False  # the first batch of a producer id goes alone (it fixes where sequences start)
-    inflight: list[ProducerBatch] = field(default_factory=list)  # sent, unanswered, in sequence order
-    retry: list[ProducerBatch] = field(default_factory=list)  # to re-send, in sequence order
-    address: str | None = None  # the node the in-flight batches went to
-    backoff_s: float = 0.0
-    backoff_until: float = 0.0
-    reset_error: MultiraftError | None = None  # the sequence broke: fail what is unacknowledged, new id
-    resetting: bool = False
-    sends: int = 0
-    first_failed_send: int | None = None  # of the in-flight round: later answers may be out of order
 
 
 class Sender:
@@ -275,7 +233,7 @@ class Sender:
 
     async def _new_producer_id(self) -> tuple[int, int] | None:
         """A fresh (producer id, epoch) from any node; None if the cluster does not know InitProducer."""
-        backoff = _BACKOFF_START_S
+        backoff = BACKOFF_START_S
         while not self._stopping:
             for address in self._client.addresses():
                 stub = pb_grpc.LogStub(self._channel(address))
@@ -294,7 +252,7 @@ class Sender:
                     continue
                 return response.producer_id, response.producer_epoch
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _BACKOFF_MAX_S)
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
         return None
 
     async def _init_producer(self) -> None:
@@ -467,9 +425,7 @@ class Sender:
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(
-                address, options=CHANNEL_OPTIONS, interceptors=self._client.aio_interceptors()
-            )
+            channel = self._channels[address] = self._client.aio_channel(address, CHANNEL_OPTIONS)
         return channel
 
     def _watch_streams(self, now: float) -> None:
@@ -535,35 +491,10 @@ class Sender:
         self._poke()
 
     def _written_long_ago(self, batch: ProducerBatch, error: MultiraftError) -> bool:
-        """Whether the leader refused ``batch`` as out of order because it expects a sequence after the batch's
-        last one: the batch was written (a producer's sequences are written contiguously, and the leader
-        would have recognised it among its last five), only too long ago for the leader to say where."""
-        if not isinstance(error, OutOfOrderSequenceError) or not self.idempotent or batch.base_sequence < 0:
-            return False
-        try:
-            expected = int(error.metadata.get("expected_sequence", ""))
-        except ValueError:
-            return False
-        # Between first and last: the batch overlaps what was written with other boundaries: see _written_prefix.
-        return expected > batch.last_sequence
+        return written_long_ago(batch, error) if self.idempotent else False
 
     def _written_prefix(self, batch: ProducerBatch, error: MultiraftError) -> int:
-        """How many leading records of a replay producer's ``batch`` the leader already holds: it refused the
-        batch as out of order and expects a sequence inside it (0 otherwise).
-
-        A replay producer sends the same records under the same sequences every time, but an earlier attempt
-        may have cut them into other batches: one whose input ended early (the Spark task of a killed driver
-        lives on in its Python worker, sees its input end and writes its last rows as a short run) wrote a
-        prefix of the run the replay sends whole. Those records are the replay's own first records."""
-        if not self._replay or not isinstance(error, OutOfOrderSequenceError) or batch.base_sequence < 0:
-            return 0
-        try:
-            expected = int(error.metadata.get("expected_sequence", ""))
-        except ValueError:
-            return 0
-        if batch.base_sequence < expected <= batch.last_sequence:
-            return expected - batch.base_sequence
-        return 0
+        return written_prefix(batch, error) if self._replay else 0
 
     def _on_failure(
         self, state: _PartitionState, batch: ProducerBatch, error: MultiraftError, *, follows_failure: bool
@@ -626,21 +557,13 @@ class Sender:
         self._back_off(state, time.monotonic())
 
     def _back_off(self, state: _PartitionState, now: float) -> None:
-        state.backoff_s = min(max(state.backoff_s * 2, _BACKOFF_START_S), _BACKOFF_MAX_S)
-        state.backoff_until = max(state.backoff_until, now + state.backoff_s)
+        state.back_off(now)
 
     def _reject(self, state: _PartitionState, batch: ProducerBatch, error: MultiraftError) -> None:
         """The leader refused the batch (it was not written): fail it, and close the gap it leaves in the
         sequence: later batches of the partition move down (the leader refused them as out of order)."""
         self._fail(batch, error)
-        if batch.base_sequence < 0:
-            return
-        count = batch.record_count
-        for other in (*state.inflight, *state.retry):
-            if other.producer_id == batch.producer_id and other.base_sequence > batch.base_sequence:
-                other.set_producer(other.producer_id, other.producer_epoch, other.base_sequence - count)
-        if state.producer_id == batch.producer_id:
-            state.next_sequence -= count
+        state.close_gap(batch)
 
     def _fail(self, batch: ProducerBatch, error: MultiraftError) -> None:
         batch.fail(error)

@@ -11,7 +11,7 @@ write failed after the append reached its followers would.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent import futures
 from concurrent.futures import Future
 from typing import Any
@@ -93,9 +93,6 @@ class _Cluster:
     def addresses(self) -> list[str]:
         return [self.address]
 
-    def aio_interceptors(self) -> list[object]:
-        return []  # no credentials
-
     def cached_leader(self, topic: str, partition: int) -> str:
         return self.address
 
@@ -104,6 +101,9 @@ class _Cluster:
 
     def refresh_metadata_quietly(self) -> None:
         pass
+
+    def aio_channel(self, address: str, options: Sequence[tuple[str, Any]]) -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel(address, options=options)
 
 
 class _Producer:

@@ -9,14 +9,17 @@ exactly once, and every replica is byte-identical.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 
 from multiraft.launcher import cluster_down, load_cluster
+from multiraft.node.term_guard import TermGuard
+from multiraft.node.threads import ThreadOwner
 from rpc.proto import multiraft_pb2 as pb
-from storage import encode_batch
+from storage import LogStore, encode_batch
 from storage.check import check_store
 from tests.damage import flip_every_copy
 from tests.integration._helpers import Cluster, assert_replicas_identical, fetch_all, wait_settled
@@ -190,4 +193,57 @@ def test_a_follower_whose_data_file_was_truncated_starts_keeps_the_valid_prefix_
     assert sorted(read) == sorted(acked) and len(read) == len(set(read))
     cluster.client.close()
     cluster_down(cluster.info.directory)
+    assert_replicas_identical(cluster.info.directory, TOPIC, 1)
+
+
+def _recorded_terms_cover_the_stored_ones(data_dir: Path) -> int:
+    """Every log's stored term is at most the term recorded for its group outside the store; returns how many
+    logs were compared."""
+    owner = ThreadOwner("scheduler")
+    owner.bind()
+    guard = TermGuard.open(data_dir, owner)
+    compared = 0
+    with LogStore.open(data_dir) as store:
+        for topic, partition in store.logs():
+            log = store.log(topic, partition, create=False)
+            described = log.attribute("node.group")
+            group_id = 0 if described is None else int(json.loads(described)["group_id"])
+            assert log.hard_state().term <= guard.floor(group_id), (topic, partition, guard.floor(group_id))
+            compared += 1
+    return compared
+
+
+def test_a_follower_whose_store_lost_its_directory_of_logs_is_rebuilt_from_its_peers(
+    cluster_factory: object,
+) -> None:
+    # Before, the node refused to start ("cannot repair ...: the main database is damaged"). Now it sets the store
+    # aside, starts empty, and every replica (the metadata's too) comes back from its peers, held by the terms
+    # recorded outside the store to neither vote nor campaign before it holds what it may have acknowledged.
+    cluster: Cluster = cluster_factory()  # type: ignore[operator]
+    cluster.create_topic(TOPIC, 1, 3)
+    acked = _write_acknowledged(cluster, 0, BATCHES, -1)
+    wait_settled(cluster, TOPIC, 60)
+    leader = cluster.leader(TOPIC, 0)
+    follower = next(n for n in sorted(cluster.info.nodes) if n != leader)
+    node = load_cluster(cluster.info.directory).nodes[follower]
+    data_dir = Path(node.directory) / "data"
+    cluster.kill(follower)
+    assert _recorded_terms_cover_the_stored_ones(data_dir) >= 2  # the metadata and the topic at least
+    data_file = data_dir / "log.lmdb" / "data.mdb"
+    with data_file.open("r+b") as raw:
+        raw.truncate(2 * 4096)  # only LMDB's two meta pages are left: the directory of logs is gone
+    assert check_store(data_dir).unrecoverable is not None
+
+    cluster.start(follower)
+    _wait_for_log_line(Path(node.directory) / "node.log", "every replica is rebuilt from its peers", 30)
+    acked += _write_acknowledged(cluster, BATCHES, 10, -1)
+    wait_settled(cluster, TOPIC, 90, preferred_leaders=False)
+
+    read = [value for _, value in fetch_all(cluster.client, TOPIC, 0)]
+    assert sorted(read) == sorted(acked) and len(read) == len(set(read))
+    cluster.client.close()
+    cluster_down(cluster.info.directory)
+    assert [p.name.startswith("log.lmdb.unrepairable-") for p in data_dir.iterdir() if p.name != "log.lmdb"].count(
+        True
+    ) == 1
     assert_replicas_identical(cluster.info.directory, TOPIC, 1)

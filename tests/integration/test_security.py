@@ -25,6 +25,7 @@ from multiraft.errors import (
 from multiraft.launcher import cluster_down, cluster_up
 from rpc.client import AclBinding, AclFilter, Admin, ClusterClient, Consumer, Producer, TopicPartition
 from rpc.proto import multiraft_pb2 as pb
+from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import from_rpc_error
 from storage import encode_batch
 from tests.cli._helpers import ok as cli_ok
@@ -87,9 +88,38 @@ def admin(secure: str) -> Iterator[Admin]:
         yield client
 
 
+def _everywhere(admin: Admin, *, user: str | None = None, gone: str | None = None, acls: int | None = None) -> None:
+    """Until every node has applied the user (or its deletion) and holds ``acls`` ACLs (metadata replicates to
+    each node in its own time, as Kafka's ACLs do)."""
+    client = admin._client
+    deadline = time.monotonic() + 20
+    for _ in range(400):
+        behind = []
+        for address in client.metadata(refresh=True).nodes.values():
+            stub = pb_grpc.SecurityStub(client.channel(address))
+            users = {u.name for u in stub.ListUsers(pb.ListUsersRequest(), timeout=10).users}
+            bindings = stub.DescribeAcls(pb.DescribeAclsRequest(), timeout=10).bindings
+            if (
+                (user is not None and user not in users)
+                or (gone is not None and gone in users)
+                or (acls is not None and len(bindings) != acls)
+            ):
+                behind.append(address)
+        if not behind or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not behind, f"nodes {behind} did not apply the change"
+
+
 def _user(admin: Admin, name: str, bootstrap: str) -> Admin:
     admin.create_user(name, f"{name}-pw", iterations=4096)
+    _everywhere(admin, user=name)
     return Admin(bootstrap, user=name, password=f"{name}-pw", request_timeout_s=10)
+
+
+def _grant(admin: Admin, bindings: list[AclBinding]) -> None:
+    admin.create_acls(bindings)
+    _everywhere(admin, acls=len(admin.describe_acls()))
 
 
 def test_a_client_without_credentials_or_with_a_wrong_password_is_refused_with_the_reason(secure: str) -> None:
@@ -115,31 +145,47 @@ def test_a_client_without_credentials_or_with_a_wrong_password_is_refused_with_t
 
 def test_a_principal_is_refused_each_operation_class_until_an_acl_allows_it(admin: Admin, secure: str) -> None:
     alice = _user(admin, "alice", secure)
-    with alice, Producer(secure, user="alice", password="alice-pw", delivery_timeout_s=10) as producer:
+
+    def write_once() -> object:
+        with Producer(secure, user="alice", password="alice-pw", delivery_timeout_s=10) as producer:
+            return producer.send("events", b"v").result(timeout=30)
+
+    def fetch() -> object:
+        stub = pb_grpc.LogStub(alice._client.channel(alice._client.addresses()[0]))
+        try:
+            return stub.Fetch(pb.FetchRequest(topic="events", partition=0, offset=0), timeout=10)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+
+    with alice:
         assert [t.name for t in alice.list_topics()] == []  # describe: what it may not see is filtered out
         refusals: dict[str, Callable[[], object]] = {
-            "write": lambda: producer.send("events", b"v").result(timeout=30),
-            "read": lambda: alice.list_offsets("events", "latest"),
+            "write": write_once,
+            "read": fetch,
+            "describe": lambda: alice.list_offsets("events", "latest"),
             "create": lambda: alice.create_topic("alice-topic", partitions=1, replication_factor=1),
             "alter": lambda: alice.alter_topic_configs("events", set={"retention.ms": "0"}),
             "delete": lambda: alice.delete_topic("events"),
             "cluster-action": lambda: alice.drain_node(3),
-            "describe": alice.describe_cluster,
+            "describe the cluster": alice.describe_cluster,
         }
         for operation, attempt in refusals.items():
             with pytest.raises(AuthorizationFailedError) as refused:
                 attempt()
             assert refused.value.metadata["principal"] == "User:alice", operation
+        with pytest.raises(AuthorizationFailedError, match="User:alice may not read topic 'events'"):
+            fetch()
 
-        admin.create_acls(
+        _grant(
+            admin,
             [
                 AclBinding("User:alice", "topic", "events", "write"),
                 AclBinding("User:alice", "topic", "events", "read"),
                 AclBinding("User:alice", "topic", "alice-", "all", pattern_type="prefixed"),
                 AclBinding("User:alice", "group", "alice-group", "read"),
-            ]
+            ],
         )
-        assert producer.send("events", b"v").result(timeout=30).topic == "events"
+        write_once()
         assert alice.list_offsets("events", "latest")[0] >= 1
         assert [t.name for t in alice.list_topics()] == ["events"]
         alice.create_topic("alice-topic", partitions=1, replication_factor=1)
@@ -160,11 +206,12 @@ def test_a_principal_is_refused_each_operation_class_until_an_acl_allows_it(admi
 
 def test_a_deny_beats_an_allow_and_a_super_user_needs_no_acl(admin: Admin, secure: str) -> None:
     bob, carol = _user(admin, "bob", secure), _user(admin, "carol", secure)
-    admin.create_acls(
+    _grant(
+        admin,
         [
             AclBinding("User:*", "topic", "events", "describe"),
             AclBinding("User:bob", "topic", "events", "describe", permission="deny"),
-        ]
+        ],
     )
     with bob, carol:
         assert [t.name for t in carol.list_topics()] == ["events"]
@@ -183,7 +230,7 @@ def test_a_deny_beats_an_allow_and_a_super_user_needs_no_acl(admin: Admin, secur
 
 def test_producer_ids_are_bound_to_the_principal_that_obtained_them(admin: Admin, secure: str) -> None:
     dave, erin = _user(admin, "dave", secure), _user(admin, "erin", secure)
-    admin.create_acls([AclBinding(f"User:{who}", "topic", "events", "write") for who in ("dave", "erin")])
+    _grant(admin, [AclBinding(f"User:{who}", "topic", "events", "write") for who in ("dave", "erin")])
     with dave, erin:
         init = pb.InitProducerRequest()
         daves_id = dave._client.call_any_log(lambda stub, t: stub.InitProducer(init, timeout=t)).producer_id
@@ -196,10 +243,10 @@ def test_producer_ids_are_bound_to_the_principal_that_obtained_them(admin: Admin
 
 def test_an_expired_token_is_refused_and_the_client_renews_its_own(admin: Admin, secure: str) -> None:
     _user(admin, "frank", secure).close()
-    admin.create_acls([AclBinding("User:frank", "topic", "events", "describe")])
+    _grant(admin, [AclBinding("User:frank", "topic", "events", "describe")])
     with ClusterClient(secure, user="frank", password="frank-pw", request_timeout_s=10) as client:
-        assert client.credentials is not None
-        token = client.credentials.token()
+        assert client.token_source is not None
+        token = client.token_source.token()
         stub_call = client._raw_channel(client.addresses()[0]).unary_unary(
             "/multiraft.v1.Admin/ListTopics",
             request_serializer=pb.ListTopicsRequest.SerializeToString,
@@ -211,9 +258,9 @@ def test_an_expired_token_is_refused_and_the_client_renews_its_own(admin: Admin,
             stub_call(pb.ListTopicsRequest(), metadata=[("authorization", f"Bearer {token}")], timeout=10)
         assert expired.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
         assert "expired token" in from_rpc_error(expired.value).message
-        before = client.credentials.authentications
+        before = client.token_source.authentications
         assert "events" in client.metadata(refresh=True).topics
-        assert client.credentials.authentications == before + 1
+        assert client.token_source.authentications == before + 1
 
 
 def test_a_deleted_users_token_stops_working_at_once(admin: Admin, secure: str) -> None:
@@ -221,6 +268,7 @@ def test_a_deleted_users_token_stops_working_at_once(admin: Admin, secure: str) 
     with grace:
         grace.list_topics()
         admin.delete_user("grace")
+        _everywhere(admin, gone="grace")
         with pytest.raises(AuthenticationFailedError, match="unknown user 'grace'"):
             grace.list_topics()
     with pytest.raises(UnknownUserError):
@@ -242,11 +290,14 @@ def test_the_user_and_acl_commands(secure: str, tmp_path: Path) -> None:
 
     assert "created user 'heidi'" in cli_ok(cli("user", "create", "heidi", "--password-file", str(heidi_file)))
     assert "heidi" in cli_ok(cli("user", "list"))
+    admin = Admin(secure, user=ADMIN, password=ADMIN_PASSWORD)
+    _everywhere(admin, user="heidi")
     as_heidi = {"MULTIRAFT_USER": "heidi", "MULTIRAFT_PASSWORD_FILE": str(heidi_file)}
     refused = cli("topic", "create", "heidi-t", "--partitions", "1", env=as_heidi)
     assert "AUTHORIZATION_FAILED" in one_error_line(refused)
     added = cli_ok(cli("acl", "add", "--allow-principal", "User:heidi", "--operation", "create", "--topic", "heidi-t"))
     assert "allow User:heidi create topic:literal:heidi-t" in added
+    _everywhere(admin, acls=len(admin.describe_acls()))
     assert "User:heidi" in cli_ok(cli("acl", "list", "--principal", "User:heidi"))
     cli_ok(cli("topic", "create", "heidi-t", "--partitions", "1", "--replication-factor", "1", env=as_heidi))
     removed = cli_ok(
@@ -255,6 +306,7 @@ def test_the_user_and_acl_commands(secure: str, tmp_path: Path) -> None:
     assert "removed: allow User:heidi create" in removed
     assert "User:heidi" not in cli_ok(cli("acl", "list"))
     assert "deleted user 'heidi'" in cli_ok(cli("user", "delete", "heidi"))
+    _everywhere(admin, gone="heidi")
     assert "AUTHENTICATION_FAILED" in one_error_line(cli("topic", "list", env=as_heidi))
-    with Admin(secure, user=ADMIN, password=ADMIN_PASSWORD) as admin:
+    with admin:
         assert not admin.describe_acls(AclFilter(principal="User:heidi"))

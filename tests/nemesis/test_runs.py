@@ -57,11 +57,6 @@ def test_a_follower_with_a_flipped_bit_in_its_data_file_repairs_itself(tmp_path:
     _assert_valid(_run(tmp_path, 14, ("corrupt-bitflip",), 1.0))
 
 
-@pytest.mark.xfail(
-    strict=False,  # a shallow cut (data pages only) is repaired: whether this seed's cut is depends on timing
-    reason="open (docs/reliability.md): a cut that destroys LMDB's main database (the directory of logs) cannot "
-    "be repaired in place, and rebuilding every replica of the node from its peers is not built yet",
-)
 def test_a_follower_whose_data_file_is_cut_short_while_stopped_repairs_itself(tmp_path: Path) -> None:
     _assert_valid(_run(tmp_path, 14, ("corrupt-truncate",), 1.0))
 

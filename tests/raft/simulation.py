@@ -40,12 +40,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from multiraft.raft import (
+    UNKNOWN_VOTE,
     ConfChange,
     ConfChangePending,
     ConfChangeSingle,
     ConfChangeType,
     ConfState,
     Entry,
+    HardState,
     InvalidConfChangeError,
     InvalidRequestError,
     Message,
@@ -322,6 +324,7 @@ class Simulation:
         disk: DiskFactory = MemoryDisk,
         payload: Callable[[bytes], bytes] = as_proposed,
         lose_suffix: float | None = None,
+        lose_disk: float | None = None,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -354,8 +357,15 @@ class Simulation:
         self.damage_rng = random.Random(seed * 7877 + 13)
         self.lose_suffix = self.damage_rng.choice((0.0, 0.0, 0.3, 0.7)) if lose_suffix is None else lose_suffix
         self.recover_until: dict[int, tuple[int, int]] = {}  # node -> its persisted last entry before damage
+        # A whole disk lost (the store set aside): a fresh one, held by the highest term the node reached, kept
+        # apart as the runtime's TermGuard keeps it. Its own generator, so other seeds' draws stay as they were.
+        self.disk_rng = random.Random(seed * 7883 + 17)
+        default_loss = self.disk_rng.choice((0.0, 0.0, 0.2, 0.5)) if disk is MemoryDisk else 0.0
+        self.lose_disk = default_loss if lose_disk is None else lose_disk
+        self.max_term: dict[int, int] = {}  # node -> the highest term any of its Readies persisted
+        self.lost_disks: set[int] = set()  # nodes rebuilding a lost disk
         ids = list(range(1, self.params.nodes + 1))
-        conf = ConfState.of(ids)
+        conf = self.initial_conf = ConfState.of(ids)
         for node_id in ids:
             self.disks[node_id] = disk(node_id, conf)
             self._start(node_id)
@@ -398,6 +408,9 @@ class Simulation:
         if self.disks[node_id].crash():
             self.stats["crashes losing unsynced writes"] += 1
         disk = self.disks[node_id]
+        if self.lose_disk and self.disk_rng.random() < self.lose_disk and self._may_lose_disk(node_id):
+            self._replace_disk(node_id)
+            return
         damage: Callable[[int], tuple[int, int]] | None = getattr(disk, "damage", None)
         if (
             damage is not None
@@ -423,6 +436,34 @@ class Simulation:
             if self.hosts[other].node.leader_id == node_id:
                 self.hosts[other].node.wake()  # the runtime learns of the death from SWIM
 
+    def _replace_disk(self, node_id: int) -> None:
+        """The node's store is lost: it starts from a fresh one (bootstrapped, as the runtime does for an initial
+        member) in the highest term it reached, its vote unknown, recovering until it holds an entry of a later
+        term (multiraft.node.term_guard)."""
+        floor = self.max_term.get(node_id, 0)
+        committed = self.hosts[node_id].storage.initial_state()[0].commit
+        fresh = self.new_disk(node_id, self.initial_conf if node_id <= self.params.nodes else None)
+        storage = fresh.storage
+        storage.set_hard_state(HardState(floor, UNKNOWN_VOTE, storage.initial_state()[0].commit))
+        fresh.sync()
+        self.disks[node_id].close()
+        self.disks[node_id] = fresh
+        self.recover_until[node_id] = (1, floor + 1)
+        self.stats["crashes losing the whole disk"] += 1
+        self.lost_disks.add(node_id)
+        if committed > storage.last_index():
+            self.stats["crashes losing committed entries"] += 1
+        self._note(f"crash {node_id}, losing its whole disk (recorded term {floor})")
+        for other in self.up:
+            if self.hosts[other].node.leader_id == node_id:
+                self.hosts[other].node.wake()
+
+    def _may_lose_disk(self, node_id: int) -> bool:
+        """As :meth:`_may_damage`, and every replica counts three voters or more: a group of two cannot elect
+        while one of them rebuilds a lost disk (see :meth:`_membership`)."""
+        smallest = min(len(host.node.conf_state.voters) for host in self.hosts.values())
+        return self._may_damage(node_id) and smallest >= 3
+
     def _may_damage(self, node_id: int) -> bool:
         """Damage one disk at a time, in groups of three voters or more: a majority of damaged disks (or the
         only copy) loses committed entries whatever the protocol does, and only waits for an operator."""
@@ -433,6 +474,8 @@ class Simulation:
     # Observer hooks, forwarded to the checker (plus acknowledgement tracking)
 
     def on_persist(self, host: ReplicaHost, ready: Ready) -> None:
+        if ready.hard_state is not None:  # the runtime records it before the store (TermGuard)
+            self.max_term[host.id] = max(self.max_term.get(host.id, 0), ready.hard_state.term)
         self.checker.on_persist(host, ready)
 
     def on_apply(self, host: ReplicaHost, entry: Entry, chain: int) -> None:
@@ -644,7 +687,10 @@ class Simulation:
         if learners:
             options.append(("promote", ConfChange.add_voter(rng.choice(learners))))
             options.append(("remove learner", ConfChange.remove_node(rng.choice(learners))))
-        if len(voters) > 1:
+        self.lost_disks = {i for i in self.lost_disks if i not in self.up or self.hosts[i].node.recovering_until}
+        # A group of two voters, one of them rebuilding a lost disk, cannot elect: that one never knows whether
+        # the other holds what it lost (docs/reliability.md). The operator shrinks such a group no further.
+        if len(voters) > (3 if self.lost_disks else 1):
             options.append(("remove voter", ConfChange.remove_node(rng.choice(voters))))
             options.append(("demote", ConfChange.add_learner(rng.choice(voters))))
         if len(voters) < 3 and new_ids:

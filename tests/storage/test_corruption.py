@@ -16,8 +16,10 @@ from storage import (
     EntryKind,
     LogStore,
     StorageError,
+    UnrepairableStoreError,
     check_store,
     repair_store,
+    set_aside_store,
 )
 from tests.storage._helpers import SMALL, data
 
@@ -153,11 +155,23 @@ def test_a_file_cut_inside_the_directory_of_logs_is_refused_with_a_clear_error_a
         LogStore.open(tmp_path, SMALL)
     report = check_store(tmp_path)
     assert report.unrecoverable == "the main database (the directory of logs) is damaged"
-    with pytest.raises(StorageError, match="cannot repair") as raised:
+    with pytest.raises(UnrepairableStoreError, match="cannot repair") as raised:
         repair_store(tmp_path)
-    assert "the directory of logs) is damaged. Move the data directory aside" in str(raised.value)
+    assert "the directory of logs) is damaged. Set it aside" in str(raised.value)
     assert data_file.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.lmdb"]  # no staging or damaged copy left
+
+
+def test_a_store_set_aside_is_kept_whole_and_the_next_open_starts_empty(tmp_path: Path) -> None:
+    _build(tmp_path)
+    data_file = _data_file(tmp_path)
+    _truncate(data_file, 2 * mmap.PAGESIZE)
+    before = data_file.read_bytes()
+    aside = Path(set_aside_store(tmp_path))
+    assert aside.parent == tmp_path and aside.name.startswith("log.lmdb.unrepairable-")
+    assert (aside / "data.mdb").read_bytes() == before
+    with LogStore.open(tmp_path, SMALL) as store:
+        assert list(store.logs()) == []
 
 
 def test_random_byte_flips_are_either_harmless_or_detected_and_repaired(tmp_path: Path) -> None:
