@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -69,7 +70,14 @@ async def _list_topics(request: pb.ListTopicsRequest, context: Any) -> pb.ListTo
     return pb.ListTopicsResponse(topics=[pb.TopicInfo(name=CURRENT_PRINCIPAL.get())])
 
 
-def _call(pki: dict[str, tuple[bytes, bytes]], *, require_client_auth: bool, client: str | None) -> str:
+async def _subscribe(request: pb.SubscribeRequest, context: Any) -> AsyncIterator[pb.FetchResponse]:
+    """A stream whose one item names the principal."""
+    yield pb.FetchResponse(topic=CURRENT_PRINCIPAL.get())
+
+
+def _call(
+    pki: dict[str, tuple[bytes, bytes]], *, require_client_auth: bool, client: str | None, stream: bool = False
+) -> str:
     async def run() -> str:
         auth = ClientAuth(NodeConfig(authentication=("mtls",)))
         server = grpc.aio.server(interceptors=[auth])
@@ -83,7 +91,17 @@ def _call(pki: dict[str, tuple[bytes, bytes]], *, require_client_auth: bool, cli
                 )
             },
         )
-        server.add_generic_rpc_handlers((handler,))
+        streams = grpc.method_handlers_generic_handler(
+            "multiraft.v1.Log",
+            {
+                "Subscribe": grpc.unary_stream_rpc_method_handler(
+                    _subscribe,
+                    request_deserializer=pb.SubscribeRequest.FromString,
+                    response_serializer=pb.FetchResponse.SerializeToString,
+                )
+            },
+        )
+        server.add_generic_rpc_handlers((handler, streams))
         credentials = grpc.ssl_server_credentials(
             [pki["server"][::-1]], root_certificates=pki["ca"][0], require_client_auth=require_client_auth
         )
@@ -94,6 +112,14 @@ def _call(pki: dict[str, tuple[bytes, bytes]], *, require_client_auth: bool, cli
             channel_credentials = grpc.ssl_channel_credentials(pki["ca"][0], key, chain)
             options = [("grpc.ssl_target_name_override", "localhost")]
             async with grpc.aio.secure_channel(f"127.0.0.1:{port}", channel_credentials, options=options) as channel:
+                if stream:
+                    subscribe = channel.unary_stream(
+                        "/multiraft.v1.Log/Subscribe",
+                        request_serializer=pb.SubscribeRequest.SerializeToString,
+                        response_deserializer=pb.FetchResponse.FromString,
+                    )
+                    items = [item async for item in subscribe(pb.SubscribeRequest(topic="t"), timeout=10)]
+                    return str(items[0].topic)
                 call = channel.unary_unary(
                     METHOD,
                     request_serializer=pb.ListTopicsRequest.SerializeToString,
@@ -111,8 +137,13 @@ def test_a_verified_client_certificate_makes_its_common_name_the_principal(pki: 
     assert _call(pki, require_client_auth=True, client="alice") == "User:alice"
 
 
-def test_a_client_without_a_certificate_or_token_is_refused_with_the_reason(pki: Any) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+def test_a_client_without_a_certificate_or_token_is_refused_with_the_reason(pki: Any, stream: bool) -> None:
     with pytest.raises(grpc.RpcError) as refused:
-        _call(pki, require_client_auth=False, client=None)
+        _call(pki, require_client_auth=False, client=None, stream=stream)
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
     assert "no credentials" in from_rpc_error(refused.value).message
+
+
+def test_a_stream_sees_the_principal_too(pki: Any) -> None:
+    assert _call(pki, require_client_auth=True, client="alice", stream=True) == "User:alice"
