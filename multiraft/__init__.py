@@ -104,6 +104,13 @@ __all__ = [
     "ConnectionFailedError",
     "StorageFailureError",
     "UnsupportedError",
+    "AuthenticationFailedError",
+    "AuthorizationFailedError",
+    "UserExistsError",
+    "UnknownUserError",
+    "AclBinding",
+    "AclFilter",
+    "UserInfo",
 ]
 
 __version__ = "0.1.0"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from multiraft.errors import (
     AssignmentChangedError,
+    AuthenticationFailedError,
+    AuthorizationFailedError,
     ConfigError,
     ConnectionFailedError,
     CorruptBatchError,
@@ -38,9 +40,13 @@ from multiraft.errors import (
     UnknownPartitionError,
     UnknownProducerIdError,
     UnknownTopicError,
+    UnknownUserError,
     UnsupportedError,
+    UserExistsError,
 )
 from rpc.client import (
+    AclBinding,
+    AclFilter,
     Admin,
     BatchMetadata,
     ClusterInfo,
@@ -54,6 +60,7 @@ from rpc.client import (
     TlsSettings,
     TopicInfo,
     TopicPartition,
+    UserInfo,
 )
 
 __all__ = [
@@ -70,6 +77,9 @@ __all__ = [
     "DrainStatus",
     "MoveInfo",
     "TlsSettings",
+    "AclBinding",
+    "AclFilter",
+    "UserInfo",
     # errors (multiraft.errors)
     "MultiraftError",
     "ConfigError",
@@ -102,4 +112,8 @@ __all__ = [
     "UnavailableError",
     "ConnectionFailedError",
     "StorageFailureError",
+    "AuthenticationFailedError",
+    "AuthorizationFailedError",
+    "UserExistsError",
+    "UnknownUserError",
 ]

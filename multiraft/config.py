@@ -580,8 +580,17 @@ def load_config(
 
 # Variables of ours that are not node settings (the client library reads them).
 _IGNORED_VARIABLES = frozenset(
-    {"MULTIRAFT_BOOTSTRAP", "MULTIRAFT_CLUSTER_DIR", "MULTIRAFT_TLS_CA", "MULTIRAFT_TLS_CERT", "MULTIRAFT_TLS_KEY"}
-)  # client settings
+    {
+        "MULTIRAFT_BOOTSTRAP",  # client settings
+        "MULTIRAFT_CLUSTER_DIR",
+        "MULTIRAFT_TLS_CA",
+        "MULTIRAFT_TLS_CERT",
+        "MULTIRAFT_TLS_KEY",
+        "MULTIRAFT_USER",
+        "MULTIRAFT_PASSWORD_FILE",
+        "MULTIRAFT_BOOTSTRAP_USER",  # read by multiraft.node.security: the cluster's first user
+    }
+)
 _DEBUG_PREFIX = "MULTIRAFT_DEBUG_"  # diagnostics switches, not settings
 
 

@@ -14,7 +14,8 @@ whichever side of the wire an error started on::
     ├── NotFoundError
     │   ├── UnknownTopicError
     │   ├── UnknownPartitionError
-    │   └── UnknownNodeError        no registered node has this id (drain, remove)
+    │   ├── UnknownNodeError        no registered node has this id (drain, remove)
+    │   └── UnknownUserError        no SCRAM user has this name
     ├── TopicExistsError
     ├── OffsetOutOfRangeError       below the log start or beyond the high watermark
     ├── NotLeaderError              retry on ``leader_id`` / ``leader_address`` (may be unknown)
@@ -27,6 +28,9 @@ whichever side of the wire an error started on::
     ├── NodeHasReplicasError        a node still holds replicas (drain it before removing it)
     ├── DrainRefusedError           draining would leave fewer active nodes than a topic's replication factor
     ├── OperationNotAllowedError    a peer asked for a controller operation peers may not forward
+    ├── AuthenticationFailedError   no, expired or wrong credentials (UNAUTHENTICATED); the message says which
+    ├── AuthorizationFailedError    no ACL allows it (PERMISSION_DENIED); names principal, operation, resource
+    ├── UserExistsError             ``multiraft user create`` of a user that exists
     ├── AssignmentChangedError      a planned replica change lost a race with another change; plan again
     ├── RequestTimeoutError         the request did not complete within its deadline (outcome unknown)
     ├── UnavailableError            the node or cluster cannot serve now; retry later
@@ -66,6 +70,10 @@ __all__ = [
     "InvalidProducerEpochError",
     "DrainRefusedError",
     "OperationNotAllowedError",
+    "AuthenticationFailedError",
+    "AuthorizationFailedError",
+    "UserExistsError",
+    "UnknownUserError",
     "NotEnoughReplicasError",
     "NodeHasReplicasError",
     "AssignmentChangedError",
@@ -240,6 +248,29 @@ class OperationNotAllowedError(MultiraftError):
 
     reason = "NOT_ALLOWED"
     code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class AuthenticationFailedError(MultiraftError):
+    """The call carries no valid credentials: none, an expired or forged token, an unknown user, a bad proof."""
+
+    reason = "AUTHENTICATION_FAILED"
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class AuthorizationFailedError(MultiraftError):
+    """The authenticated principal may not do this; ``principal``, ``operation`` and ``resource`` say what."""
+
+    reason = "AUTHORIZATION_FAILED"
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class UserExistsError(MultiraftError):
+    reason = "USER_EXISTS"
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class UnknownUserError(NotFoundError):
+    reason = "UNKNOWN_USER"
 
 
 class AssignmentChangedError(MultiraftError):

@@ -17,8 +17,10 @@ from grpc_reflection.v1alpha import reflection
 from multiraft.config import NodeConfig
 from multiraft.logging import get_logger
 from multiraft.node import Node, NodeServices
+from rpc.auth import ClientAuth
 from rpc.limits import RequestLimits, UndecodableRequests
 from rpc.proto import multiraft_pb2, multiraft_pb2_grpc
+from rpc.security_servicer import SecurityServicer
 from rpc.server_tls import client_port_credentials
 from rpc.servicers import AdminServicer, LogServicer
 
@@ -44,6 +46,7 @@ class GrpcFrontDoor:
     def __init__(self, config: NodeConfig) -> None:
         # An answer holds at most a fetch's worth of batches plus one (reads return at least one batch);
         # a metadata answer may be larger than a request.
+        self._auth = ClientAuth(config)  # authentication and ACLs of every call (rpc.auth)
         send = max(
             2 * config.max_request_bytes, config.fetch_max_bytes_limit + config.max_batch_bytes + _HEADROOM_BYTES
         )
@@ -55,7 +58,7 @@ class GrpcFrontDoor:
                 ("grpc.max_allowed_incoming_connections", config.max_client_connections),
             ],
             maximum_concurrent_rpcs=config.max_concurrent_rpcs,
-            interceptors=[UndecodableRequests()],
+            interceptors=[UndecodableRequests(), self._auth],
         )
         self._limits = RequestLimits(
             config.max_request_items, config.max_request_string_chars, config.max_stream_inflight_bytes
@@ -71,6 +74,8 @@ class GrpcFrontDoor:
         limits = self._limits
         multiraft_pb2_grpc.add_LogServicer_to_server(LogServicer(services.data, services.offsets, limits), server)
         multiraft_pb2_grpc.add_AdminServicer_to_server(AdminServicer(services.admin, services.offsets, limits), server)
+        multiraft_pb2_grpc.add_SecurityServicer_to_server(SecurityServicer(services.security, limits), server)
+        self._auth.attach(services.security)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         names = [d.full_name for d in multiraft_pb2.DESCRIPTOR.services_by_name.values()]
         reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)

@@ -20,6 +20,7 @@ from multiraft.cli._gossip import gossip_app
 from multiraft.cli._nemesis import nemesis
 from multiraft.cli._options import describe_error
 from multiraft.cli._produce import produce
+from multiraft.cli._security import acl_app, user_app
 from multiraft.cli._status import status
 from multiraft.cli._storage import storage_app
 from multiraft.cli._topic import topic_app
@@ -42,6 +43,8 @@ app.add_typer(storage_app, name="storage")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(bench_app, name="bench")
 app.command("nemesis")(nemesis)
+app.add_typer(user_app, name="user")
+app.add_typer(acl_app, name="acl")
 app.add_typer(gossip_app, name="gossip")
 
 
@@ -56,9 +59,19 @@ def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
     log_json: bool = typer.Option(False, "--log-json", help="Write logs to stderr as JSON lines."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    user: str | None = typer.Option(
+        None, "--user", envvar="MULTIRAFT_USER", help="Authenticate as this SCRAM-SHA-256 user."
+    ),
+    password_file: str | None = typer.Option(
+        None,
+        "--password-file",
+        envvar="MULTIRAFT_PASSWORD_FILE",
+        help="File whose first line is the --user's password (default: ask for it).",
+    ),
 ) -> None:
     """multiraft: a Raft-replicated, partitioned message log."""
     state.debug = debug
+    state.user, state.password_file = user, password_file
     # Client commands print results, not the client library's info logs: warnings and up unless asked.
     # (``node start`` configures logging again from its own config.)
     level = "debug" if debug else os.environ.get("MULTIRAFT_LOG_LEVEL") or "warning"

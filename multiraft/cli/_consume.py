@@ -35,6 +35,7 @@ from multiraft.cli._options import (
     TimeoutOption,
     bootstrap_addresses,
     client_tls,
+    credentials,
     fail,
     open_admin,
     silence_stdout,
@@ -225,6 +226,7 @@ def consume(
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         max_poll_records=500,
+        **credentials(),
         tls=client_tls(cluster_dir),
     )
     run = _Run(consumer, sys.stdout.buffer, group)

@@ -13,18 +13,22 @@ TLS (:func:`with_tls_options`, :func:`client_tls`): ``--tls-ca PEM`` (``MULTIRAF
 speak TLS and check the nodes' certificates against that CA; ``--tls-cert`` and ``--tls-key``
 (``MULTIRAFT_TLS_CERT``, ``MULTIRAFT_TLS_KEY``) present a client certificate. Without them, a ``--cluster-dir``
 started with ``--secure`` supplies its own (``DIR/tls``).
+
+A cluster with authentication wants credentials: ``multiraft --user NAME [--password-file FILE] ...`` (or
+``MULTIRAFT_USER`` and ``MULTIRAFT_PASSWORD_FILE``); without a password file the password is asked for.
 """
 
 from __future__ import annotations
 
 import functools
+import getpass
 import inspect
 import os
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypedDict, TypeVar
 
 import typer
 
@@ -43,6 +47,8 @@ __all__ = [
     "with_tls_options",
     "fail",
     "open_admin",
+    "credentials",
+    "read_password",
     "unescape",
 ]
 
@@ -173,7 +179,48 @@ def bootstrap_addresses(bootstrap: str | None, cluster_dir: Path | None) -> str:
 def open_admin(bootstrap: str | None, cluster_dir: Path | None, timeout_s: float) -> Admin:
     from rpc.client import Admin
 
-    return Admin(bootstrap_addresses(bootstrap, cluster_dir), request_timeout_s=timeout_s, tls=client_tls(cluster_dir))
+    return Admin(
+        bootstrap_addresses(bootstrap, cluster_dir),
+        request_timeout_s=timeout_s,
+        tls=client_tls(cluster_dir),
+        **credentials(),
+    )
+
+
+def read_password(path: str | None, prompt: str, *, confirm: bool = False) -> str:
+    """The first line of ``path``, or typed at a prompt (twice with ``confirm``); never echoed or logged."""
+    if path:
+        try:
+            with Path(path).open(encoding="utf-8") as file:
+                password = file.readline().rstrip("\r\n")
+        except OSError as exc:
+            fail(f"cannot read the password file {path}: {exc.strerror}")
+    else:
+        password = getpass.getpass(prompt)
+        if confirm and getpass.getpass("again: ") != password:
+            fail("the passwords differ")
+    if not password:
+        fail("the password is empty")
+    return password
+
+
+class Credentials(TypedDict, total=False):
+    user: str
+    password: str
+
+
+def credentials() -> Credentials:
+    """``user``/``password`` keyword arguments of a client, from ``--user``/``--password-file`` (or the
+    variables), asking for the password when no file is given; empty without a user."""
+    from multiraft.cli._common import state
+
+    user = state.user or os.environ.get("MULTIRAFT_USER")
+    if not user:
+        return Credentials()
+    path = state.password_file or os.environ.get("MULTIRAFT_PASSWORD_FILE")
+    if state.password is None:
+        state.password = read_password(path, f"password of {user}: ")
+    return Credentials(user=user, password=state.password)
 
 
 def unescape(text: str) -> bytes:

@@ -24,6 +24,7 @@ from multiraft.cli._options import (
     TimeoutOption,
     bootstrap_addresses,
     client_tls,
+    credentials,
     describe_error,
     fail,
     silence_stdout,
@@ -163,6 +164,7 @@ def produce(
         compression=compression.value,
         linger_ms=linger_ms,
         request_timeout_s=timeout,
+        **credentials(),
         tls=client_tls(cluster_dir),
     )
     try:

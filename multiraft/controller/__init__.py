@@ -3,7 +3,7 @@
 Pure Python with no I/O, clock, randomness or threads; the node runtime drives it. Modules:
 :mod:`.state` (ClusterState, commands, apply, encodings), :mod:`.topic_config` (config schema and topic
 names), :mod:`.placement` (replica placement, leader balance, rebalance and repair plans), :mod:`.node_state`
-(drain and undrain requests), :mod:`.errors`.
+(drain and undrain requests), :mod:`.security` (users, ACLs, the token key), :mod:`.errors`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from .errors import (
     ControllerError,
     DrainUnderReplicatesError,
     DuplicateTopicError,
+    DuplicateUserError,
     InvalidAssignmentError,
     InvalidConfigError,
     InvalidNodeError,
@@ -32,6 +33,7 @@ from .errors import (
     StaleAssignmentError,
     TopicNotFoundError,
     UnsupportedVersionError,
+    UserNotFoundError,
 )
 from .node_state import node_state_change
 from .placement import (
@@ -45,6 +47,27 @@ from .placement import (
     plan_repair,
     preferred_leader_moves,
     replica_move_step,
+)
+from .security import (
+    CLUSTER_RESOURCE,
+    MIN_SCRAM_ITERATIONS,
+    WILDCARD,
+    AclBinding,
+    AclFilter,
+    AclOperation,
+    AclPermission,
+    CreateAcls,
+    DeleteAcls,
+    DeleteUser,
+    PatternType,
+    ResourceType,
+    ScramCredential,
+    SecurityState,
+    SetTokenKey,
+    UpsertUser,
+    check_binding,
+    check_principal,
+    check_user_name,
 )
 from .state import (
     COMMAND_FORMAT_VERSION,
@@ -134,8 +157,30 @@ __all__ = [
     "ReplicaMove",
     "NodeRoom",
     "PreferredLeaderChange",
+    # security
+    "ResourceType",
+    "PatternType",
+    "AclOperation",
+    "AclPermission",
+    "AclBinding",
+    "AclFilter",
+    "ScramCredential",
+    "SecurityState",
+    "UpsertUser",
+    "DeleteUser",
+    "CreateAcls",
+    "DeleteAcls",
+    "SetTokenKey",
+    "CLUSTER_RESOURCE",
+    "WILDCARD",
+    "MIN_SCRAM_ITERATIONS",
+    "check_principal",
+    "check_binding",
+    "check_user_name",
     # errors
     "ControllerError",
+    "UserNotFoundError",
+    "DuplicateUserError",
     "TopicNotFoundError",
     "PartitionNotFoundError",
     "DuplicateTopicError",

@@ -36,6 +36,7 @@ from .errors import (
     OutOfOrderApplyError,
     StaleAssignmentError,
 )
+from .security import SECURITY_COMMAND_TYPES, SecurityCommand, apply_security
 from .topic_config import config_key, validate_topic_configs, validate_topic_name
 
 __all__ = ["ProducerIdBlock", "Outcome", "ApplyResult", "apply", "MAX_PRODUCER_ID_BLOCK"]
@@ -248,7 +249,15 @@ def _allocate_producer_ids(state: ClusterState, command: AllocateProducerIds) ->
     block = ProducerIdBlock(state.next_producer_id, command.count)
     if block.last > MAX_PRODUCER_ID:
         raise ControllerArgumentError("count", "the producer id space is exhausted")
-    return {"next_producer_id": block.last + 1}, block
+    changes: _Changes = {"next_producer_id": block.last + 1}
+    if command.principal:
+        changes["security"] = state.security.bind_producer_ids(block.first, block.count, command.principal)
+    return changes, block
+
+
+def _security(state: ClusterState, command: SecurityCommand) -> tuple[_Changes, Outcome]:
+    security = apply_security(state.security, command)
+    return ({} if security is state.security else {"security": security}), None
 
 
 _HANDLERS: dict[type, Callable[[ClusterState, Any], tuple[_Changes, Outcome]]] = {
@@ -259,4 +268,5 @@ _HANDLERS: dict[type, Callable[[ClusterState, Any], tuple[_Changes, Outcome]]] =
     SetPartitionReplicas: _set_partition_replicas,
     SetNodeState: _set_node_state,
     AllocateProducerIds: _allocate_producer_ids,
+    **dict.fromkeys(SECURITY_COMMAND_TYPES, _security),
 }

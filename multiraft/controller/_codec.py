@@ -8,7 +8,8 @@ A command is one compact JSON object (ASCII, sorted keys) with a format version 
 Other tags: ``register_node`` (``node``), ``delete_topic`` (``name``, ``internal``), ``alter_topic_configs``
 (``name``, ``set``, ``delete``), ``set_partition_replicas`` (``topic``, ``partition``, ``replicas``,
 ``learners``, ``preferred_leader``, ``expected_replicas``, ``expected_learners``: a list or null),
-``set_node_state`` (``node_id``, ``state``) and ``allocate_producer_ids`` (``count``). A node is
+``set_node_state`` (``node_id``, ``state``) and ``allocate_producer_ids`` (``count``, and ``principal`` when it
+is bound to one); the security commands are in :mod:`._security_codec`. A node is
 ``{"id","client","peer","gossip","rack","capacity","state"}`` with the state in lower case.
 
 A snapshot is a 9-byte header, ``b"MRCS"``, format version (u8) and the CRC-32 of the body (u32, little
@@ -45,7 +46,15 @@ from ._model import (
     SetPartitionReplicas,
     Topic,
 )
+from ._security_codec import (
+    SECURITY_TAGS,
+    decode_security,
+    decode_security_command,
+    encode_security_command,
+    security_obj,
+)
 from .errors import CommandDecodeError, CommandEncodeError, UnsupportedVersionError
+from .security import SECURITY_COMMAND_TYPES
 
 __all__ = [
     "COMMAND_FORMAT_VERSION",
@@ -125,7 +134,8 @@ _COMMAND_ENCODERS: dict[type, Callable[[Any], dict[str, Any]]] = {
         "expected_learners": _opt_list(c.expected_learners),
     },
     SetNodeState: lambda c: {"node_id": c.node_id, "state": NodeState(c.state).value},
-    AllocateProducerIds: lambda c: {"count": c.count},
+    AllocateProducerIds: lambda c: {"count": c.count, **({"principal": c.principal} if c.principal else {})},
+    **dict.fromkeys(SECURITY_COMMAND_TYPES, encode_security_command),
 }
 _TAGS: dict[type, str] = {
     RegisterNode: "register_node",
@@ -135,6 +145,7 @@ _TAGS: dict[type, str] = {
     SetPartitionReplicas: "set_partition_replicas",
     SetNodeState: "set_node_state",
     AllocateProducerIds: "allocate_producer_ids",
+    **SECURITY_TAGS,
 }
 
 
@@ -153,6 +164,9 @@ def _decode_command_obj(obj: Any) -> Command:
         _fail("command.t", "is missing or not a string")
     decoder = _COMMAND_DECODERS.get(tag)
     if decoder is None:
+        security = decode_security_command(tag, {k: v for k, v in obj.items() if k not in {"v", "t"}})
+        if security is not None:
+            return security
         raise UnsupportedVersionError(f"unknown command type {tag[:64]!r} (written by newer code?)")
     fields = {k: v for k, v in obj.items() if k not in {"v", "t"}}
     return decoder(_Obj(fields, tag))
@@ -301,7 +315,10 @@ _COMMAND_DECODERS: dict[str, Callable[[_Obj], Command]] = {
         expected_learners=o.optional_ints("expected_learners"),
     ),
     "set_node_state": lambda o: SetNodeState(o.exactly("node_id", "state").integer("node_id"), o.node_state("state")),
-    "allocate_producer_ids": lambda o: AllocateProducerIds(o.exactly("count").integer("count")),
+    "allocate_producer_ids": lambda o: AllocateProducerIds(
+        o.exactly(*(("count", "principal") if "principal" in o.value else ("count",))).integer("count"),
+        o.string("principal") if "principal" in o.value else "",
+    ),
 }
 
 
@@ -319,6 +336,8 @@ def encode_snapshot(state: ClusterState) -> bytes:
             "nodes": [_node_obj(state.nodes[n]) for n in sorted(state.nodes)],
             "topics": [_topic_obj(state.topics[name]) for name in sorted(state.topics)],
         }
+        if not state.security.empty:  # absent when empty: snapshots of clusters without security are unchanged
+            obj["security"] = security_obj(state.security)
         body = zlib.compress(_dumps(obj), 6)
     except (ValueError, TypeError, AttributeError) as exc:
         raise CommandEncodeError(f"cannot encode the snapshot: {exc}") from exc
@@ -367,7 +386,8 @@ def _topic_obj(topic: Topic) -> dict[str, Any]:
 
 
 def _decode_state(value: Any) -> ClusterState:
-    obj = _Obj(value, "snapshot", ("applied_index", "version", "next_group_id", "next_producer_id", "nodes", "topics"))
+    keys = ("applied_index", "version", "next_group_id", "next_producer_id", "nodes", "topics")
+    obj = _Obj(value, "snapshot", (*keys, "security") if isinstance(value, dict) and "security" in value else keys)
     nodes: dict[int, NodeInfo] = {}
     for item in obj.array("nodes"):
         node = _decode_node(item, "snapshot.nodes[]")
@@ -387,6 +407,7 @@ def _decode_state(value: Any) -> ClusterState:
         next_producer_id=obj.integer("next_producer_id"),
         applied_index=obj.integer("applied_index"),
         version=obj.integer("version"),
+        **({"security": decode_security(obj.value["security"])} if "security" in obj.value else {}),
     )
 
 

@@ -10,6 +10,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from .errors import ControllerError, InvalidNodeError, PartitionNotFoundError, TopicNotFoundError
+from .security import SECURITY_COMMAND_TYPES, SecurityCommand, SecurityState
 from .topic_config import validate_topic_configs, validate_topic_name
 
 __all__ = [
@@ -141,6 +142,7 @@ class ClusterState:
     next_producer_id: int = FIRST_PRODUCER_ID
     applied_index: int = 0
     version: int = 0
+    security: SecurityState = field(default_factory=SecurityState)  # users, ACLs, token key
 
     # ------------------------------------------------------------------------------------------- lookups
 
@@ -322,9 +324,11 @@ class SetNodeState:
 
 @dataclass(frozen=True)
 class AllocateProducerIds:
-    """Reserve ``count`` consecutive producer ids; the result is the first one."""
+    """Reserve ``count`` consecutive producer ids; the result is the first one. With a ``principal`` the block
+    is bound to it: only that principal may produce with its ids (authorization on)."""
 
     count: int
+    principal: str = ""
 
 
 Command = (
@@ -335,6 +339,7 @@ Command = (
     | SetPartitionReplicas
     | SetNodeState
     | AllocateProducerIds
+    | SecurityCommand
 )
 COMMAND_TYPES: tuple[type[Command], ...] = (
     RegisterNode,
@@ -344,4 +349,5 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     SetPartitionReplicas,
     SetNodeState,
     AllocateProducerIds,
+    *SECURITY_COMMAND_TYPES,
 )

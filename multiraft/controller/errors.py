@@ -8,6 +8,8 @@ and :attr:`ControllerError.metadata` gives the ErrorInfo metadata::
     ├── TopicNotFoundError                   UNKNOWN_TOPIC (NOT_FOUND)
     ├── PartitionNotFoundError               UNKNOWN_PARTITION (NOT_FOUND)
     ├── DuplicateTopicError                  TOPIC_EXISTS (ALREADY_EXISTS)
+    ├── UserNotFoundError                    UNKNOWN_USER (NOT_FOUND)
+    ├── DuplicateUserError                   USER_EXISTS (ALREADY_EXISTS)
     ├── ControllerArgumentError (ValueError) INVALID_ARGUMENT (INVALID_ARGUMENT; metadata field)
     │   ├── InvalidTopicNameError            field "name"
     │   ├── InvalidConfigError               field = the config key, also as ``key``
@@ -44,6 +46,8 @@ __all__ = [
     "TopicNotFoundError",
     "PartitionNotFoundError",
     "DuplicateTopicError",
+    "UserNotFoundError",
+    "DuplicateUserError",
     "ControllerArgumentError",
     "InvalidTopicNameError",
     "InvalidConfigError",
@@ -122,6 +126,36 @@ class DuplicateTopicError(ControllerError):
     @property
     def metadata(self) -> dict[str, str]:
         return {"topic": self.topic}
+
+
+class UserNotFoundError(ControllerError):
+    """No SCRAM user has this name."""
+
+    reason = "UNKNOWN_USER"
+    status = "NOT_FOUND"
+
+    def __init__(self, user: str) -> None:
+        super().__init__(f"unknown user {user!r}")
+        self.user = user
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {"user": self.user}
+
+
+class DuplicateUserError(ControllerError):
+    """A user with this name exists (and the request asked to create, not update)."""
+
+    reason = "USER_EXISTS"
+    status = "ALREADY_EXISTS"
+
+    def __init__(self, user: str) -> None:
+        super().__init__(f"user {user!r} already exists")
+        self.user = user
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {"user": self.user}
 
 
 class ControllerArgumentError(ControllerError, ValueError):

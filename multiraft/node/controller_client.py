@@ -17,7 +17,7 @@ from typing import Protocol
 
 from multiraft import controller as ctl
 from multiraft.errors import MultiraftError, NotLeaderError, RequestTimeoutError, UnavailableError
-from multiraft.node.controller_policy import check_peer_request, requester
+from multiraft.node.controller_policy import authorize_request, check_peer_request, requester
 from multiraft.node.peer_call import ask_peer
 from multiraft.node.peer_messages import (
     ControllerBody,
@@ -28,6 +28,7 @@ from multiraft.node.peer_messages import (
     encode_controller_request,
 )
 from multiraft.node.protocols import PeerCaller
+from multiraft.security import CURRENT_PRINCIPAL, Authorizer
 
 __all__ = ["RemoteController", "CONTROLLER_TIMEOUT_S"]
 
@@ -62,6 +63,7 @@ class RemoteController:
         live_peers: Callable[[], Collection[int]],
         rng: random.Random | None = None,
         max_topic_partitions: int = DEFAULT_MAX_TOPIC_PARTITIONS,
+        authorizer: Callable[[], Authorizer] | None = None,
     ) -> None:
         self._view = view
         self._local = local
@@ -69,10 +71,12 @@ class RemoteController:
         self._live_peers = live_peers
         self._rng = rng or random.Random()  # this loop's own: the scheduler's belongs to its thread
         self._max_topic_partitions = max_topic_partitions
+        self.authorizer = authorizer
 
     async def call(self, body: ControllerBody, *, timeout_s: float = CONTROLLER_TIMEOUT_S) -> ControllerOutcome:
-        """Run a metadata request on the controller leader; retry while leadership moves."""
-        request = ControllerRequest(body)
+        """Run a metadata request on the controller leader; retry while leadership moves. It carries the
+        principal of the client request being served, if any (``CURRENT_PRINCIPAL``)."""
+        request = ControllerRequest(body, principal=CURRENT_PRINCIPAL.get())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         last_error: MultiraftError = UnavailableError("the controller has no leader yet")
@@ -94,9 +98,11 @@ class RemoteController:
         cluster = self._view.cluster
         origin = requester(cluster, from_node, request)
         check_peer_request(cluster, origin, request, self._max_topic_partitions)
+        if self.authorizer is not None:
+            authorize_request(self.authorizer(), origin, request)
         leader = self._view.controller_leader
         if leader and leader not in (self._view.node_id, from_node) and not request.forwarded:
-            forwarded = ControllerRequest(request.body, forwarded=True, origin=origin)
+            forwarded = ControllerRequest(request.body, forwarded=True, origin=origin, principal=request.principal)
             return await self._remote(leader, forwarded, CONTROLLER_TIMEOUT_S)
         return ControllerOutcome.of(await self._local(request, CONTROLLER_TIMEOUT_S))
 

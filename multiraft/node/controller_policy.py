@@ -9,7 +9,13 @@ what concerns the peer itself:
   partition counts and replication factors within the client path's bounds;
 * drain, undrain or remove a node (a :class:`NodeStateRequest`, judged by the leader like a client's);
 * reserve a block of producer ids (InitProducer);
-* register or update *itself*: a ``RegisterNode`` whose node id is the requester's.
+* register or update *itself*: a ``RegisterNode`` whose node id is the requester's;
+* change users and ACLs (``UpsertUser``, ``DeleteUser``, ``CreateAcls``, ``DeleteAcls``), for a client.
+
+A client's change carries the client's ``principal``, and with authorization on the leader checks it against
+the ACLs again (:func:`authorize_request`): a forwarded drain needs cluster-action on the cluster, a topic
+change create/delete/alter on the topic, a user or ACL change alter on the cluster. A client's change without
+a principal is refused. The node's own work (registering, producer id blocks, the offsets topic) has none.
 
 Everything else (a placed ``CreateTopic``, ``SetPartitionReplicas``, a raw ``SetNodeState``, a
 ``DeleteTopic`` with ``internal``) only the controller leader's own node proposes, and a peer asking for it
@@ -26,9 +32,12 @@ from __future__ import annotations
 from multiraft import controller as ctl
 from multiraft.errors import InvalidArgumentError, OperationNotAllowedError
 from multiraft.node.offsets import OFFSETS_TOPIC
-from multiraft.node.peer_messages import ControllerRequest, CreateTopicRequest, NodeStateRequest
+from multiraft.node.peer_messages import ControllerBody, ControllerRequest, CreateTopicRequest, NodeStateRequest
+from multiraft.security import CLUSTER, Authorizer, Resource
 
-__all__ = ["requester", "check_peer_request"]
+__all__ = ["requester", "check_peer_request", "authorize_request", "client_operation"]
+
+_ADMIN_COMMANDS = (ctl.UpsertUser, ctl.DeleteUser, ctl.CreateAcls, ctl.DeleteAcls)
 
 _MAX_OFFSETS_PARTITIONS = 1_000
 
@@ -58,11 +67,39 @@ def check_peer_request(cluster: ctl.ClusterState, origin: int, request: Controll
         topic = cluster.topics.get(body.name)
         if (isinstance(body, ctl.DeleteTopic) and body.internal) or (topic is not None and topic.internal):
             raise _refused(origin, f"change the internal topic {body.name[:64]!r}")
+    elif isinstance(body, _ADMIN_COMMANDS):
+        pass  # a client's change: authorize_request judges its principal
     elif isinstance(body, ctl.RegisterNode):
         if body.node.node_id != origin:
             raise _refused(origin, f"register node {body.node.node_id} (a node registers only itself)")
     else:
         raise _refused(origin, f"forward {type(body).__name__} (only the controller leader's node proposes it)")
+
+
+def client_operation(body: ControllerBody) -> tuple[ctl.AclOperation, Resource] | None:
+    """The ACL operation and resource a client's change needs; None for the node's own work."""
+    topic = ctl.ResourceType.TOPIC
+    if isinstance(body, CreateTopicRequest):
+        return None if body.internal else (ctl.AclOperation.CREATE, Resource(topic, body.name))
+    if isinstance(body, ctl.DeleteTopic):
+        return None if body.internal else (ctl.AclOperation.DELETE, Resource(topic, body.name))
+    if isinstance(body, ctl.AlterTopicConfigs):
+        return ctl.AclOperation.ALTER, Resource(topic, body.name)
+    if isinstance(body, NodeStateRequest):
+        return ctl.AclOperation.CLUSTER_ACTION, CLUSTER
+    if isinstance(body, _ADMIN_COMMANDS):
+        return ctl.AclOperation.ALTER, CLUSTER
+    return None
+
+
+def authorize_request(authorizer: Authorizer, origin: int, request: ControllerRequest) -> None:
+    """Raise AuthorizationFailedError unless the request's principal may make the client change it asks for."""
+    needed = client_operation(request.body)
+    if needed is None or not authorizer.enabled:
+        return
+    if not request.principal:
+        raise _refused(origin, f"forward a client's {type(request.body).__name__} without the client's principal")
+    authorizer.check(request.principal, *needed)
 
 
 def _registered(cluster: ctl.ClusterState, node_id: int) -> bool:

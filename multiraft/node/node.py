@@ -47,6 +47,7 @@ from multiraft.node.reconfigure import Reconciler
 from multiraft.node.scheduler import Scheduler
 from multiraft.node.scrubber import SLICE_S as SCRUB_SLICE_S
 from multiraft.node.scrubber import Scrubber
+from multiraft.node.security import NodeSecurity, SecuritySettings
 from multiraft.node.services import (
     AdminService,
     AdminSettings,
@@ -85,6 +86,7 @@ class NodeServices:
     data: DataService
     offsets: OffsetsService
     admin: AdminService
+    security: NodeSecurity
 
 
 class FrontDoor(Protocol):
@@ -260,6 +262,12 @@ class Node(LoopOwned):
             self.liveness.peers,
             max_topic_partitions=config.max_topic_partitions,
         )
+        security = NodeSecurity(
+            SecuritySettings(config.authentication, config.auth_token_ttl_s, config.authorization, config.super_users),
+            directory,
+            controller,
+        )
+        controller.authorizer = security.authorizer  # the leader checks forwarded client changes
         status = StatusCollector(self.node_id, directory.leader_of, store_client, transport)
         rebalancer = self.rebalancer = Rebalancer(
             RebalanceSettings(
@@ -298,6 +306,8 @@ class Node(LoopOwned):
                     config.producer_id_block,
                     fetch_max_bytes_limit=config.fetch_max_bytes_limit,
                     max_inflight_produce_bytes=config.max_inflight_produce_bytes,
+                    bind_producer_ids=config.authorization,
+                    super_users=config.super_users,
                 ),
                 directory,
                 directory,
@@ -320,6 +330,7 @@ class Node(LoopOwned):
                 status,
                 moves,
             ),
+            security=security,
         )
         self._peer_service = PeerService(
             controller,
@@ -343,6 +354,7 @@ class Node(LoopOwned):
             loop.create_task(LeaderBroadcaster(directory, transport).run()),
             loop.create_task(rebalancer.run()),
             loop.create_task(capacity.run()),
+            loop.create_task(security.keep_token_key()),
         ]
         log.info(
             "node started",

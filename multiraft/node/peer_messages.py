@@ -134,11 +134,13 @@ ControllerBody = ctl.Command | CreateTopicRequest | NodeStateRequest
 @dataclass(frozen=True, slots=True)
 class ControllerRequest:
     """A metadata change for the controller leader; ``forwarded`` once a node has passed it on, and then
-    ``origin`` is the node that sent it to the forwarder (the one its allow-list judged)."""
+    ``origin`` is the node that sent it to the forwarder (the one its allow-list judged). ``principal`` is the
+    client on whose behalf it is made ("" for the node's own work); the leader checks its ACLs."""
 
     body: ControllerBody
     forwarded: bool = False
     origin: int = 0
+    principal: str = ""
 
 
 _COMMAND, _CREATE_TOPIC, _NODE_STATE = 0, 1, 2
@@ -165,6 +167,7 @@ def encode_controller_request(request: ControllerRequest) -> bytes:
         writer.u8(_COMMAND)
         writer.raw(ctl.encode_command(body))
     writer.i64(request.origin)
+    writer.text(request.principal)
     return writer.bytes()
 
 
@@ -194,7 +197,7 @@ def decode_controller_request(data: bytes) -> ControllerRequest:
             body = NodeStateRequest(node_id, _NODE_STATES[state], r.flag("force"))
         else:
             raise r.fail("type", f"is {tag}, not a known request type")
-        return ControllerRequest(body, forwarded, r.id("origin"))
+        return ControllerRequest(body, forwarded, r.id("origin"), r.text("principal"))
 
     return decode(data, "controller request", read)
 

@@ -16,6 +16,7 @@ from rpc.client._consumer import Consumer, arrow_schema
 from rpc.client._partitioner import partition_for_key
 from rpc.client._producer import Producer
 from rpc.client._records import BatchMetadata, Record, RecordMetadata, TopicPartition
+from rpc.client._security_admin import AclBinding, AclFilter, UserInfo
 from rpc.client._tls import TlsSettings
 
 __all__ = [
@@ -39,6 +40,9 @@ __all__ = [
     "TopicInfo",
     "TopicMetadata",
     "arrow_schema",
+    "AclBinding",
+    "AclFilter",
+    "UserInfo",
     "parse_bootstrap",
     "partition_for_key",
 ]

@@ -15,6 +15,7 @@ from multiraft.errors import (
 )
 from rpc.client._cluster import ClusterClient
 from rpc.client._records import TopicPartition
+from rpc.client._security_admin import SecurityAdmin
 from rpc.client._tls import TlsSettings
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
@@ -160,7 +161,7 @@ def _only_offset(response: pb.ListOffsetsResponse, partition: int) -> int:
     )
 
 
-class Admin:
+class Admin(SecurityAdmin):
     """Create, delete, list, describe and alter topics; describe the cluster; list offsets and consumer groups.
 
     >>> admin = Admin("127.0.0.1:7000")                        # doctest: +SKIP
@@ -174,15 +175,23 @@ class Admin:
         request_timeout_s: float = 30.0,
         connect_timeout_s: float | None = None,
         tls: TlsSettings | None = None,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
         """``connect_timeout_s``: give up after this long while no node has answered yet (a wrong bootstrap
         fails with "no node reachable at ..."); None: the request timeout (see :class:`ClusterClient`). ``tls``: reach
-        the cluster over TLS (:class:`TlsSettings`); None: plaintext."""
+        the cluster over TLS (:class:`TlsSettings`); None: plaintext. ``user``/``password``: SCRAM-SHA-256
+        credentials (see :class:`ClusterClient`)."""
         if isinstance(bootstrap, ClusterClient):
             self._client, self._owned = bootstrap, False
         else:
             client = ClusterClient(
-                bootstrap, request_timeout_s=request_timeout_s, connect_timeout_s=connect_timeout_s, tls=tls
+                bootstrap,
+                request_timeout_s=request_timeout_s,
+                connect_timeout_s=connect_timeout_s,
+                tls=tls,
+                user=user,
+                password=password,
             )
             self._client, self._owned = client, True
 

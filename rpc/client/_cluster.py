@@ -27,6 +27,7 @@ from multiraft.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from rpc.client._auth import AuthInterceptor, TokenSource, aio_interceptors
 from rpc.client._tls import TlsSettings, open_aio_channel, open_channel, tls_hint
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
@@ -95,6 +96,9 @@ class ClusterClient:
 
     ``tls``: reach the nodes over TLS (None: plaintext); every channel of the client, including the
     producer's and the consumer's streams, uses it.
+
+    ``user`` and ``password``: authenticate with SCRAM-SHA-256 and send the token with every call (renewed
+    before it expires); None: no credentials (a cluster without authentication, or mutual TLS).
     """
 
     def __init__(
@@ -105,10 +109,20 @@ class ClusterClient:
         metadata_max_age_s: float = 300.0,
         connect_timeout_s: float | None = None,
         tls: TlsSettings | None = None,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
         self._bootstrap = parse_bootstrap(bootstrap)
         self.tls = tls
         self.credentials = tls.credentials() if tls is not None else None
+        if (user is None) != (password is None):
+            raise ValueError("user and password go together")
+        self._raw_channels: dict[str, grpc.Channel] = {}  # without the token interceptor (authenticating)
+        self.token_source: TokenSource | None = None
+        if user is not None and password is not None:
+            self.token_source = TokenSource(
+                user, password, lambda: self._candidates(()), self._raw_channel, min(request_timeout_s, 10.0)
+            )
         self.request_timeout_s = request_timeout_s
         self._metadata_max_age_s = metadata_max_age_s
         self._connect_timeout_s = connect_timeout_s
@@ -123,7 +137,8 @@ class ClusterClient:
         with self._lock:
             self._closed = True
             channels, self._channels = self._channels, {}
-        for channel in channels.values():
+            raw, self._raw_channels = self._raw_channels, {}
+        for channel in [*channels.values(), *raw.values()]:
             channel.close()
 
     def __enter__(self) -> ClusterClient:
@@ -135,18 +150,34 @@ class ClusterClient:
     # ----------------------------------------------------------------------------------------- channels
 
     def channel(self, address: str) -> grpc.Channel:
+        """The channel to ``address``; its calls carry this client's credentials."""
+        if self.token_source is None:
+            return self._raw_channel(address)
+        with self._lock:
+            channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.intercept_channel(self._raw_channel(address), AuthInterceptor(self.token_source))
+            with self._lock:
+                channel = self._channels.setdefault(address, channel)
+        return channel
+
+    def _raw_channel(self, address: str) -> grpc.Channel:
         with self._lock:
             if self._closed:
                 raise ConnectionFailedError("the client is closed")
-            channel = self._channels.get(address)
+            channel = self._raw_channels.get(address)
             if channel is None:
                 channel = open_channel(address, CHANNEL_OPTIONS, self.credentials)
-                self._channels[address] = channel
+                self._raw_channels[address] = channel
             return channel
+
+    def aio_interceptors(self) -> list[Any]:
+        """Interceptors that give a ``grpc.aio`` channel this client's SCRAM token (none without a user)."""
+        return aio_interceptors(self.token_source)
 
     def aio_channel(self, address: str, options: Sequence[tuple[str, Any]] = CHANNEL_OPTIONS) -> grpc.aio.Channel:
         """A new ``grpc.aio`` channel to ``address`` with this client's security (the caller closes it)."""
-        return open_aio_channel(address, options, self.credentials)
+        return open_aio_channel(address, options, self.credentials, self.aio_interceptors())
 
     def log_stub(self, address: str) -> pb_grpc.LogStub:
         return pb_grpc.LogStub(self.channel(address))
@@ -188,6 +219,13 @@ class ClusterClient:
         found = metadata.topics.get(name)
         if found is None and not refresh:
             found = self.metadata(refresh=True).topics.get(name)
+        if found is None:
+            # Asked by name, a cluster with ACLs says whether the topic is hidden from this principal
+            # (AUTHORIZATION_FAILED, as Kafka's TOPIC_AUTHORIZATION_FAILED) rather than absent.
+            named = pb.MetadataRequest(topics=[name])
+            with contextlib.suppress(UnknownTopicError):
+                self.call_any(lambda stub, timeout: stub.Metadata(named, timeout=timeout))
+                found = self.metadata(refresh=True).topics.get(name)
         if found is None:
             raise UnknownTopicError(f"unknown topic {name!r}", topic=name)
         return found

@@ -107,6 +107,8 @@ class Consumer:
         request_timeout_s: float = 30.0,
         metadata_max_age_s: float = 30.0,
         tls: TlsSettings | None = None,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest"):
             raise ConfigError("auto_offset_reset", f"must be 'earliest' or 'latest', got {auto_offset_reset!r}")
@@ -123,7 +125,9 @@ class Consumer:
                 raise ConfigError(name, f"must be > 0, got {value}")
         if fetch_max_wait_ms < 0:
             raise ConfigError("fetch_max_wait_ms", f"must be >= 0, got {fetch_max_wait_ms}")
-        self._client = ClusterClient(bootstrap, request_timeout_s=request_timeout_s, tls=tls)
+        self._client = ClusterClient(
+            bootstrap, request_timeout_s=request_timeout_s, tls=tls, user=user, password=password
+        )
         self._group_id = group_id
         self._auto_offset_reset = auto_offset_reset
         self._auto_commit = enable_auto_commit and group_id is not None
@@ -139,7 +143,9 @@ class Consumer:
         self._subscription_start: Start = None
         self._next_metadata_check = 0.0
         self._completed = threading.Event()
-        self._fetcher = StreamFetcher(self._completed.set, credentials=self._client.credentials)
+        self._fetcher = StreamFetcher(
+            self._completed.set, credentials=self._client.credentials, interceptors=self._client.aio_interceptors()
+        )
         weakref.finalize(self, self._fetcher.close)  # a consumer dropped without close() stops its thread
         self._rotation = 0
         self._closed = False

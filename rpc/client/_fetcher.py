@@ -19,7 +19,7 @@ import asyncio
 import collections
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -132,10 +132,16 @@ class StreamFetcher:
     channels), started on the first :meth:`open` and stopped by :meth:`close`."""
 
     def __init__(
-        self, notify: Callable[[], None], *, window: int = 2, credentials: grpc.ChannelCredentials | None = None
+        self,
+        notify: Callable[[], None],
+        *,
+        window: int = 2,
+        credentials: grpc.ChannelCredentials | None = None,
+        interceptors: Sequence[Any] = (),
     ) -> None:
         self._notify = notify
         self._credentials = credentials
+        self._interceptors = list(interceptors)  # the client's SCRAM token, if any
         self._window = window
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -160,7 +166,7 @@ class StreamFetcher:
     def _stub(self, address: str) -> pb_grpc.LogStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = open_aio_channel(address, _STREAM_CHANNEL_OPTIONS, self._credentials)
+            channel = open_aio_channel(address, _STREAM_CHANNEL_OPTIONS, self._credentials, self._interceptors)
             self._channels[address] = channel
             stub = self._stubs[address] = pb_grpc.LogStub(channel)
         return stub

@@ -393,6 +393,8 @@ class Producer:
         replay_key: str | None = None,
         replay_epoch: int = 0,
         tls: TlsSettings | None = None,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
         if linger_ms < 0:
             raise ConfigError("linger_ms", f"must be >= 0, got {linger_ms}")
@@ -435,7 +437,12 @@ class Producer:
         elif replay_epoch != 0:
             raise ConfigError("replay_epoch", "is only meaningful with replay_key")
         self._client = ClusterClient(
-            bootstrap, request_timeout_s=request_timeout_s, metadata_max_age_s=metadata_max_age_s, tls=tls
+            bootstrap,
+            request_timeout_s=request_timeout_s,
+            metadata_max_age_s=metadata_max_age_s,
+            tls=tls,
+            user=user,
+            password=password,
         )
         self._topics: dict[str, _TopicInfo] = {}
         self._learned_max_bytes: dict[str, int] = {}

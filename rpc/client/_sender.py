@@ -46,6 +46,8 @@ import grpc
 import grpc.aio
 
 from multiraft.errors import (
+    AuthenticationFailedError,
+    AuthorizationFailedError,
     ConnectionFailedError,
     MultiraftError,
     NotLeaderError,
@@ -246,7 +248,13 @@ class Sender:
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                         return None
-                    log.debug("InitProducer failed", address=address, error=str(from_rpc_error(exc)))
+                    error = from_rpc_error(exc)
+                    if isinstance(error, AuthenticationFailedError | AuthorizationFailedError):
+                        # No retry mends credentials or ACLs: the producer stops, as Kafka's does.
+                        self._fatal = error
+                        self._fail_everything(error)
+                        return None
+                    log.debug("InitProducer failed", address=address, error=str(error))
                     continue
                 return response.producer_id, response.producer_epoch
             await asyncio.sleep(backoff)
@@ -255,7 +263,7 @@ class Sender:
 
     async def _init_producer(self) -> None:
         producer = await self._new_producer_id()
-        if producer is None and not self._stopping:
+        if producer is None and not self._stopping and self._fatal is None:
             log.warning("the cluster does not support idempotent produce (InitProducer); retries may duplicate")
             self.idempotent = False
         self._producer = producer

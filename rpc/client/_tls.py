@@ -63,10 +63,13 @@ def open_channel(address: str, options: Options, credentials: grpc.ChannelCreden
     return grpc.secure_channel(address, credentials, options=options)
 
 
-def open_aio_channel(address: str, options: Options, credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
+def open_aio_channel(
+    address: str, options: Options, credentials: grpc.ChannelCredentials | None, interceptors: Sequence[Any] = ()
+) -> grpc.aio.Channel:
+    """``interceptors``: the client's token (rpc.client._auth), if it has a user."""
     if credentials is None:
-        return grpc.aio.insecure_channel(address, options=options)
-    return grpc.aio.secure_channel(address, credentials, options=options)
+        return grpc.aio.insecure_channel(address, options=options, interceptors=list(interceptors) or None)
+    return grpc.aio.secure_channel(address, credentials, options=options, interceptors=list(interceptors) or None)
 
 
 def tls_hint(transport_error: str, tls: TlsSettings | None) -> str | None:

@@ -924,3 +924,344 @@ class Admin:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class SecurityStub:
+    """------------------------------------------------------------------------------------------------ security
+
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Authenticate = channel.unary_unary(
+                '/multiraft.v1.Security/Authenticate',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.AuthenticateRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.AuthenticateResponse.FromString,
+                _registered_method=True)
+        self.UpsertUser = channel.unary_unary(
+                '/multiraft.v1.Security/UpsertUser',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.UpsertUserRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.UpsertUserResponse.FromString,
+                _registered_method=True)
+        self.DeleteUser = channel.unary_unary(
+                '/multiraft.v1.Security/DeleteUser',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.DeleteUserRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.DeleteUserResponse.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/multiraft.v1.Security/ListUsers',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/multiraft.v1.Security/CreateAcls',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/multiraft.v1.Security/DeleteAcls',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/multiraft.v1.Security/DescribeAcls',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+
+
+class SecurityServicer:
+    """------------------------------------------------------------------------------------------------ security
+
+    """
+
+    def Authenticate(self, request, context):
+        """SCRAM-SHA-256 (RFC 5802/7677) in two calls on the same node: the first sends client-first (no
+        session_id) and gets server-first and a session_id; the second sends client-final with the session_id
+        and gets server-final and a bearer token valid for the node's auth_token_ttl_s, which every node accepts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpsertUser(self, request, context):
+        """SCRAM users: the client computes the credential; the password never crosses the wire.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateAcls(self, request, context):
+        """ACLs (Kafka's model; deny wins). Changing them needs alter on the cluster, listing describe.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_SecurityServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Authenticate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Authenticate,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.AuthenticateRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.AuthenticateResponse.SerializeToString,
+            ),
+            'UpsertUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpsertUser,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.UpsertUserRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.UpsertUserResponse.SerializeToString,
+            ),
+            'DeleteUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUser,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.DeleteUserRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.DeleteUserResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.ListUsersRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.CreateAclsRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'multiraft.v1.Security', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('multiraft.v1.Security', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Security:
+    """------------------------------------------------------------------------------------------------ security
+
+    """
+
+    @staticmethod
+    def Authenticate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Security/Authenticate',
+            rpc_dot_proto_dot_multiraft__pb2.AuthenticateRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.AuthenticateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpsertUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Security/UpsertUser',
+            rpc_dot_proto_dot_multiraft__pb2.UpsertUserRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.UpsertUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Security/DeleteUser',
+            rpc_dot_proto_dot_multiraft__pb2.DeleteUserRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.DeleteUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Security/ListUsers',
+            rpc_dot_proto_dot_multiraft__pb2.ListUsersRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Security/CreateAcls',
+            rpc_dot_proto_dot_multiraft__pb2.CreateAclsRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Security/DeleteAcls',
+            rpc_dot_proto_dot_multiraft__pb2.DeleteAclsRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Security/DescribeAcls',
+            rpc_dot_proto_dot_multiraft__pb2.DescribeAclsRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -13,6 +13,11 @@ Errors. A failed call ends with a gRPC status whose details hold a google.rpc.Er
   OUT_OF_ORDER_SEQUENCE, PRODUCER_FENCED, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH (FAILED_PRECONDITION)
   NODE_HAS_REPLICAS, DRAIN_REFUSED (FAILED_PRECONDITION)   ASSIGNMENT_CHANGED (ABORTED)
   TIMEOUT (DEADLINE_EXCEEDED)   UNAVAILABLE (UNAVAILABLE)   STORAGE_ERROR (INTERNAL)
+  AUTHENTICATION_FAILED (UNAUTHENTICATED; no, expired or forged token, unknown user, bad proof)
+  AUTHORIZATION_FAILED (PERMISSION_DENIED; metadata principal, operation, resource_type, resource_name)
+  UNKNOWN_USER (NOT_FOUND)   USER_EXISTS (ALREADY_EXISTS)
+With authentication on, every call but Security.Authenticate carries `authorization: Bearer <token>`
+metadata (a token from Authenticate), or comes over a TLS connection with a verified client certificate.
 A stream that must outlive one failed item carries the same information in the item's `error` field.
 Offsets are record offsets within a partition; indexes are Raft log indexes and never appear here.
 """
@@ -299,3 +304,103 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         """Consumer groups that have committed offsets."""
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class SecurityStub:
+    """------------------------------------------------------------------------------------------------ security"""
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> SecurityAsyncStub: ...
+    Authenticate: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.AuthenticateRequest, _multiraft_pb2.AuthenticateResponse]
+    """SCRAM-SHA-256 (RFC 5802/7677) in two calls on the same node: the first sends client-first (no
+    session_id) and gets server-first and a session_id; the second sends client-final with the session_id
+    and gets server-final and a bearer token valid for the node's auth_token_ttl_s, which every node accepts.
+    """
+    UpsertUser: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.UpsertUserRequest, _multiraft_pb2.UpsertUserResponse]
+    """SCRAM users: the client computes the credential; the password never crosses the wire."""
+    DeleteUser: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.DeleteUserRequest, _multiraft_pb2.DeleteUserResponse]
+    ListUsers: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.ListUsersRequest, _multiraft_pb2.ListUsersResponse]
+    CreateAcls: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.CreateAclsRequest, _multiraft_pb2.CreateAclsResponse]
+    """ACLs (Kafka's model; deny wins). Changing them needs alter on the cluster, listing describe."""
+    DeleteAcls: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.DeleteAclsRequest, _multiraft_pb2.DeleteAclsResponse]
+    DescribeAcls: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.DescribeAclsRequest, _multiraft_pb2.DescribeAclsResponse]
+
+@_typing.type_check_only
+class SecurityAsyncStub(SecurityStub):
+    """------------------------------------------------------------------------------------------------ security"""
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    Authenticate: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.AuthenticateRequest, _multiraft_pb2.AuthenticateResponse]  # type: ignore[assignment]
+    """SCRAM-SHA-256 (RFC 5802/7677) in two calls on the same node: the first sends client-first (no
+    session_id) and gets server-first and a session_id; the second sends client-final with the session_id
+    and gets server-final and a bearer token valid for the node's auth_token_ttl_s, which every node accepts.
+    """
+    UpsertUser: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.UpsertUserRequest, _multiraft_pb2.UpsertUserResponse]  # type: ignore[assignment]
+    """SCRAM users: the client computes the credential; the password never crosses the wire."""
+    DeleteUser: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.DeleteUserRequest, _multiraft_pb2.DeleteUserResponse]  # type: ignore[assignment]
+    ListUsers: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.ListUsersRequest, _multiraft_pb2.ListUsersResponse]  # type: ignore[assignment]
+    CreateAcls: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.CreateAclsRequest, _multiraft_pb2.CreateAclsResponse]  # type: ignore[assignment]
+    """ACLs (Kafka's model; deny wins). Changing them needs alter on the cluster, listing describe."""
+    DeleteAcls: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.DeleteAclsRequest, _multiraft_pb2.DeleteAclsResponse]  # type: ignore[assignment]
+    DescribeAcls: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.DescribeAclsRequest, _multiraft_pb2.DescribeAclsResponse]  # type: ignore[assignment]
+
+class SecurityServicer(metaclass=_abc_1.ABCMeta):
+    """------------------------------------------------------------------------------------------------ security"""
+
+    @_abc_1.abstractmethod
+    def Authenticate(
+        self,
+        request: _multiraft_pb2.AuthenticateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.AuthenticateResponse, _abc.Awaitable[_multiraft_pb2.AuthenticateResponse]]:
+        """SCRAM-SHA-256 (RFC 5802/7677) in two calls on the same node: the first sends client-first (no
+        session_id) and gets server-first and a session_id; the second sends client-final with the session_id
+        and gets server-final and a bearer token valid for the node's auth_token_ttl_s, which every node accepts.
+        """
+
+    @_abc_1.abstractmethod
+    def UpsertUser(
+        self,
+        request: _multiraft_pb2.UpsertUserRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.UpsertUserResponse, _abc.Awaitable[_multiraft_pb2.UpsertUserResponse]]:
+        """SCRAM users: the client computes the credential; the password never crosses the wire."""
+
+    @_abc_1.abstractmethod
+    def DeleteUser(
+        self,
+        request: _multiraft_pb2.DeleteUserRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.DeleteUserResponse, _abc.Awaitable[_multiraft_pb2.DeleteUserResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListUsers(
+        self,
+        request: _multiraft_pb2.ListUsersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.ListUsersResponse, _abc.Awaitable[_multiraft_pb2.ListUsersResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateAcls(
+        self,
+        request: _multiraft_pb2.CreateAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.CreateAclsResponse, _abc.Awaitable[_multiraft_pb2.CreateAclsResponse]]:
+        """ACLs (Kafka's model; deny wins). Changing them needs alter on the cluster, listing describe."""
+
+    @_abc_1.abstractmethod
+    def DeleteAcls(
+        self,
+        request: _multiraft_pb2.DeleteAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.DeleteAclsResponse, _abc.Awaitable[_multiraft_pb2.DeleteAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeAcls(
+        self,
+        request: _multiraft_pb2.DescribeAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.DescribeAclsResponse, _abc.Awaitable[_multiraft_pb2.DescribeAclsResponse]]: ...
+
+def add_SecurityServicer_to_server(servicer: SecurityServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from multiraft.errors import REASONS
 from multiraft.launcher import cluster_down, cluster_status, node_serving
 from rpc.proto import multiraft_pb2 as pb
+from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import from_rpc_error
 from storage import HEADER_SIZE, encode_batch
 from tests.integration._helpers import Cluster, assert_replicas_identical, fetch_all, produce, wait_settled
@@ -394,6 +395,70 @@ def test_drain_undrain_and_remove_answer_every_request_precisely(
     else:  # never of a member: the other fuzzers need every node active
         request = pb.DrainNodeRequest(node_id=node_id if node_id not in cluster.info.nodes else -node_id, force=force)
         _answered_precisely(lambda: admin.DrainNode(request, timeout=30), cluster, node)
+
+
+acl_words = st.one_of(
+    st.sampled_from(["", "topic", "group", "cluster", "literal", "prefixed", "read", "all", "allow", "deny", "*"]),
+    st.sampled_from(["User:alice", "User:*", "User:", "alice", "multiraft-cluster", "cluster-action"]),
+    st.text(max_size=12),
+)
+acl_fields = st.tuples(*(acl_words,) * 6)
+
+
+SECURITY_RPCS = ["Authenticate", "UpsertUser", "DeleteUser", "ListUsers", "CreateAcls", "DeleteAcls", "DescribeAcls"]
+
+
+@fuzzes(*SECURITY_RPCS)
+@fuzz(30)
+@given(
+    node=st.integers(1, 3),
+    rpc=st.sampled_from(SECURITY_RPCS),
+    name=odd_names,
+    message=st.one_of(st.text(max_size=80), st.sampled_from(["n,,n=u,r=abc", "n,,", "c=biws,r=x,p=AAAA", "y,,"])),
+    salt=st.binary(max_size=80),
+    iterations=int32s,
+    keys=st.tuples(st.binary(max_size=40), st.binary(max_size=40)),
+    bindings=large(acl_fields),
+)
+def test_authentication_users_and_acls_answer_every_request_precisely(
+    fuzzed: tuple[Cluster, Any],
+    node: int,
+    rpc: str,
+    name: str,
+    message: str,
+    salt: bytes,
+    iterations: int,
+    keys: tuple[bytes, bytes],
+    bindings: list[tuple[str, ...]],
+) -> None:
+    """On a cluster without authentication, Authenticate is refused (UNAUTHENTICATED); users and ACLs change."""
+    cluster, _ = fuzzed
+    stub = pb_grpc.SecurityStub(cluster.client.channel(cluster.info.nodes[node].client_address))
+    fields = ("principal", "resource_type", "resource_name", "pattern_type", "operation", "permission")
+    acls = [pb.AclBinding(**dict(zip(fields, row, strict=True))) for row in bindings]
+    requests: dict[str, Callable[[], object]] = {
+        "Authenticate": lambda: stub.Authenticate(
+            pb.AuthenticateRequest(mechanism="SCRAM-SHA-256", session_id=name, message=message), timeout=30
+        ),
+        "UpsertUser": lambda: stub.UpsertUser(
+            pb.UpsertUserRequest(
+                name=name,
+                credential=pb.ScramCredential(salt=salt, iterations=iterations, stored_key=keys[0], server_key=keys[1]),
+            ),
+            timeout=30,
+        ),
+        "DeleteUser": lambda: stub.DeleteUser(pb.DeleteUserRequest(name=name), timeout=30),
+        "ListUsers": lambda: stub.ListUsers(pb.ListUsersRequest(), timeout=30),
+        "CreateAcls": lambda: stub.CreateAcls(pb.CreateAclsRequest(bindings=acls), timeout=30),
+        "DeleteAcls": lambda: stub.DeleteAcls(
+            pb.DeleteAclsRequest(filters=[pb.AclFilter(**dict(zip(fields, row, strict=True))) for row in bindings]),
+            timeout=30,
+        ),
+        "DescribeAcls": lambda: stub.DescribeAcls(
+            pb.DescribeAclsRequest(filter=pb.AclFilter(principal=name)), timeout=30
+        ),
+    }
+    _answered_precisely(requests[rpc], cluster, node)
 
 
 def test_every_rpc_is_fuzzed() -> None:

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from multiraft import controller as ctl
-from multiraft.errors import InvalidArgumentError, MultiraftError, OperationNotAllowedError
+from multiraft.errors import AuthorizationFailedError, InvalidArgumentError, MultiraftError, OperationNotAllowedError
 from multiraft.node.controller_client import RemoteController
 from multiraft.node.offsets import OFFSETS_TOPIC
 from multiraft.node.peer_messages import (
@@ -36,6 +36,7 @@ from multiraft.node.peer_messages import (
     encode_controller_request,
 )
 from multiraft.node.peer_service import PeerService
+from multiraft.security import Authorizer
 from tests.controller._helpers import cluster, create_topic, node, run
 from tests.controller.strategies import any_commands, small_commands
 
@@ -87,9 +88,18 @@ class Node:
     view: View = field(default_factory=View)
     local: Local = field(default_factory=Local)
     peers: Peers = field(default_factory=Peers)
+    authorizer: Authorizer | None = None  # authorization on: forwarded client changes are checked
 
     def service(self) -> PeerService:
-        controller = RemoteController(self.view, self.local, self.peers, set, max_topic_partitions=100)
+        authorizer = self.authorizer
+        controller = RemoteController(
+            self.view,
+            self.local,
+            self.peers,
+            set,
+            max_topic_partitions=100,
+            authorizer=None if authorizer is None else lambda: authorizer,
+        )
         unused: Any = None  # the CONTROLLER kind touches nothing else
         return PeerService(controller, unused, unused, unused, list, unused)
 
@@ -213,3 +223,58 @@ def test_whatever_a_peer_sends_only_allowed_operations_on_its_own_behalf_reach_t
     if isinstance(command, ctl.DeleteTopic | ctl.AlterTopicConfigs):
         assert not (isinstance(command, ctl.DeleteTopic) and command.internal)
         assert not (command.name in state.topics and state.topics[command.name].internal)
+
+
+# ------------------------------------------------------------------------------------------- authorization
+
+ALICE_MAY = [
+    ctl.AclBinding(
+        "User:alice",
+        ctl.ResourceType.TOPIC,
+        "a-",
+        ctl.PatternType.PREFIXED,
+        ctl.AclOperation.ALL,
+        ctl.AclPermission.ALLOW,
+    )
+]
+
+
+def _guarded(view: View | None = None) -> Node:
+    return Node(view or View(), authorizer=Authorizer(ALICE_MAY, ["User:admin"]))
+
+
+CLIENT_CHANGES: list[tuple[str, ControllerBody]] = [
+    ("create a topic", CreateTopicRequest("orders-2", 1, 1)),
+    ("delete a topic", ctl.DeleteTopic("orders")),
+    ("alter a topic", ctl.AlterTopicConfigs("orders", {"retention.ms": "1"})),
+    ("drain a node", NodeStateRequest(VICTIM, ctl.NodeState.DRAINING)),
+    ("create a user", ctl.UpsertUser("mallory", ctl.ScramCredential(b"s" * 16, 4096, b"a" * 32, b"b" * 32))),
+    ("grant an ACL", ctl.CreateAcls(tuple(replace(b, principal="User:mallory") for b in ALICE_MAY))),
+]
+
+
+@pytest.mark.parametrize("body", [b for _, b in CLIENT_CHANGES], ids=[n for n, _ in CLIENT_CHANGES])
+def test_a_forwarded_client_change_is_checked_against_the_original_principal(body: ControllerBody) -> None:
+    leader = _guarded()
+    refused = leader.send(PEER, ControllerRequest(body, principal="User:alice"))
+    assert type(refused) is AuthorizationFailedError and "User:alice may not" in refused.message
+    anonymous = leader.send(PEER, ControllerRequest(body))
+    assert type(anonymous) is OperationNotAllowedError and "without the client's principal" in anonymous.message
+    assert leader.reached == []
+    assert leader.send(PEER, ControllerRequest(body, principal="User:admin")) == ControllerOutcome()
+    assert leader.reached == [ControllerRequest(body, principal="User:admin")]
+
+
+def test_what_the_principal_may_do_and_the_nodes_own_work_are_served_and_the_principal_is_passed_on() -> None:
+    leader = _guarded()
+    for request in (
+        ControllerRequest(CreateTopicRequest("a-topic", 1, 1), principal="User:alice"),
+        ControllerRequest(CreateTopicRequest(OFFSETS_TOPIC, 8, 3, internal=True)),
+        ControllerRequest(ctl.AllocateProducerIds(10, "User:alice"), principal="User:alice"),
+        ControllerRequest(_register(PEER)),
+    ):
+        assert leader.send(PEER, request) == ControllerOutcome()
+    forwarder = _guarded(View(node_id=VICTIM, controller_leader=SELF))
+    forwarder.send(PEER, ControllerRequest(ctl.DeleteTopic("a-topic"), principal="User:alice"))
+    [(_, passed_on)] = forwarder.peers.forwarded
+    assert passed_on.principal == "User:alice"

@@ -128,6 +128,32 @@ class FaultyServices:
     async def remove_node(self, node_id: int) -> None:
         self._step("remove_node")
 
+    # security
+    def scram_first(self, client_first: str) -> tuple[str, str]:
+        self._step("scram_first")
+        return "session", "r=abc,s=AAAA,i=4096"
+
+    async def upsert_user(self, name: str, credential: Any, *, create_only: bool) -> None:
+        self._step("upsert_user")
+
+    async def delete_user(self, name: str) -> None:
+        self._step("delete_user")
+
+    def list_users(self) -> list[tuple[str, int]]:
+        self._step("list_users")
+        return [("alice", 4096)]
+
+    async def create_acls(self, bindings: Any) -> None:
+        self._step("create_acls")
+
+    async def delete_acls(self, filters: Any) -> list[Any]:
+        self._step("delete_acls")
+        return []
+
+    def describe_acls(self, filters: Any) -> list[Any]:
+        self._step("describe_acls")
+        return []
+
 
 Call = Callable[[Stubs], Any]
 
@@ -208,6 +234,37 @@ CASES: dict[str, tuple[str, Call, bool]] = {
         False,
     ),
     "ListGroups": ("list_groups", lambda s: s.admin.ListGroups(pb.ListGroupsRequest(), timeout=TIMEOUT_S), False),
+    "Authenticate": (
+        "scram_first",
+        lambda s: s.security.Authenticate(
+            pb.AuthenticateRequest(mechanism="SCRAM-SHA-256", message="n,,n=alice,r=abc"), timeout=TIMEOUT_S
+        ),
+        False,
+    ),
+    "UpsertUser": (
+        "upsert_user",
+        lambda s: s.security.UpsertUser(pb.UpsertUserRequest(name="alice"), timeout=TIMEOUT_S),
+        False,
+    ),
+    "DeleteUser": (
+        "delete_user",
+        lambda s: s.security.DeleteUser(pb.DeleteUserRequest(name="alice"), timeout=TIMEOUT_S),
+        False,
+    ),
+    "ListUsers": ("list_users", lambda s: s.security.ListUsers(pb.ListUsersRequest(), timeout=TIMEOUT_S), False),
+    "CreateAcls": ("create_acls", lambda s: s.security.CreateAcls(pb.CreateAclsRequest(), timeout=TIMEOUT_S), False),
+    "DeleteAcls": (
+        "delete_acls",
+        lambda s: s.security.DeleteAcls(
+            pb.DeleteAclsRequest(filters=[pb.AclFilter(principal="User:alice")]), timeout=TIMEOUT_S
+        ),
+        False,
+    ),
+    "DescribeAcls": (
+        "describe_acls",
+        lambda s: s.security.DescribeAcls(pb.DescribeAclsRequest(), timeout=TIMEOUT_S),
+        False,
+    ),
 }
 FAULTS = [RuntimeError("boom"), TypeError("'int' object is not iterable"), OverflowError("int too big to convert")]
 
@@ -224,7 +281,7 @@ def test_an_exception_in_any_handler_fails_that_request_alone_with_internal(rpc:
     services = FaultyServices(faults={method: fault})
 
     async def scenario() -> tuple[Any, Any, Any]:
-        async with serving(services, services, services) as stubs:  # type: ignore[arg-type]
+        async with serving(services, services, services, security=services) as stubs:  # type: ignore[arg-type]
             if streams:
                 failed: Any = await _stream(call(stubs))
             else:
@@ -266,7 +323,7 @@ def test_a_service_answer_the_wire_cannot_carry_fails_that_request_alone() -> No
     services = Overflowing()
 
     async def scenario() -> tuple[Any, list[Any]]:
-        async with serving(services, services, services) as stubs:  # type: ignore[arg-type]
+        async with serving(services, services, services, security=services) as stubs:  # type: ignore[arg-type]
             try:
                 await stubs.log.Produce(PRODUCE, timeout=TIMEOUT_S)
             except grpc.aio.AioRpcError as exc:

@@ -37,6 +37,7 @@ from multiraft.node.services import (
 )
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
+from rpc.security_servicer import SecurityServicer
 from rpc.servicers import AdminServicer, LogServicer
 from rpc.status import from_proto_error, from_rpc_error
 
@@ -131,21 +132,27 @@ def _answer(value: Any) -> Any:
 class Stubs:
     log: pb_grpc.LogStub
     admin: pb_grpc.AdminStub
+    security: pb_grpc.SecurityStub
 
 
 @asynccontextmanager
 async def serving(
-    data: FakeData | None = None, admin: FakeAdmin | None = None, offsets: FakeOffsets | None = None
+    data: FakeData | None = None,
+    admin: FakeAdmin | None = None,
+    offsets: FakeOffsets | None = None,
+    security: Any = None,
 ) -> AsyncIterator[Stubs]:
     offsets = offsets or FakeOffsets()
     server = grpc.aio.server()
     pb_grpc.add_LogServicer_to_server(LogServicer(data or FakeData(), offsets), server)  # type: ignore[arg-type]
     pb_grpc.add_AdminServicer_to_server(AdminServicer(admin or FakeAdmin(), offsets), server)  # type: ignore[arg-type]
+    if security is not None:
+        pb_grpc.add_SecurityServicer_to_server(SecurityServicer(security), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield Stubs(pb_grpc.LogStub(channel), pb_grpc.AdminStub(channel))
+            yield Stubs(pb_grpc.LogStub(channel), pb_grpc.AdminStub(channel), pb_grpc.SecurityStub(channel))
     finally:
         await server.stop(grace=None)
 

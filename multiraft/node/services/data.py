@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from multiraft import controller as ctl
 from multiraft.errors import (
+    AuthorizationFailedError,
     CorruptBatchError,
     InsufficientStorageError,
     InvalidArgumentError,
@@ -33,6 +34,7 @@ from multiraft.node.partition import PartitionView, ProduceResult
 from multiraft.node.producers import check_granted
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, StoreHandle
 from multiraft.node.services.results import FetchResult, ProduceAck
+from multiraft.security import CURRENT_PRINCIPAL
 from storage import StorageConfig
 from storage.batch import BatchHeader, check_batch
 from storage.errors import BatchFormatError, BeforeLogStartError, CorruptionError, StorageError
@@ -53,6 +55,9 @@ class DataLimits:
     max_payload_bytes: int = StorageConfig().max_payload_bytes
     fetch_max_bytes_limit: int = 16 * 1024 * 1024
     max_inflight_produce_bytes: int = 256 * 1024 * 1024
+    # Authorization on: producer ids are reserved per principal, and only it may produce with them.
+    bind_producer_ids: bool = False
+    super_users: tuple[str, ...] = ()
 
 
 def _outcome_unknown(view: PartitionView, exc: Exception) -> UnavailableError:
@@ -84,7 +89,7 @@ class DataService:
         self._leaders = leaders
         self._store = store
         self._controller = controller
-        self._producer_ids = (0, 0)  # [next, end) of the block this node hands out
+        self._producer_ids: dict[str, tuple[int, int]] = {}  # principal -> [next, end) of its block here
         self._producer_ids_lock = asyncio.Lock()
         self._inflight_bytes = 0  # of batches handed to the store and not yet committed, failed or timed out
 
@@ -167,7 +172,25 @@ class DataService:
             raise InvalidArgumentError("producer_id must be -1 or a producer id", field="batch.producer_id")
         if header.producer_id >= 0:
             check_granted(header.producer_id, header.producer_epoch, self._cluster.cluster.next_producer_id)
+            if self._limits.bind_producer_ids and header.producer_id <= ctl.MAX_PRODUCER_ID:
+                self._check_owner(header.producer_id)
         return view, header
+
+    def _check_owner(self, producer_id: int) -> None:
+        """Producer ids are bound to the principal that obtained them (replay ids, derived by the client from
+        a key, are above MAX_PRODUCER_ID and bound to no one)."""
+        principal = CURRENT_PRINCIPAL.get()
+        if not principal or principal in self._limits.super_users:
+            return
+        owner = self._cluster.cluster.security.producer_owner(producer_id)
+        if owner != principal:
+            raise AuthorizationFailedError(
+                f"{principal} may not use producer id {producer_id}: it was issued to {owner or 'no principal'}",
+                principal=principal,
+                operation="write",
+                resource_type="producer_id",
+                resource_name=str(producer_id),
+            )
 
     async def _produce_outcome(
         self, committed: asyncio.Future[ProduceResult], view: PartitionView, timeout_s: float
@@ -188,13 +211,15 @@ class DataService:
 
     async def init_producer(self) -> tuple[int, int]:
         """A new producer id (epoch 0), from a block this node reserved from the controller."""
+        principal = CURRENT_PRINCIPAL.get() if self._limits.bind_producer_ids else ""
         async with self._producer_ids_lock:
-            next_id, end = self._producer_ids
+            next_id, end = self._producer_ids.get(principal, (0, 0))
             if next_id >= end:
-                outcome = await self._controller.call(ctl.AllocateProducerIds(self._limits.producer_id_block))
+                request = ctl.AllocateProducerIds(self._limits.producer_id_block, principal)
+                outcome = await self._controller.call(request)
                 first, count = outcome.producer_ids
                 next_id, end = first, first + count
-            self._producer_ids = (next_id + 1, end)
+            self._producer_ids[principal] = (next_id + 1, end)
         return next_id, 0
 
     # -------------------------------------------------------------------------------------------- reads
