@@ -23,13 +23,13 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Self
 
+from multiraft.config_env import DEBUG_PREFIX, ENV_PREFIX, IGNORED_VARIABLES
 from multiraft.config_security import SecuritySettings, setting
 from multiraft.errors import ConfigError
 from storage import ENTRY_OVERHEAD_BYTES, StorageConfig
 
 __all__ = ["NodeConfig", "load_config", "parse_address", "config_reference", "MAX_STORABLE_BATCH_BYTES"]
 
-ENV_PREFIX = "MULTIRAFT_"
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
@@ -563,7 +563,7 @@ def load_config(
             values[key] = _convert(key, value, from_text=False)
     environ = os.environ if environ is None else environ
     for name, value in environ.items():
-        if not name.startswith(ENV_PREFIX) or name in _IGNORED_VARIABLES or name.startswith(_DEBUG_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name in IGNORED_VARIABLES or name.startswith(DEBUG_PREFIX):
             continue
         key = name[len(ENV_PREFIX) :].lower()
         if key not in _FIELDS:
@@ -576,22 +576,6 @@ def load_config(
             raise ConfigError(key, "unknown key")
         values[key] = _convert(key, value, from_text=isinstance(value, str))
     return replace(NodeConfig(), **values).validate()
-
-
-# Variables of ours that are not node settings (the client library reads them).
-_IGNORED_VARIABLES = frozenset(
-    {
-        "MULTIRAFT_BOOTSTRAP",  # client settings
-        "MULTIRAFT_CLUSTER_DIR",
-        "MULTIRAFT_TLS_CA",
-        "MULTIRAFT_TLS_CERT",
-        "MULTIRAFT_TLS_KEY",
-        "MULTIRAFT_USER",
-        "MULTIRAFT_PASSWORD_FILE",
-        "MULTIRAFT_BOOTSTRAP_USER",  # read by multiraft.node.security: the cluster's first user
-    }
-)
-_DEBUG_PREFIX = "MULTIRAFT_DEBUG_"  # diagnostics switches, not settings
 
 
 def config_reference() -> str:
