@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import Any
 
 import numpy as np
 from _quickstart_events import Clock, end_of_stream_marker, event_chunk
@@ -35,8 +36,10 @@ class StreamProducer:
         clock: Clock,
         on_acked: Callable[[int], None],
         seed: int = 7,
+        client: dict[str, Any] | None = None,
     ) -> None:
         self._bootstrap = bootstrap
+        self._client = client or {}  # TLS and credentials (--secure)
         self._topic = topic
         self._events = events
         self._seconds = seconds
@@ -89,7 +92,7 @@ class StreamProducer:
     def _produce(self) -> None:
         chunk = max(100, -(-self._events // max(1, round(self._seconds * _CHUNKS_PER_SECOND))))
         # lz4: JSON compresses well, and each wire batch is compressed once, on the client.
-        with Producer(self._bootstrap, compression="lz4") as producer:
+        with Producer(self._bootstrap, compression="lz4", **self._client) as producer:
             self.started_at = time.monotonic()
             futures: list[Future[list[BatchMetadata]]] = []
             for start in range(0, self._events, chunk):
@@ -111,10 +114,12 @@ class StreamProducer:
             self.finished_at = time.monotonic()
 
 
-def send_end_of_stream(bootstrap: str, topic: str, clock: Clock, watermark_delay_ms: int) -> None:
+def send_end_of_stream(
+    bootstrap: str, topic: str, clock: Clock, watermark_delay_ms: int, *, client: dict[str, Any] | None = None
+) -> None:
     """Append the end-of-stream marker. Send it only once the Spark job has read every event: a batch that read
     the marker before the last events of another partition would move the watermark past them, and the
     aggregation would drop them as late."""
     key, value = end_of_stream_marker(clock, watermark_delay_ms)
-    with Producer(bootstrap) as producer:
+    with Producer(bootstrap, **(client or {})) as producer:
         producer.send(topic, value, key=key).result()

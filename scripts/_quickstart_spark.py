@@ -122,6 +122,7 @@ def start_queries(
     end_ms: int,
     watermark_delay_ms: int,
     max_offsets_per_trigger: int,
+    security: dict[str, str] | None = None,
 ) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """The two queries, as functions that start them: (raw_events, events_per_minute).
 
@@ -134,6 +135,7 @@ def start_queries(
         return (
             spark.readStream.format("multiraft")
             .option("bootstrap", bootstrap)
+            .options(**(security or {}))
             .option("subscribe", "events")
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
@@ -186,6 +188,7 @@ def start_queries(
             .writeStream.format("multiraft")
             .queryName("events_per_minute")
             .option("bootstrap", bootstrap)
+            .options(**(security or {}))
             .option("topic", "events_per_minute")
             .option("checkpointLocation", str(workdir / "checkpoints" / "events_per_minute"))
             .outputMode("append")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,12 +19,16 @@ class VerificationError(Exception):
     """An output does not match what was produced."""
 
 
-def read_topic(bootstrap: str, topic: str, *, timeout_s: float = 120.0) -> pa.Table:
-    """Every committed record of ``topic``, from the log start to the high watermark seen at the call."""
-    with Admin(bootstrap) as admin:
+def read_topic(
+    bootstrap: str, topic: str, *, timeout_s: float = 120.0, client: dict[str, Any] | None = None
+) -> pa.Table:
+    """Every committed record of ``topic``, from the log start to the high watermark seen at the call
+    (``client``: TLS and credentials of a principal that may read it)."""
+    client = client or {}
+    with Admin(bootstrap, **client) as admin:
         ends = admin.list_offsets(topic, "latest")
     tables: list[pa.Table] = []
-    with Consumer(bootstrap, fetch_max_bytes=16 * 1024 * 1024) as consumer:
+    with Consumer(bootstrap, fetch_max_bytes=16 * 1024 * 1024, **client) as consumer:
         consumer.assign([(topic, partition) for partition in ends], start="earliest")
         deadline = time.monotonic() + timeout_s
         while any(consumer.position((topic, p)) < end for p, end in ends.items()):

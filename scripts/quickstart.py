@@ -29,6 +29,16 @@ from typing import Any
 
 from _quickstart_events import TIME_SPEEDUP, Clock
 from _quickstart_produce import StreamProducer, send_end_of_stream
+from _quickstart_secure import (
+    ADMIN,
+    PRODUCER,
+    SECURE_SETTINGS,
+    SPARK,
+    Principals,
+    bootstrap_admin,
+    grant,
+    refusals,
+)
 from _quickstart_verify import VerificationError, check_events_topic, check_windows, read_topic
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -109,6 +119,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep the work directory (or QUICKSTART_KEEP=1)")
     parser.add_argument("--no-kill", action="store_true", help="do not kill a node")
     parser.add_argument("--no-spark", action="store_true", help="cluster, producer, kill and topic checks only")
+    parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS on every port, SCRAM users and ACLs: a producer principal that may only write events, a Spark "
+        "principal that may only read it (and write the per-minute counts)",
+    )
     args = parser.parse_args(argv)
     if args.events < 1 or args.seconds <= 0:
         parser.error("--events must be >= 1 and --seconds > 0")
@@ -126,6 +142,7 @@ class Quickstart:
         self.queries: list[QueryState] = []
         self.producer: StreamProducer | None = None
         self.kill: Kill | None = None
+        self.principals: Principals | None = None  # --secure: who connects as whom
         self.started = time.monotonic()
         now_ms = int(time.time() * 1000)
         span_ms = int(args.seconds * 1000 * TIME_SPEEDUP)
@@ -134,6 +151,10 @@ class Quickstart:
 
     def say(self, message: str) -> None:
         self.console.print(f"[dim]{time.monotonic() - self.started:6.1f}s[/]  {message}")
+
+    def as_user(self, user: str) -> dict[str, Any]:
+        """Client keyword arguments of ``user`` (nothing without --secure: plaintext, anonymous)."""
+        return self.principals.client(user) if self.principals is not None else {}
 
     # ------------------------------------------------------------------------------------------ steps
 
@@ -157,7 +178,10 @@ class Quickstart:
         bootstrap = self.cluster.bootstrap
         nodes = ", ".join(f"{n.node_id} (pid {n.pid})" for n in self.cluster.nodes.values())
         self.say(f"[green]cluster up[/]: nodes {nodes}; bootstrap {bootstrap}")
-        with Admin(bootstrap) as admin:
+        if self.principals is not None:
+            acls = grant(bootstrap, self.principals)
+            self.say(f"[green]TLS + SCRAM + ACLs[/]: users {PRODUCER} and {SPARK}; " + "; ".join(acls))
+        with Admin(bootstrap, **self.as_user(ADMIN)) as admin:
             admin.create_topic("events", partitions=_PARTITIONS, replication_factor=_NODES)
             admin.create_topic("events_per_minute", partitions=3, replication_factor=_NODES)
         self.say("created topics [bold]events[/] (6 partitions) and [bold]events_per_minute[/] (3), replication 3")
@@ -185,6 +209,7 @@ class Quickstart:
             seconds=self.args.seconds,
             clock=self.clock,
             on_acked=on_acked,
+            client=self.as_user(PRODUCER),
         )
         self.producer = producer
         with progress:
@@ -204,7 +229,7 @@ class Quickstart:
         if not self.args.no_spark:
             self._drain(bootstrap)
         else:
-            send_end_of_stream(bootstrap, "events", self.clock, _WATERMARK_DELAY_MS)
+            send_end_of_stream(bootstrap, "events", self.clock, _WATERMARK_DELAY_MS, client=self.as_user(PRODUCER))
         if self.kill is not None and self.kill.restarted_at and not self.kill.serving_again_at:
             self._wait_restarted()
         return self._verify(bootstrap, produce_s)
@@ -215,7 +240,15 @@ class Quickstart:
 
         def start() -> None:
             try:
-                self.cluster = launcher.cluster_up(self.workdir / "cluster", _NODES)
+                if self.args.secure:
+                    ca_file = str(self.workdir / "cluster" / "tls" / "ca.pem")
+                    self.principals = Principals(ca_file)
+                    with bootstrap_admin(self.principals):
+                        self.cluster = launcher.cluster_up(
+                            self.workdir / "cluster", _NODES, SECURE_SETTINGS, secure=True
+                        )
+                else:
+                    self.cluster = launcher.cluster_up(self.workdir / "cluster", _NODES)
             except BaseException as exc:  # reported by the main thread
                 self.cluster_error = exc
 
@@ -234,6 +267,7 @@ class Quickstart:
             end_ms=self.clock.end_ms,
             watermark_delay_ms=_WATERMARK_DELAY_MS,
             max_offsets_per_trigger=max_offsets,
+            security=self.principals.spark_options(SPARK) if self.principals is not None else {},
         )
         self.queries = [
             QueryState("raw events -> Parquet", raw),
@@ -321,7 +355,7 @@ class Quickstart:
         # both the produced stream and the Spark job; if Spark starts slowly, kill once producing is over.
         if any(state.rows_in == 0 for state in self.queries) and self.producer.is_alive():
             return
-        with Admin(self.cluster.bootstrap) as admin:
+        with Admin(self.cluster.bootstrap, **self.as_user(ADMIN)) as admin:
             leaders = [p.leader for p in admin.describe_topic("events").partitions]
         # The node leading the most partitions: the kill forces the most leader elections.
         victim = max(self.cluster.nodes, key=lambda n: (leaders.count(n), n))
@@ -360,7 +394,7 @@ class Quickstart:
             done=lambda: all(s.read_total >= events for s in self.queries),
             timeout_s=_DRAIN_TIMEOUT_S,
         )
-        send_end_of_stream(bootstrap, "events", self.clock, _WATERMARK_DELAY_MS)
+        send_end_of_stream(bootstrap, "events", self.clock, _WATERMARK_DELAY_MS, client=self.as_user(PRODUCER))
         self.say("sent the end-of-stream marker: it moves the watermark past the last window, so Spark emits it")
         # The last window ends at most a minute after the last event; the watermark passes it after the marker.
         last_window_end = self.clock.end_ms // 60_000 * 60_000 + 60_000
@@ -388,7 +422,13 @@ class Quickstart:
         failures: list[str] = []
         rows: list[tuple[str, str, bool]] = []
 
-        topic = check_events_topic(read_topic(bootstrap, "events"))
+        if self.principals is not None:
+            answers = refusals(bootstrap, self.principals)
+            refused = all("NOT refused" not in answer for answer in answers)
+            rows.append(("ACLs", "; ".join(answer.split(":")[0] for answer in answers), refused))
+            if not refused:
+                failures.append("an ACL did not hold: " + "; ".join(answers))
+        topic = check_events_topic(read_topic(bootstrap, "events", client=self.as_user(ADMIN)))
         ok = topic.events == events and topic.distinct_event_ids == events and topic.markers == 1
         rows.append(
             (
@@ -420,7 +460,7 @@ class Quickstart:
                     f"Parquet holds {parquet.rows:,} rows / {parquet.distinct_event_ids:,} ids, expected {events:,}"
                 )
 
-            windows = check_windows(read_topic(bootstrap, "events_per_minute"))
+            windows = check_windows(read_topic(bootstrap, "events_per_minute", client=self.as_user(ADMIN)))
             per_minute = self.queries[1]
             # Spark reports the rows each micro-batch handed the sink: with an exactly-once sink the topic holds
             # exactly that many, even if a batch was retried.

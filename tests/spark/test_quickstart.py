@@ -94,8 +94,10 @@ def test_check_windows_takes_the_latest_value_per_key() -> None:
 @pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.timeout(600)
-def test_the_quickstart_passes_end_to_end_on_a_small_stream(tmp_path: Path) -> None:
-    """The README's main command, small: cluster, producer, Spark job, node kill, checks (2-4 minutes)."""
+@pytest.mark.parametrize("flags", [[], ["--secure"]], ids=["plaintext", "secure"])
+def test_the_quickstart_passes_end_to_end_on_a_small_stream(tmp_path: Path, flags: list[str]) -> None:
+    """The README's main command, small: cluster, producer, Spark job, node kill, checks (2-4 minutes); with
+    --secure over TLS, as a producer and a Spark principal whose ACLs the run shows holding."""
     root = Path(__file__).resolve().parents[2]
     environment = {
         **os.environ,
@@ -104,7 +106,7 @@ def test_the_quickstart_passes_end_to_end_on_a_small_stream(tmp_path: Path) -> N
         "QUICKSTART_DIR": str(tmp_path / "quickstart"),
     }
     result = subprocess.run(
-        [str(root / "scripts" / "quickstart")],
+        [str(root / "scripts" / "quickstart"), *flags],
         check=False,
         env=environment,
         capture_output=True,
@@ -113,3 +115,5 @@ def test_the_quickstart_passes_end_to_end_on_a_small_stream(tmp_path: Path) -> N
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "quickstart passed" in result.stdout
+    if flags:
+        assert "clickstream may not read events; spark may" in " ".join(result.stdout.split())
