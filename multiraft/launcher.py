@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -170,6 +171,10 @@ def start_node(cluster: ClusterInfo, node_id: int) -> NodeProcess:
     log_file = node.log_path.open("ab")
     command = [sys.executable, "-m", "multiraft.cli", "node", "start", "--config", str(node.config_path)]
     environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    password_file = cluster.tls.get("password_file")
+    if password_file:  # the cluster's first user, made by the controller leader (multiraft.node.security)
+        password = Path(password_file).read_text().strip()
+        environment["MULTIRAFT_BOOTSTRAP_USER"] = f"{cluster.tls['user']}:{password}"
     process = subprocess.Popen(
         command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         env=environment,
@@ -288,11 +293,19 @@ def wait_serving(cluster: ClusterInfo, node_ids: list[int] | None = None, timeou
 
 
 def cluster_up(
-    directory: str | os.PathLike[str], nodes: int = 3, settings: dict[str, Any] | None = None, *, secure: bool = False
+    directory: str | os.PathLike[str],
+    nodes: int = 3,
+    settings: dict[str, Any] | None = None,
+    *,
+    secure: bool = False,
+    auth: bool = False,
 ) -> ClusterInfo:
     """Start a fresh ``nodes``-node cluster in ``directory`` and wait until it serves. ``secure``: with a new
-    CA, node certificates and an ``admin`` client certificate under ``DIR/tls``, TLS on the client port and
-    mutual TLS on the peer port."""
+    CA, node certificates and an ``admin`` client certificate under ``DIR/tls``, TLS on the client port, mutual
+    TLS on the peer port and an encrypted gossip keyring. ``auth`` (with ``secure``): SCRAM authentication and
+    ACLs, with ``admin`` as the one super user (its password in ``DIR/tls/admin.password``)."""
+    if auth and not secure:
+        raise ValueError("auth needs secure: tokens and passwords must not cross plaintext")
     root = Path(directory).resolve()
     if (root / _STATE_FILE).exists():
         existing = load_cluster(root)
@@ -309,6 +322,7 @@ def cluster_up(
             "cert_file": str(tls_dir / "admin.pem"),
             "key_file": str(tls_dir / "admin-key.pem"),
         }
+        cluster.settings = {**_secure_extras(tls_dir, cluster, auth), **cluster.settings}
     for position in range(nodes):
         node_id = position + 1
         node_dir = root / f"n{node_id}"
@@ -333,6 +347,27 @@ def cluster_up(
         cluster_down(root)
         raise
     return cluster
+
+
+def _secure_extras(tls_dir: Path, cluster: ClusterInfo, auth: bool) -> dict[str, Any]:
+    """A gossip keyring, and with ``auth`` the admin's password (files of mode 0600): the settings they need."""
+    from membership import generate_key
+
+    keyring = tls_dir / "gossip.keyring"
+    _write_secret(keyring, generate_key() + "\n")
+    extras: dict[str, Any] = {"gossip_keyring_file": str(keyring)}
+    if auth:
+        password_file = tls_dir / "admin.password"
+        _write_secret(password_file, secrets.token_urlsafe(24) + "\n")
+        cluster.tls |= {"user": "admin", "password_file": str(password_file)}
+        extras |= {"authentication": ["scram-sha-256"], "authorization": True, "super_users": ["User:admin"]}
+    return extras
+
+
+def _write_secret(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
 
 
 def add_node(cluster: ClusterInfo, node_id: int | None = None, *, wait: bool = True, rack: str = "") -> NodeProcess:
@@ -439,12 +474,15 @@ def up(
     nodes: int = typer.Option(3, "--nodes", min=1, max=9, help="Number of nodes."),
     set_: list[str] = typer.Option([], "--set", help="A node setting KEY=VALUE for every node (repeatable)."),
     secure: bool = typer.Option(
-        False, "--secure", help="Generate a CA and certificates (DIR/tls) and run TLS on every port."
+        False,
+        "--secure",
+        help="TLS on every port (a new CA and certificates in DIR/tls), encrypted gossip, SCRAM authentication "
+        "and ACLs with an admin user (its password in DIR/tls/admin.password).",
     ),
 ) -> None:
     """Start a cluster on free loopback ports, wait until it serves, print the bootstrap address (with
     --secure, how to connect follows on stderr)."""
-    cluster = cluster_up(directory, nodes, _settings(set_), secure=secure)
+    cluster = cluster_up(directory, nodes, _settings(set_), secure=secure, auth=secure)
     typer.echo(cluster.bootstrap)
     if cluster.secure:
         typer.echo(connect_instructions(cluster), err=True)
@@ -459,8 +497,18 @@ def connect_instructions(cluster: ClusterInfo) -> str:
         f"  export MULTIRAFT_TLS_CA={tls['ca_file']}\n"
         f"  export MULTIRAFT_TLS_CERT={tls['cert_file']}\n"
         f"  export MULTIRAFT_TLS_KEY={tls['key_file']}\n"
-        f"or, in Python: TlsSettings(ca_file={tls['ca_file']!r}, cert_file={tls['cert_file']!r}, "
+        + (
+            f"  export MULTIRAFT_USER={tls['user']}\n  export MULTIRAFT_PASSWORD_FILE={tls['password_file']}\n"
+            if "password_file" in tls
+            else ""
+        )
+        + f"or, in Python: TlsSettings(ca_file={tls['ca_file']!r}, cert_file={tls['cert_file']!r}, "
         f"key_file={tls['key_file']!r})"
+        + (
+            f", with user={tls['user']!r} and password=<the contents of {tls['password_file']}>"
+            if "password_file" in tls
+            else ""
+        )
     )
 
 

@@ -226,7 +226,7 @@ def consume(
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         max_poll_records=500,
-        **credentials(),
+        **credentials(cluster_dir),
         tls=client_tls(cluster_dir),
     )
     run = _Run(consumer, sys.stdout.buffer, group)

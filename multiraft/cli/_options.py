@@ -183,7 +183,7 @@ def open_admin(bootstrap: str | None, cluster_dir: Path | None, timeout_s: float
         bootstrap_addresses(bootstrap, cluster_dir),
         request_timeout_s=timeout_s,
         tls=client_tls(cluster_dir),
-        **credentials(),
+        **credentials(cluster_dir),
     )
 
 
@@ -209,15 +209,21 @@ class Credentials(TypedDict, total=False):
     password: str
 
 
-def credentials() -> Credentials:
+def credentials(cluster_dir: Path | None = None) -> Credentials:
     """``user``/``password`` keyword arguments of a client, from ``--user``/``--password-file`` (or the
-    variables), asking for the password when no file is given; empty without a user."""
+    variables; else a secure ``cluster_dir``'s admin), asking for the password when no file is given; empty
+    without a user."""
     from multiraft.cli._common import state
 
     user = state.user or os.environ.get("MULTIRAFT_USER")
+    path = state.password_file or os.environ.get("MULTIRAFT_PASSWORD_FILE")
+    if not user and cluster_dir is not None:  # a secure local cluster brings its admin
+        from multiraft.launcher import load_cluster
+
+        tls = load_cluster(cluster_dir).tls
+        user, path = tls.get("user"), tls.get("password_file")
     if not user:
         return Credentials()
-    path = state.password_file or os.environ.get("MULTIRAFT_PASSWORD_FILE")
     if state.password is None:
         state.password = read_password(path, f"password of {user}: ")
     return Credentials(user=user, password=state.password)

@@ -164,7 +164,7 @@ def produce(
         compression=compression.value,
         linger_ms=linger_ms,
         request_timeout_s=timeout,
-        **credentials(),
+        **credentials(cluster_dir),
         tls=client_tls(cluster_dir),
     )
     try:

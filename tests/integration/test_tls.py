@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from multiraft.client import Admin, Consumer, Producer, TlsSettings, TopicPartition
+from multiraft.client import Admin, AuthenticationFailedError, Consumer, Producer, TlsSettings, TopicPartition
 from multiraft.errors import ConnectionFailedError
 from multiraft.launcher import ClusterInfo, add_node, cluster_down, cluster_up, stop_node
 from multiraft.tls import make_ca, make_node_certificate, node_name, write_cluster_certificates, write_key_pair
@@ -186,3 +186,27 @@ def test_the_cli_reaches_a_tls_cluster_with_the_tls_variables_or_its_cluster_dir
     # Without TLS the error says what is missing.
     error = one_error_line(run_cli("topic", "list", "--timeout", "3", bootstrap=bootstrap))
     assert "may require TLS" in error and "--tls-ca" in error
+
+
+def test_cluster_up_secure_runs_authentication_acls_and_encrypted_gossip_and_its_directory_brings_the_admin(
+    tmp_path: Path,
+) -> None:
+    info = cluster_up(tmp_path / "cluster", 3, FAST, secure=True, auth=True)
+    try:
+        tls = info.tls
+        assert oct(Path(tls["password_file"]).stat().st_mode & 0o777) == "0o600"
+        assert all("gossip_keyring_file" in n.config_path.read_text() for n in info.nodes.values())
+        # The admin the nodes made from MULTIRAFT_BOOTSTRAP_USER: the cluster directory brings it to the CLI.
+        for _ in range(100):  # bounded: the controller leader creates the user shortly after it is elected
+            created = run_cli("topic", "create", "audited", "-p", "1", "-r", "3", "--cluster-dir", info.directory)
+            if created.returncode == 0:
+                break
+            time.sleep(0.2)
+        ok(created)
+        assert "audited" in ok(run_cli("topic", "list", "--cluster-dir", info.directory))
+        # TLS alone is not enough: an anonymous client is refused, and says why.
+        with Admin(info.bootstrap, tls=TlsSettings(ca_file=tls["ca_file"]), request_timeout_s=5) as anonymous:
+            with pytest.raises(AuthenticationFailedError, match="no credentials"):
+                anonymous.list_topics()
+    finally:
+        cluster_down(info.directory)
