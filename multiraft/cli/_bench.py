@@ -22,11 +22,9 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import platform
 import queue
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -35,13 +33,31 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from multiprocessing.context import SpawnContext, SpawnProcess
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from multiraft.cli._bench_options import (
+    CLIENT_PANEL,
+    WORKLOAD_PANEL,
+    BatchBytesOption,
+    CompressionOption,
+    CountOption,
+    DurationOption,
+    InFlightOption,
+    JsonOption,
+    LingerOption,
+    LocalOption,
+    PartitionsOption,
+    ProducersOption,
+    ReplicationOption,
+    SizeOption,
+    TopicOption,
+)
+from multiraft.cli._bench_report import machine, percentiles, print_table
 from multiraft.cli._bench_worker import STAMP, WorkerResult, WorkerSpec, cpu_seconds, run_worker
-from multiraft.cli._common import console, err_console
+from multiraft.cli._common import err_console
 from multiraft.cli._options import BootstrapOption, ClusterDirOption, fail
 from multiraft.cli._produce import Compression
 
@@ -61,77 +77,6 @@ bench_app = typer.Typer(
     help="Measure a cluster with the public client: produce and consume throughput, latency.",
     no_args_is_help=True,
 )
-
-_CLUSTER = "Cluster"
-_WORKLOAD = "Workload"
-_CLIENT = "Client"
-
-LocalOption = Annotated[
-    int | None,
-    typer.Option(
-        "--local",
-        min=1,
-        max=9,
-        help="Start a throwaway local cluster of N nodes for this run (stopped at the end).",
-        rich_help_panel=_CLUSTER,
-    ),
-]
-TopicOption = Annotated[
-    str | None,
-    typer.Option(
-        "--topic",
-        help="Topic to use; created if missing (default: a fresh one, deleted after).",
-        rich_help_panel=_WORKLOAD,
-    ),
-]
-PartitionsOption = Annotated[
-    int, typer.Option("--partitions", min=1, help="Partitions of a topic the bench creates.", rich_help_panel=_WORKLOAD)
-]
-ReplicationOption = Annotated[
-    int,
-    typer.Option(
-        "--replication-factor", min=1, help="Replicas of a topic the bench creates.", rich_help_panel=_WORKLOAD
-    ),
-]
-SizeOption = Annotated[
-    int,
-    typer.Option("--message-size", min=8, max=8 << 20, help="Bytes of each record's value.", rich_help_panel=_WORKLOAD),
-]
-CountOption = Annotated[
-    int | None,
-    typer.Option(
-        "--count",
-        min=1,
-        help="Records to send (default: produce, consume 100,000; latency 5,000; e2e 10,000).",
-        rich_help_panel=_WORKLOAD,
-    ),
-]
-DurationOption = Annotated[
-    float | None,
-    typer.Option("--duration", min=0.1, help="Seconds to send for, instead of --count.", rich_help_panel=_WORKLOAD),
-]
-ProducersOption = Annotated[
-    int, typer.Option("--producers", min=1, max=64, help="Producer processes.", rich_help_panel=_CLIENT)
-]
-LingerOption = Annotated[
-    float, typer.Option("--linger-ms", min=0, help="How long a batch waits for more records.", rich_help_panel=_CLIENT)
-]
-BatchBytesOption = Annotated[
-    int,
-    typer.Option("--batch-bytes", min=1024, help="Largest wire batch a producer sends.", rich_help_panel=_CLIENT),
-]
-InFlightOption = Annotated[
-    int,
-    typer.Option(
-        "--max-in-flight", min=1, max=5, help="Unacknowledged batches per partition.", rich_help_panel=_CLIENT
-    ),
-]
-CompressionOption = Annotated[
-    Compression, typer.Option("--compression", help="Batch compression.", rich_help_panel=_CLIENT)
-]
-JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print exactly one JSON object on stdout (progress stays on stderr).")
-]
 
 
 @dataclass
@@ -435,24 +380,6 @@ def _stop_processes(processes: list[SpawnProcess]) -> None:
 # ------------------------------------------------------------------------------------------------ the modes
 
 
-def _percentiles(samples: list[float]) -> dict[str, float | None]:
-    if not samples:
-        return {"p50_ms": None, "p99_ms": None, "p999_ms": None, "mean_ms": None, "max_ms": None}
-    ordered = sorted(samples)
-
-    def rank(q: float) -> float:  # nearest rank, as the peer benchmarks compute it
-        index = min(len(ordered) - 1, max(0, -(-int(q * 1000 * len(ordered)) // 1000) - 1))
-        return round(ordered[index], 4)
-
-    return {
-        "p50_ms": rank(0.50),
-        "p99_ms": rank(0.99),
-        "p999_ms": rank(0.999),
-        "mean_ms": round(statistics.fmean(ordered), 4),
-        "max_ms": round(ordered[-1], 4),
-    }
-
-
 def _produce_phase(params: Params, target: _Target, topic: str, show: bool, label: str) -> _Phase:
     counts = _split(params.count, params.producers) if params.count is not None else [None] * params.producers
     specs = [
@@ -503,7 +430,7 @@ def _mode_latency(params: Params, target: _Target, topic: str, partitions: int, 
     samples = [sample for r in phase.results for sample in r.latencies_ms]
     records = sum(r.records for r in phase.results)
     elapsed = max((r.elapsed_s for r in phase.results), default=phase.wall_s) or phase.wall_s
-    return {**_figures(params, phase, records, elapsed), **_percentiles(samples), "samples": len(samples)}
+    return {**_figures(params, phase, records, elapsed), **percentiles(samples), "samples": len(samples)}
 
 
 def _mode_e2e(params: Params, target: _Target, topic: str, partitions: int, show: bool) -> dict[str, Any]:
@@ -541,7 +468,7 @@ def _mode_e2e(params: Params, target: _Target, topic: str, partitions: int, show
         consumer.close()
     records = sum(r.records for r in phase.results)
     elapsed = max((r.elapsed_s for r in phase.results), default=phase.wall_s) or phase.wall_s
-    figures = {**_figures(params, phase, records, elapsed), **_percentiles(samples), "samples": len(samples)}
+    figures = {**_figures(params, phase, records, elapsed), **percentiles(samples), "samples": len(samples)}
     figures["offered_rate"] = params.rate
     figures["unseen"] = max(0, records - len(samples))
     return figures
@@ -599,50 +526,6 @@ def _figures(params: Params, phase: _Phase, records: int, elapsed_s: float) -> d
 # ------------------------------------------------------------------------------------------------ output
 
 
-def _machine() -> dict[str, Any]:
-    import psutil
-
-    return {
-        "cpus": os.cpu_count(),
-        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "load_avg_1m": round(os.getloadavg()[0], 2),
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-
-
-def _table(result: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    params = result["params"]
-    what = f"{params['message_size']:,} B values, {params['partitions']} partitions, RF {params['replication_factor']}"
-    table = Table(title=f"multiraft bench {result['mode']}: {what}", show_header=True)
-    table.add_column("measure")
-    table.add_column("value", justify="right")
-    table.add_row("records", f"{result['records']:,}" + (f" ({result['failed']:,} failed)" if result["failed"] else ""))
-    table.add_row("seconds", f"{result['elapsed_s']:.2f}")
-    table.add_row("records/s", f"{result['msgs_per_s']:,.0f}")
-    table.add_row("MB/s of values", f"{result['mb_per_s']:,.1f}")
-    for key in ("p50_ms", "p99_ms", "p999_ms", "max_ms"):
-        if result.get(key) is not None:
-            table.add_row(f"latency {key[:-3]} (ms)", f"{result[key]:.3f}")
-    cpu = result["cpu_s"]
-    table.add_row("client CPU s (all processes)", f"{cpu['client']:.2f}")
-    if cpu["client_us_per_msg"] is not None:
-        table.add_row("client CPU us/record", f"{cpu['client_us_per_msg']:.2f}")
-    if cpu["servers"]:
-        for name, seconds in cpu["servers"].items():
-            table.add_row(f"{name} CPU s", "?" if seconds is None else f"{seconds:.2f}")
-        if cpu["servers_us_per_msg"] is not None:
-            table.add_row("nodes CPU us/record", f"{cpu['servers_us_per_msg']:.2f}")
-    else:
-        table.add_row("nodes CPU s", "unknown (give --cluster-dir or --local)")
-    console.print(table)
-    if result.get("first_error"):
-        err_console.print(f"first error: {result['first_error']}", highlight=False)
-
-
 def _run(params: Params, bootstrap: str | None, cluster_dir: Path | None, as_json: bool) -> None:
     if params.count is not None and params.duration_s is not None:
         fail("give --count or --duration, not both")
@@ -689,7 +572,7 @@ def _run(params: Params, bootstrap: str | None, cluster_dir: Path | None, as_jso
             "local_nodes": params.local,
             "node_pids": target.node_pids,
         },
-        "machine": _machine(),
+        "machine": machine(),
         "command": "multiraft " + " ".join(sys.argv[1:]),
         "total_s": round(time.monotonic() - began, 2),
     }
@@ -698,7 +581,7 @@ def _run(params: Params, bootstrap: str | None, cluster_dir: Path | None, as_jso
 
         print(json.dumps(result))
     else:
-        _table(result)
+        print_table(result)
     if figures["failed"]:
         fail(f"{figures['failed']:,} records failed; first: {figures['first_error']}")
 
@@ -730,7 +613,7 @@ def produce(
         "batch",
         "--api",
         help="batch: send_batch() of ~4 MiB per call; send: one send() per record.",
-        rich_help_panel=_CLIENT,
+        rich_help_panel=CLIENT_PANEL,
     ),
     as_json: JsonOption = False,
 ) -> None:
@@ -757,10 +640,10 @@ def consume(
     duration: DurationOption = None,
     producers: ProducersOption = 1,
     consumers: int = typer.Option(
-        1, "--consumers", min=1, max=64, help="Consumer processes (partitions split).", rich_help_panel=_CLIENT
+        1, "--consumers", min=1, max=64, help="Consumer processes (partitions split).", rich_help_panel=CLIENT_PANEL
     ),
     fetch_max_bytes: int = typer.Option(
-        16 << 20, "--fetch-max-bytes", min=65536, help="Bytes per fetch round.", rich_help_panel=_CLIENT
+        16 << 20, "--fetch-max-bytes", min=65536, help="Bytes per fetch round.", rich_help_panel=CLIENT_PANEL
     ),
     linger_ms: LingerOption = 5.0,
     batch_bytes: BatchBytesOption = 1 << 20,
@@ -812,7 +695,7 @@ def e2e(
     duration: DurationOption = None,
     producers: ProducersOption = 1,
     rate: float = typer.Option(
-        1000.0, "--rate", help="Records per second offered, over all producers.", rich_help_panel=_WORKLOAD
+        1000.0, "--rate", help="Records per second offered, over all producers.", rich_help_panel=WORKLOAD_PANEL
     ),
     linger_ms: LingerOption = 5.0,
     batch_bytes: BatchBytesOption = 1 << 20,
