@@ -21,15 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import os
 import queue
-import shutil
 import signal
 import sys
-import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from multiprocessing.context import SpawnContext, SpawnProcess
 from pathlib import Path
@@ -38,6 +34,7 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from multiraft.cli._bench_cluster import Target, bench_target, delete_topic, node_cpu_seconds, prepare_topic
 from multiraft.cli._bench_options import (
     CLIENT_PANEL,
     WORKLOAD_PANEL,
@@ -52,21 +49,18 @@ from multiraft.cli._bench_options import (
     PartitionsOption,
     ProducersOption,
     ReplicationOption,
+    SecureOption,
     SizeOption,
     TopicOption,
 )
-from multiraft.cli._bench_report import machine, percentiles, print_table
+from multiraft.cli._bench_report import ACK_GUARANTEE, machine, percentiles, print_table
 from multiraft.cli._bench_worker import STAMP, WorkerResult, WorkerSpec, cpu_seconds, run_worker
 from multiraft.cli._common import err_console
 from multiraft.cli._options import BootstrapOption, ClusterDirOption, fail
 from multiraft.cli._produce import Compression
 
-__all__ = ["bench_app", "ACK_GUARANTEE"]
+__all__ = ["bench_app", "ACK_GUARANTEE"]  # ACK_GUARANTEE: what an acknowledgement promises (_bench_report)
 
-ACK_GUARANTEE = (
-    "multiraft acknowledges a record once a majority of its partition's replicas have written it and fsynced "
-    "it (the leader's commit); with idempotence, exactly once per partition."
-)
 _MB = 1_000_000  # MB/s in decimal megabytes, as the peer benchmarks report
 _READY_TIMEOUT_S = 120.0  # spawned workers import grpc and pyarrow; a loaded 2-core machine is slow at it
 _STOP_TIMEOUT_S = 30.0
@@ -98,13 +92,7 @@ class Params:
     consumers: int = 1
     rate: float = 0.0
     fetch_max_bytes: int = 16 << 20
-
-
-@dataclass
-class _Target:
-    bootstrap: str
-    node_pids: dict[str, int] | None  # "node1" -> PID, when the node processes are known
-    local_dir: str | None = None
+    secure: bool = False
 
 
 @dataclass
@@ -121,122 +109,15 @@ class _Phase:
 # ------------------------------------------------------------------------------------------------ the cluster
 
 
-@contextlib.contextmanager
-def _target(bootstrap: str | None, cluster_dir: Path | None, local: int | None) -> Iterator[_Target]:
-    if local is not None:
-        if bootstrap or cluster_dir:
-            fail("--local starts its own cluster: give it without --bootstrap or --cluster-dir")
-        with _local_cluster(local) as target:
-            yield target
-        return
-    if cluster_dir is not None:
-        from multiraft.launcher import load_cluster
-
-        try:
-            info = load_cluster(cluster_dir)
-        except FileNotFoundError as exc:
-            fail(str(exc))
-        pids = {f"node{n.node_id}": n.pid for n in info.nodes.values()}
-        yield _Target(bootstrap or info.bootstrap, pids)
-        return
-    if not bootstrap:
-        fail(
-            "no cluster given: pass --local N, --bootstrap HOST:PORT[,HOST:PORT] (or MULTIRAFT_BOOTSTRAP), or "
-            "--cluster-dir DIR (or MULTIRAFT_CLUSTER_DIR)"
-        )
-    yield _Target(bootstrap, None)  # node CPU is unknown: the node processes may be anywhere
-
-
-@contextlib.contextmanager
-def _local_cluster(nodes: int) -> Iterator[_Target]:
-    from multiraft.launcher import cluster_down, cluster_up
-
-    root = Path(tempfile.mkdtemp(prefix="multiraft-bench-"))
-    err_console.print(f"starting a local {nodes}-node cluster in {root}", highlight=False)
-    try:
-        info = cluster_up(root / "cluster", nodes)
-        try:
-            yield _Target(info.bootstrap, {f"node{n.node_id}": n.pid for n in info.nodes.values()}, str(root))
-        finally:
-            cluster_down(root / "cluster")
-            _reap_children([n.pid for n in info.nodes.values()])
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _reap_children(pids: list[int], timeout_s: float = 10.0) -> None:
-    """The nodes are our children: collect their exit status. cluster_down stops waiting once a node is a
-    zombie, and a zombie left behind outlives us where PID 1 does not reap orphans (containers)."""
-    deadline = time.monotonic() + timeout_s
-    for pid in pids:
-        while True:
-            try:
-                reaped, _status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                break  # already collected
-            if reaped or time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
-
-
-def _node_cpu(pids: dict[str, int] | None) -> dict[str, float | None] | None:
-    if pids is None:
-        return None
-    import psutil
-
-    seconds: dict[str, float | None] = {}
-    for name, pid in pids.items():
-        try:
-            times = psutil.Process(pid).cpu_times()
-            seconds[name] = float(times.user + times.system)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            seconds[name] = None
-    return seconds
-
-
-def _prepare_topic(bootstrap: str, params: Params) -> tuple[str, int, bool]:
-    """The topic's name, its partition count, and whether this run created it (and so deletes it)."""
-    from multiraft.client import Admin
-    from multiraft.errors import UnknownTopicError
-
-    name = params.topic or f"bench-{params.mode}-{uuid.uuid4().hex[:8]}"
-    with Admin(bootstrap) as admin:
-        try:
-            info = admin.describe_topic(name)
-            created = False
-        except UnknownTopicError:
-            info = admin.create_topic(name, partitions=params.partitions, replication_factor=params.replication_factor)
-            created = True
-        _wait_for_preferred_leaders(admin, name)
-        return name, len(info.partitions), created
-
-
-def _wait_for_preferred_leaders(admin: Any, topic: str, timeout_s: float = 30.0) -> None:
-    """A new topic's first elections sometimes put most leaders on one node for a few seconds; measuring
-    then would measure that node alone. Wait (bounded) until each partition is led by its preferred leader."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        partitions = admin.describe_topic(topic).partitions
-        if all(p.leader and p.leader == p.preferred_leader for p in partitions):
-            return
-        time.sleep(0.1)
-
-
-def _delete_topic(bootstrap: str, topic: str) -> None:
-    from multiraft.client import Admin
-
-    with contextlib.suppress(Exception), Admin(bootstrap) as admin:  # best effort: the result is already in hand
-        admin.delete_topic(topic)
-
-
 # ------------------------------------------------------------------------------------------------ workers
 
 
-def _spec(params: Params, role: str, index: int, bootstrap: str, topic: str, count: int | None) -> WorkerSpec:
+def _spec(params: Params, role: str, index: int, target: Target, topic: str, count: int | None) -> WorkerSpec:
     return WorkerSpec(
         role=role,
         index=index,
-        bootstrap=bootstrap,
+        bootstrap=target.bootstrap,
+        client=target.client,
         topic=topic,
         message_size=params.message_size,
         count=count,
@@ -269,7 +150,7 @@ def _progress(disable: bool) -> Progress:
 
 def _run_workers(
     specs: list[WorkerSpec],
-    target: _Target,
+    target: Target,
     description: str,
     total: int | None,
     duration_s: float | None,
@@ -307,7 +188,7 @@ def _run_workers(
             collected.append(results.get())
             raise _WorkerFailedError(collected[0].first_error or "a worker failed while setting up")
         own_cpu = cpu_seconds()
-        nodes_before = _node_cpu(target.node_pids)
+        nodes_before = node_cpu_seconds(target.node_pids)
         started = time.monotonic()
         go.set()
         with _progress(not show_progress) as progress:
@@ -328,7 +209,7 @@ def _run_workers(
                     while_running()
             _show(progress, task, counter.value, started, total, duration_s)
         wall = time.monotonic() - started
-        nodes_after = _node_cpu(target.node_pids)
+        nodes_after = node_cpu_seconds(target.node_pids)
         main_cpu = cpu_seconds() - own_cpu
     finally:
         stop.set()
@@ -380,17 +261,17 @@ def _stop_processes(processes: list[SpawnProcess]) -> None:
 # ------------------------------------------------------------------------------------------------ the modes
 
 
-def _produce_phase(params: Params, target: _Target, topic: str, show: bool, label: str) -> _Phase:
+def _produce_phase(params: Params, target: Target, topic: str, show: bool, label: str) -> _Phase:
     counts = _split(params.count, params.producers) if params.count is not None else [None] * params.producers
     specs = [
-        _spec(params, "produce", i, target.bootstrap, topic, count)
+        _spec(params, "produce", i, target, topic, count)
         for i, count in enumerate(counts)
         if count is None or count > 0
     ]
     return _run_workers(specs, target, label, params.count, params.duration_s, show)
 
 
-def _mode_produce(params: Params, target: _Target, topic: str, partitions: int, show: bool) -> dict[str, Any]:
+def _mode_produce(params: Params, target: Target, topic: str, partitions: int, show: bool) -> dict[str, Any]:
     phase = _produce_phase(params, target, topic, show, f"producing to {topic}")
     records = sum(r.records for r in phase.results)
     # Throughput over the slowest worker's time to its last acknowledgement (they start together).
@@ -398,12 +279,12 @@ def _mode_produce(params: Params, target: _Target, topic: str, partitions: int, 
     return _figures(params, phase, records, elapsed)
 
 
-def _mode_consume(params: Params, target: _Target, topic: str, partitions: int, show: bool) -> dict[str, Any]:
+def _mode_consume(params: Params, target: Target, topic: str, partitions: int, show: bool) -> dict[str, Any]:
     load = _produce_phase(params, target, topic, show, f"writing the records to read to {topic}")
     written = sum(r.records for r in load.results)
     from multiraft.client import Admin
 
-    with Admin(target.bootstrap) as admin:
+    with Admin(target.bootstrap, **target.client) as admin:
         start = admin.list_offsets(topic, "earliest")
         end = admin.list_offsets(topic, "latest")
     available = {p: end[p] - start.get(p, 0) for p in end}
@@ -411,7 +292,7 @@ def _mode_consume(params: Params, target: _Target, topic: str, partitions: int, 
     owned: list[list[int]] = [list(range(partitions))[i::consumers] for i in range(consumers)]
     specs = []
     for index, mine in enumerate(owned):
-        spec = _spec(params, "consume", index, target.bootstrap, topic, sum(available.get(p, 0) for p in mine))
+        spec = _spec(params, "consume", index, target, topic, sum(available.get(p, 0) for p in mine))
         spec.partitions = mine
         specs.append(spec)
     total = sum(available.values())
@@ -423,9 +304,9 @@ def _mode_consume(params: Params, target: _Target, topic: str, partitions: int, 
     return figures
 
 
-def _mode_latency(params: Params, target: _Target, topic: str, partitions: int, show: bool) -> dict[str, Any]:
+def _mode_latency(params: Params, target: Target, topic: str, partitions: int, show: bool) -> dict[str, Any]:
     counts = _split(params.count, params.producers) if params.count is not None else [None] * params.producers
-    specs = [_spec(params, "latency", i, target.bootstrap, topic, c) for i, c in enumerate(counts) if c != 0]
+    specs = [_spec(params, "latency", i, target, topic, c) for i, c in enumerate(counts) if c != 0]
     phase = _run_workers(specs, target, f"one at a time to {topic}", params.count, params.duration_s, show)
     samples = [sample for r in phase.results for sample in r.latencies_ms]
     records = sum(r.records for r in phase.results)
@@ -433,22 +314,22 @@ def _mode_latency(params: Params, target: _Target, topic: str, partitions: int, 
     return {**_figures(params, phase, records, elapsed), **percentiles(samples), "samples": len(samples)}
 
 
-def _mode_e2e(params: Params, target: _Target, topic: str, partitions: int, show: bool) -> dict[str, Any]:
+def _mode_e2e(params: Params, target: Target, topic: str, partitions: int, show: bool) -> dict[str, Any]:
     from multiraft.client import Consumer, TopicPartition
 
     counts = _split(params.count, params.producers) if params.count is not None else [None] * params.producers
     specs = []
     for index, count in enumerate(counts):
-        spec = _spec(params, "e2e", index, target.bootstrap, topic, count)
+        spec = _spec(params, "e2e", index, target, topic, count)
         spec.rate = params.rate / params.producers
         specs.append(spec)
     samples: list[float] = []
-    consumer = Consumer(target.bootstrap, fetch_max_wait_ms=50, max_poll_records=10_000)
+    consumer = Consumer(target.bootstrap, fetch_max_wait_ms=50, max_poll_records=10_000, **target.client)
     try:
         consumer.assign([TopicPartition(topic, p) for p in range(partitions)], start="latest")
         for tp in consumer.assignment():
             consumer.position(tp)  # resolve "latest" now, before the first record is sent
-        _warm_up(consumer, target.bootstrap, topic, partitions)
+        _warm_up(consumer, target, topic, partitions)
 
         def read() -> None:
             for record in consumer.poll(timeout_s=0.02):
@@ -474,13 +355,13 @@ def _mode_e2e(params: Params, target: _Target, topic: str, partitions: int, show
     return figures
 
 
-def _warm_up(consumer: Any, bootstrap: str, topic: str, partitions: int, rounds: int = 3) -> None:
+def _warm_up(consumer: Any, target: Target, topic: str, partitions: int, rounds: int = 3) -> None:
     """A consumer's first fetches take a second or more (connections, leaders, positions), and it then catches
     up over the next few hundred milliseconds: measured from cold, e2e would report that. So send a few
     records (stamp 0) to every partition, one at a time, and poll until each is seen."""
     from multiraft.client import Producer
 
-    with Producer(bootstrap, linger_ms=0) as producer:
+    with Producer(target.bootstrap, linger_ms=0, **target.client) as producer:
         for _ in range(rounds):
             for partition in range(partitions):
                 producer.send(topic, STAMP.pack(0), partition=partition).result()
@@ -489,7 +370,7 @@ def _warm_up(consumer: Any, bootstrap: str, topic: str, partitions: int, rounds:
                     pass
 
 
-_MODES: dict[str, Callable[[Params, _Target, str, int, bool], dict[str, Any]]] = {
+_MODES: dict[str, Callable[[Params, Target, str, int, bool], dict[str, Any]]] = {
     "produce": _mode_produce,
     "consume": _mode_consume,
     "latency": _mode_latency,
@@ -543,13 +424,15 @@ def _run(params: Params, bootstrap: str | None, cluster_dir: Path | None, as_jso
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     began = time.monotonic()
     try:
-        with _target(bootstrap, cluster_dir, params.local) as target:
-            topic, partitions, created = _prepare_topic(target.bootstrap, params)
+        with bench_target(bootstrap, cluster_dir, params.local, params.secure) as target:
+            topic, partitions, created = prepare_topic(
+                target.bootstrap, params.mode, params.topic, params.partitions, params.replication_factor, target.client
+            )
             try:
                 figures = _MODES[params.mode](params, target, topic, partitions, show)
             finally:
                 if created:
-                    _delete_topic(target.bootstrap, topic)
+                    delete_topic(target.bootstrap, topic, target.client)
     except _WorkerFailedError as exc:
         fail(f"bench {params.mode} failed: {exc}")
     finally:
@@ -598,6 +481,7 @@ def produce(
     bootstrap: BootstrapOption = None,
     cluster_dir: ClusterDirOption = None,
     local: LocalOption = None,
+    secure: SecureOption = False,
     topic: TopicOption = None,
     partitions: PartitionsOption = 6,
     replication_factor: ReplicationOption = 3,
@@ -622,7 +506,7 @@ def produce(
         fail(f"--api must be 'batch' or 'send', got {api!r}")
     params = Params(
         "produce", local, topic, partitions, replication_factor, message_size, count, duration, producers,
-        linger_ms, batch_bytes, max_in_flight, compression.value, api=api,
+        linger_ms, batch_bytes, max_in_flight, compression.value, api=api, secure=secure
     )  # fmt: skip
     _run(params, bootstrap, cluster_dir, as_json)
 
@@ -632,6 +516,7 @@ def consume(
     bootstrap: BootstrapOption = None,
     cluster_dir: ClusterDirOption = None,
     local: LocalOption = None,
+    secure: SecureOption = False,
     topic: TopicOption = None,
     partitions: PartitionsOption = 6,
     replication_factor: ReplicationOption = 3,
@@ -654,7 +539,8 @@ def consume(
     """Read throughput: write --count records first (not timed), then read them all from the earliest offset."""
     params = Params(
         "consume", local, topic, partitions, replication_factor, message_size, count, duration, producers,
-        linger_ms, batch_bytes, max_in_flight, compression.value, consumers=consumers, fetch_max_bytes=fetch_max_bytes,
+        linger_ms, batch_bytes, max_in_flight, compression.value, consumers=consumers,
+        fetch_max_bytes=fetch_max_bytes, secure=secure,
     )  # fmt: skip
     _run(params, bootstrap, cluster_dir, as_json)
 
@@ -664,6 +550,7 @@ def latency(
     bootstrap: BootstrapOption = None,
     cluster_dir: ClusterDirOption = None,
     local: LocalOption = None,
+    secure: SecureOption = False,
     topic: TopicOption = None,
     partitions: PartitionsOption = 1,
     replication_factor: ReplicationOption = 3,
@@ -677,7 +564,7 @@ def latency(
     """Acknowledgement latency: each producer sends one record at a time and waits for its ack (linger 0)."""
     params = Params(
         "latency", local, topic, partitions, replication_factor, message_size, count, duration, producers,
-        0.0, 1 << 20, 5, compression.value,
+        0.0, 1 << 20, 5, compression.value, secure=secure
     )  # fmt: skip
     _run(params, bootstrap, cluster_dir, as_json)
 
@@ -687,6 +574,7 @@ def e2e(
     bootstrap: BootstrapOption = None,
     cluster_dir: ClusterDirOption = None,
     local: LocalOption = None,
+    secure: SecureOption = False,
     topic: TopicOption = None,
     partitions: PartitionsOption = 6,
     replication_factor: ReplicationOption = 3,
@@ -706,6 +594,6 @@ def e2e(
     """End to end: from send() to a consumer in this process seeing the record, at a fixed offered --rate."""
     params = Params(
         "e2e", local, topic, partitions, replication_factor, message_size, count, duration, producers,
-        linger_ms, batch_bytes, max_in_flight, compression.value, rate=rate,
+        linger_ms, batch_bytes, max_in_flight, compression.value, rate=rate, secure=secure
     )  # fmt: skip
     _run(params, bootstrap, cluster_dir, as_json)

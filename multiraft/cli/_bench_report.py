@@ -10,7 +10,12 @@ from typing import Any
 
 from multiraft.cli._common import console, err_console
 
-__all__ = ["percentiles", "machine", "print_table"]
+__all__ = ["ACK_GUARANTEE", "percentiles", "machine", "print_table"]
+
+ACK_GUARANTEE = (
+    "multiraft acknowledges a record once a majority of its partition's replicas have written it and fsynced "
+    "it (the leader's commit); with idempotence, exactly once per partition."
+)
 
 
 def percentiles(samples: list[float]) -> dict[str, float | None]:

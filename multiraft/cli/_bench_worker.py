@@ -53,6 +53,7 @@ class WorkerSpec:
     rate: float = 0.0  # e2e: records per second from this worker
     partitions: list[int] = field(default_factory=list)  # consume: the partitions this worker reads
     fetch_max_bytes: int = 16 << 20
+    client: dict[str, Any] = field(default_factory=dict)  # TLS and credentials (bench --secure)
 
 
 @dataclass
@@ -150,6 +151,7 @@ def _producer(spec: WorkerSpec, linger_ms: float | None = None) -> Any:
         buffer_bytes=max(64 << 20, 4 * (spec.message_size + 1024) * call_records(spec.message_size)),
         compression=spec.compression,  # type: ignore[arg-type]  # checked by the command line
         max_in_flight=spec.max_in_flight,
+        **spec.client,
     )
 
 
@@ -280,7 +282,11 @@ def _consume(
     from multiraft.client import Consumer, TopicPartition
 
     consumer = Consumer(
-        spec.bootstrap, fetch_max_bytes=spec.fetch_max_bytes, max_poll_records=50_000, fetch_max_wait_ms=100
+        spec.bootstrap,
+        fetch_max_bytes=spec.fetch_max_bytes,
+        max_poll_records=50_000,
+        fetch_max_wait_ms=100,
+        **spec.client,
     )
     try:
         assigned = [TopicPartition(spec.topic, p) for p in spec.partitions]

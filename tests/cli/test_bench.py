@@ -49,6 +49,15 @@ def test_produce_against_a_throwaway_local_cluster() -> None:
             os.kill(pid, 0)
 
 
+def test_produce_and_consume_against_a_throwaway_secure_cluster() -> None:
+    # TLS on every port, SCRAM authentication and ACLs: the clients connect over TLS as the cluster's admin.
+    produced = _bench("produce", "--local", "3", "--secure", "--count", "2000", *_SMALL)
+    _check_common(produced, "produce", 2000)
+    assert produced["params"]["secure"] is True
+    consumed = _bench("consume", "--local", "3", "--secure", "--count", "2000", "--partitions", "2", *_SMALL)
+    _check_common(consumed, "consume", 2000, read=2001)
+
+
 def test_consume_latency_and_e2e_against_one_cluster(shared_cluster: Cluster) -> None:
     where = ("--cluster-dir", shared_cluster.info.directory)
 
@@ -82,6 +91,7 @@ def test_consume_latency_and_e2e_against_one_cluster(shared_cluster: Cluster) ->
     [
         (("produce", "--local", "3", "--bootstrap", "127.0.0.1:1"), "without --bootstrap"),
         (("produce", "--local", "1", "--replication-factor", "3"), "--replication-factor 3 needs"),
+        (("produce", "--secure", "--bootstrap", "127.0.0.1:1"), "give it with --local"),
         (("produce", "--bootstrap", "127.0.0.1:1", "--api", "bulk"), "--api must be"),
         (("e2e", "--bootstrap", "127.0.0.1:1", "--rate", "0"), "--rate must be positive"),
         (("latency",), "no cluster given"),
