@@ -41,7 +41,7 @@ from multiraft.logging import get_logger
 from rpc.client._cluster import ClusterClient
 from rpc.client._fetcher import StreamFetcher
 from rpc.client._offsets import list_offsets
-from rpc.client._partition_buffer import PartitionBuffer, Reset, by_topic, take_fairly
+from rpc.client._partition_buffer import PartitionBuffer, Reset, Start, by_topic, start_point, take_fairly
 from rpc.client._records import Record, TopicPartition, as_topic_partition
 from rpc.client._tls import TlsSettings
 from rpc.proto import multiraft_pb2 as pb
@@ -53,9 +53,6 @@ if TYPE_CHECKING:
 __all__ = ["Consumer", "Start", "arrow_schema"]
 
 log = get_logger(__name__)
-
-Start = str | int | datetime | None
-"""``None`` (committed offset, else ``auto_offset_reset``), ``"earliest"``, ``"latest"``, an offset, or a datetime."""
 
 _MIN_PARTITION_FETCH_BYTES = 64 * 1024
 
@@ -204,20 +201,8 @@ class Consumer:
             state.close_stream()
 
     def _apply_start(self, state: PartitionBuffer, start: Start) -> None:
-        if start is None:
-            state.seek(None, Reset("committed") if self._group_id is not None else Reset(self._auto_offset_reset))
-        elif isinstance(start, datetime):
-            state.seek(None, Reset("timestamp", round(start.timestamp() * 1000)))
-        elif isinstance(start, str):
-            if start not in ("earliest", "latest"):
-                raise ValueError(f"start must be 'earliest', 'latest', an offset or a datetime, not {start!r}")
-            state.seek(None, Reset(start))
-        elif isinstance(start, int) and not isinstance(start, bool):
-            if start < 0:
-                raise ValueError(f"a start offset must be >= 0, got {start}")
-            state.seek(start, None)
-        else:
-            raise TypeError(f"start must be 'earliest', 'latest', an offset or a datetime, not {start!r}")
+        default = Reset("committed") if self._group_id is not None else Reset(self._auto_offset_reset)
+        state.seek(*start_point(start, default))
 
     def _refresh_subscription(self, *, force: bool = False, start: Start = None) -> None:
         if self._subscription is None:

@@ -1,11 +1,13 @@
 """What the consumer holds for one partition: its position, the open stream and the decoded records between
-the position and the next offset to fetch; and how pushed responses and polls move them."""
+the position and the next offset to fetch; how pushed responses and polls move them; and where a ``start``
+argument puts a new one."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from multiraft.errors import CorruptRecordBatchError
@@ -17,7 +19,7 @@ from rpc.proto import multiraft_pb2 as pb
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Reset", "PartitionBuffer", "take_fairly", "by_topic"]
+__all__ = ["Reset", "Start", "PartitionBuffer", "start_point", "take_fairly", "by_topic"]
 
 _BACKOFF_START_S = 0.02
 _BACKOFF_MAX_S = 1.0
@@ -29,6 +31,27 @@ class Reset:
 
     kind: str
     timestamp_ms: int = 0
+
+
+Start = str | int | datetime | None
+"""``None`` (committed offset, else ``auto_offset_reset``), ``"earliest"``, ``"latest"``, an offset, or a datetime."""
+
+
+def start_point(start: Start, default: Reset) -> tuple[int | None, Reset | None]:
+    """Where a partition starts for ``start``: an offset, or how to find one (``default`` for None)."""
+    if start is None:
+        return None, default
+    if isinstance(start, datetime):
+        return None, Reset("timestamp", round(start.timestamp() * 1000))
+    if isinstance(start, str):
+        if start not in ("earliest", "latest"):
+            raise ValueError(f"start must be 'earliest', 'latest', an offset or a datetime, not {start!r}")
+        return None, Reset(start)
+    if isinstance(start, int) and not isinstance(start, bool):
+        if start < 0:
+            raise ValueError(f"a start offset must be >= 0, got {start}")
+        return start, None
+    raise TypeError(f"start must be 'earliest', 'latest', an offset or a datetime, not {start!r}")
 
 
 @dataclass(eq=False)

@@ -62,15 +62,14 @@ from multiraft.logging import get_logger
 from rpc.client._accumulator import ProducerBatch, RecordAccumulator
 from rpc.client._aio import cancel_all_tasks
 from rpc.client._cluster import CHANNEL_OPTIONS, ClusterClient
+from rpc.client._partition_state import PartitionState as _PartitionState
 from rpc.client._partition_state import (
-    BACKOFF_MAX_S,
-    BACKOFF_START_S,
     attempt_refused,
     written_long_ago,
     written_prefix,
 )
-from rpc.client._partition_state import PartitionState as _PartitionState
 from rpc.client._produce_stream import CONNECT_TIMEOUT_S, NodeStream, connect
+from rpc.client._producer_ids import request_producer_id
 from rpc.client._records import TopicPartition
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
@@ -239,27 +238,15 @@ class Sender:
 
     async def _new_producer_id(self) -> tuple[int, int] | None:
         """A fresh (producer id, epoch) from any node; None if the cluster does not know InitProducer."""
-        backoff = BACKOFF_START_S
-        while not self._stopping:
-            for address in self._client.addresses():
-                stub = pb_grpc.LogStub(self._channel(address))
-                try:
-                    response = await stub.InitProducer(pb.InitProducerRequest(), timeout=self._request_timeout_s)
-                except grpc.aio.AioRpcError as exc:
-                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                        return None
-                    error = from_rpc_error(exc)
-                    if isinstance(error, AuthenticationFailedError | AuthorizationFailedError):
-                        # No retry mends credentials or ACLs: the producer stops, as Kafka's does.
-                        self._fatal = error
-                        self._fail_everything(error)
-                        return None
-                    log.debug("InitProducer failed", address=address, error=str(error))
-                    continue
-                return response.producer_id, response.producer_epoch
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
-        return None
+        try:
+            return await request_producer_id(
+                self._client, self._channel, self._request_timeout_s, lambda: self._stopping
+            )
+        except (AuthenticationFailedError, AuthorizationFailedError) as error:
+            # No retry mends credentials or ACLs: the producer stops, as Kafka's does.
+            self._fatal = error
+            self._fail_everything(error)
+            return None
 
     async def _init_producer(self) -> None:
         producer = await self._new_producer_id()

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from multiraft import BatchMetadata, ConfigError, Producer, ProducerError, ProducerFencedError
-from rpc.client._producer import MAX_PRODUCER_EPOCH, replay_producer_id
+from rpc.client._producer_ids import MAX_PRODUCER_EPOCH, replay_producer_id
 from tests.integration._helpers import Cluster, fetch_all
 
 pytestmark = pytest.mark.integration

@@ -28,7 +28,7 @@ from multiraft import (
 )
 from rpc.client._accumulator import RecordAccumulator
 from rpc.client._bulk import BulkBatch, BulkCall, BulkColumns
-from rpc.client._producer import _headers_column
+from rpc.client._record_input import headers_column
 from rpc.client._records import TopicPartition
 from rpc.proto import multiraft_pb2 as pb
 from storage import Compression, decode_batches, headers_type, iter_batches
@@ -397,7 +397,7 @@ def test_a_null_header_row_backed_by_entries_encodes_as_a_record_without_headers
     entries = pa.array([{"key": "a", "value": b"1"}, {"key": "b", "value": b"2"}], type=headers_type().value_type)
     offsets = pa.array([0, 1, 2], pa.int32())
     hidden = pa.ListArray.from_arrays(offsets, entries, type=headers_type(), mask=pa.array([False, True]))
-    headers = _headers_column(hidden)
+    headers = headers_column(hidden)
     assert headers.to_pylist() == hidden.to_pylist()
     future: Future[list[BatchMetadata]] = Future()
     columns = BulkColumns(pa.array([b"x", b"y"]), None, headers, 1_000)
