@@ -8,21 +8,15 @@ node had taken from ready() but not yet persisted, and whatever it persisted wit
 ``must_sync``: a new commit index) unless a later sync covered it; crashes that also lose a durable suffix of
 the log, committed entries included (a damaged disk cut back to its last good entry: the node restarts with
 ``recover_until`` set to its former last entry, as the runtime's repair does, until its durable log is back);
-restarts from durable storage (each node's :class:`Disk`: :class:`CrashableMemoryStorage` here, real LMDB files
-in ``tests/node``); snapshots and log compaction; membership changes (learners, promotions, removals including
-the leader's, joint replacements); leadership transfers; linearizable reads. The simulated runtime calls
-``wake()`` on groups whose leader crashed or became unreachable, as the node runtime will do when SWIM reports
-it, and never ticks a quiescent group.
+restarts from durable storage (each node's ``Disk``, in ``sim_params.py``: :class:`CrashableMemoryStorage` here,
+real LMDB files in ``tests/node``); snapshots and log compaction; membership changes (learners, promotions,
+removals including the leader's, joint replacements); leadership transfers; linearizable reads. The simulated
+runtime calls ``wake()`` on groups whose leader crashed or became unreachable, as the node runtime will do when
+SWIM reports it,
+and never ticks a quiescent group.
 
-Checked after every step (``InvariantChecker``):
-
-* election safety: at most one leader per term;
-* log matching: an (index, term) pair always names the same entry with the same predecessor term;
-* leader completeness: a new leader holds every entry any node has seen committed;
-* commit consistency: no node ever regards two different entries as committed at one index;
-* state machine safety: no two nodes apply different entries at one index, and snapshots agree with the
-  applied history;
-* read safety: a read index is never below what was committed when the read was requested.
+Checked after every step (``InvariantChecker``, in ``sim_checker.py``): election safety, log matching, leader
+completeness, commit consistency, state machine safety and read safety.
 
 At the end, the network heals and every node restarts; with a stable majority connected a leader must emerge
 and a new proposal must commit and be applied by the leader and a majority of voters within ``LIVENESS_TICKS``,
@@ -36,263 +30,29 @@ import random
 import sys
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
 
 from multiraft.raft import (
     UNKNOWN_VOTE,
-    ConfChange,
-    ConfChangePending,
-    ConfChangeSingle,
-    ConfChangeType,
     ConfState,
     Entry,
     HardState,
-    InvalidConfChangeError,
-    InvalidRequestError,
     Message,
     MessageType,
-    MutableStorage,
     NotLeader,
     ProposalDropped,
-    RaftStorageError,
     Ready,
     Role,
     Snapshot,
-    bootstrap,
-    decode_message,
-    encode_message_buffers,
 )
 
-from .harness import CrashableMemoryStorage, ReplicaHost, describe, make_config
+from .harness import ReplicaHost, describe, make_config
+from .sim_checker import InvariantChecker, InvariantViolationError
+from .sim_client import SimClient
+from .sim_network import SimNetwork
+from .sim_params import Disk, DiskFactory, MemoryDisk, SimParams
 
 LIVENESS_TICKS = 400
-MAX_NODE_ID = 7
-
-
-class InvariantViolationError(AssertionError):
-    pass
-
-
-class Disk(Protocol):
-    """One node's durable storage as the simulation drives it."""
-
-    storage: MutableStorage  # what the node reads and writes (a crash may replace it: reopened from disk)
-
-    def sync(self) -> None:
-        """Make every write so far durable."""
-        ...
-
-    def crash(self) -> int:
-        """Lose every write since the last sync and reopen; returns how many writes were lost."""
-        ...
-
-    def close(self) -> None: ...
-
-
-DiskFactory = Callable[[int, ConfState | None], Disk]
-"""(node id, initial configuration or None for a node added later) -> a fresh disk."""
-
-
-class MemoryDisk:
-    """A :class:`CrashableMemoryStorage` (the default disk)."""
-
-    def __init__(self, node_id: int, conf_state: ConfState | None) -> None:
-        self._memory = CrashableMemoryStorage()
-        if conf_state is not None:
-            hard_state, snapshot = bootstrap(conf_state)
-            self._memory.apply_snapshot(snapshot)
-            self._memory.set_hard_state(hard_state)
-        self._memory.sync()
-        self.storage: MutableStorage = self._memory
-
-    def damage(self, keep: int) -> tuple[int, int]:
-        """A damaged disk cut back after ``keep`` (durably); returns the last entry it held before."""
-        return self._memory.lose_suffix(keep)
-
-    def sync(self) -> None:
-        self._memory.sync()
-
-    def crash(self) -> int:
-        return self._memory.crash()
-
-    def close(self) -> None:
-        pass
-
-
-@dataclass
-class SimParams:
-    """Everything a seed decides about a run besides the schedule itself."""
-
-    nodes: int
-    ticks: int
-    election_tick: int
-    heartbeat_tick: int
-    pre_vote: bool
-    check_quorum: bool
-    quiesce: bool
-    max_inflight_msgs: int
-    max_size_per_msg: int
-    max_entries_per_msg: int
-    drop: float
-    duplicate: float
-    max_delay: int
-    crash: float
-    restart: float
-    partition: float
-    heal: float
-    propose: float
-    membership: float
-    transfer: float
-    read: float
-    snapshot: float
-    slow_persist: float
-    spurious_wake: float
-    reorder: float
-    codec: bool
-
-    @classmethod
-    def random(cls, rng: random.Random) -> SimParams:
-        calm = rng.random() < 0.2
-        return cls(
-            nodes=rng.choice((1, 3, 3, 3, 5, 5)) if rng.random() < 0.9 else 2,
-            ticks=rng.randint(40, 110),
-            election_tick=rng.choice((5, 8, 10)),
-            heartbeat_tick=rng.choice((1, 1, 2)),
-            pre_vote=rng.random() < 0.8,
-            check_quorum=rng.random() < 0.8,
-            quiesce=rng.random() < 0.7,
-            max_inflight_msgs=rng.choice((1, 2, 4, 256)),
-            max_size_per_msg=rng.choice((1, 16, 1 << 20)),
-            max_entries_per_msg=rng.choice((1, 3, 1024)),
-            drop=0.0 if calm else rng.choice((0.0, 0.02, 0.1, 0.2)),
-            duplicate=0.0 if calm else rng.choice((0.0, 0.02, 0.1)),
-            max_delay=rng.choice((0, 0, 1, 3)),
-            crash=0.0 if calm else rng.choice((0.0, 0.01, 0.03)),
-            restart=rng.choice((0.05, 0.2)),
-            partition=0.0 if calm else rng.choice((0.0, 0.01, 0.04)),
-            heal=rng.choice((0.05, 0.2)),
-            propose=rng.choice((0.2, 0.5, 1.0)),
-            membership=rng.choice((0.0, 0.0, 0.03, 0.08)),
-            transfer=rng.choice((0.0, 0.01, 0.03)),
-            read=rng.choice((0.0, 0.05, 0.2)),
-            snapshot=rng.choice((0.0, 0.02, 0.1)),
-            slow_persist=rng.choice((0.0, 0.1, 0.4)),
-            spurious_wake=rng.choice((0.0, 0.02)),
-            reorder=rng.choice((0.0, 0.0, 0.01, 0.05)),
-            codec=rng.random() < 0.25,
-        )
-
-
-class InvariantChecker:
-    """Raft's safety properties, checked incrementally (each step costs O(what changed))."""
-
-    def __init__(self) -> None:
-        self.leaders: dict[int, int] = {}
-        self.committed: dict[int, int] = {}  # index -> term, for every index any node saw committed
-        self.max_committed = 0
-        self.applied: dict[int, tuple[int, bytes]] = {}
-        self.chains: dict[int, int] = {}
-        self.entries: dict[tuple[int, int], tuple[int, int, bytes]] = {}  # (index, term) -> (prev term, kind, payload)
-        self.checked_commit: dict[int, int] = {}
-
-    def fail(self, what: str) -> None:
-        raise InvariantViolationError(what)
-
-    # Observer hooks (called by ReplicaHost)
-
-    def on_persist(self, host: ReplicaHost, ready: Ready) -> None:
-        storage = host.storage
-        for entry in ready.entries:
-            try:
-                prev = storage.term(entry.index - 1)
-            except RaftStorageError:
-                continue
-            key = (entry.index, entry.term)
-            value = (prev, int(entry.kind), bytes(entry.payload))
-            seen = self.entries.setdefault(key, value)
-            if seen != value:
-                self.fail(f"log matching: node {host.id} persisted {key} as {value}, another node had {seen}")
-
-    def on_apply(self, host: ReplicaHost, entry: Entry, chain: int) -> None:
-        record = (entry.term, bytes(entry.payload))
-        seen = self.applied.setdefault(entry.index, record)
-        if seen != record:
-            self.fail(f"state machine safety: node {host.id} applied {record} at {entry.index}, another {seen}")
-        seen_chain = self.chains.setdefault(entry.index, chain)
-        if seen_chain != chain:
-            self.fail(f"state machine safety: node {host.id} applied a different history up to {entry.index}")
-        committed_term = self.committed.get(entry.index)
-        if committed_term is not None and committed_term != entry.term:
-            self.fail(f"node {host.id} applied term {entry.term} at {entry.index}, committed was {committed_term}")
-
-    def on_snapshot_installed(self, host: ReplicaHost, snapshot: Snapshot, chain: int) -> None:
-        index = snapshot.meta.index
-        seen = self.chains.get(index)
-        if seen is not None and seen != chain:
-            self.fail(f"node {host.id} installed a snapshot at {index} that disagrees with the applied history")
-        committed_term = self.committed.get(index)
-        if committed_term is not None and committed_term != snapshot.meta.term:
-            self.fail(f"node {host.id} installed snapshot ({index}, {snapshot.meta.term}), committed {committed_term}")
-
-    # After every step of a node
-
-    def after_step(self, host: ReplicaHost) -> None:
-        raft = host.node._raft  # white-box: the checker reads the in-memory log
-        log = raft.log
-        if raft.role is Role.LEADER:
-            holder = self.leaders.setdefault(raft.term, host.id)
-            if holder != host.id:
-                self.fail(f"election safety: nodes {holder} and {host.id} both led term {raft.term}")
-            if holder == host.id and self.checked_commit.get(-host.id) != raft.term:
-                self.checked_commit[-host.id] = raft.term
-                self._check_leader_completeness(host)
-        committed = log.committed
-        start = self.checked_commit.get(host.id, 0)
-        if committed > start:
-            record = self.committed
-            for index in range(max(start + 1, log.first_index() - 1, 1), committed + 1):
-                term = log.term(index)
-                if term is None:
-                    continue
-                seen = record.setdefault(index, term)
-                if seen != term:
-                    self.fail(f"commit safety: node {host.id} has term {term} committed at {index}, seen {seen}")
-            self.checked_commit[host.id] = committed
-            self.max_committed = max(self.max_committed, committed)
-
-    def reset_node(self, node_id: int) -> None:
-        self.checked_commit.pop(node_id, None)
-        self.checked_commit.pop(-node_id, None)
-
-    def _check_leader_completeness(self, host: ReplicaHost) -> None:
-        log = host.node._raft.log
-        first = log.first_index()
-        for index in range(max(first - 1, 1), self.max_committed + 1):
-            expected = self.committed.get(index)
-            if expected is not None and log.term(index) != expected:
-                self.fail(
-                    f"leader completeness: leader {host.id} of term {host.node.term} has term {log.term(index)} "
-                    f"at {index}, committed term is {expected}"
-                )
-
-
-@dataclass(order=True)
-class _InFlight:
-    at: int
-    seq: int
-    message: Message = field(compare=False)
-    sent: int = field(compare=False, default=0)  # the tick it was sent at
-    duplicate: bool = field(compare=False, default=False)  # the second copy of a duplicated message
-
-
-@dataclass
-class _Proposal:
-    node: int
-    incarnation: int
-    index: int
-    term: int
-    payload: bytes
 
 
 @dataclass
@@ -312,8 +72,10 @@ def as_proposed(payload: bytes) -> bytes:
 
 
 class Simulation:
-    """One seeded run. ``disk`` makes each node's storage; ``payload`` turns a client payload into what is
-    proposed (the LMDB adapter needs record batches)."""
+    """One seeded run: the nodes, their disks, crashes and restarts, and the schedule. Its network
+    (:class:`SimNetwork`) and client (:class:`SimClient`) draw from its generator, in its order; its checker
+    (:class:`InvariantChecker`) sees every step. ``disk`` makes each node's storage; ``payload`` turns a client
+    payload into what is proposed (the LMDB adapter needs record batches)."""
 
     def __init__(
         self,
@@ -331,28 +93,20 @@ class Simulation:
         self.params = params or SimParams.random(self.rng)
         self.checker = InvariantChecker()
         self.now = 0
-        self.seq = 0
         self.steps = 0
-        self.network: list[_InFlight] = []
-        self.link_clock: dict[tuple[int, int], int] = {}
-        self.blocked: set[tuple[int, int]] = set()
+        self.stats: Counter[str] = Counter()
+        self.net = SimNetwork(self.rng, self.params, self.stats, self._lost)
+        self.client = SimClient(self)
         self.hosts: dict[int, ReplicaHost] = {}
         self.new_disk = disk
         self.make_payload = payload
         self.disks: dict[int, Disk] = {}
-        self.link_delivered: dict[tuple[int, int], int] = {}
         self.incarnation: dict[int, int] = {}
         self.persist_at: dict[int, int] = {}
         self.up: set[int] = set()
-        self.proposals: dict[tuple[int, int], _Proposal] = {}
-        self.removed: set[int] = set()  # nodes whose removal was proposed (never re-added: ids are not reused)
-        self.acked: dict[int, bytes] = {}
-        self.reads: dict[bytes, int] = {}
-        self.next_payload = 0
         self.trace_enabled = trace
         self.trace: deque[str] = deque(maxlen=400)
         self.liveness_ticks = -1
-        self.stats: Counter[str] = Counter()
         # Damaged disks draw from their own generator, so that every other draw of a seed stays as it was.
         self.damage_rng = random.Random(seed * 7877 + 13)
         self.lose_suffix = self.damage_rng.choice((0.0, 0.0, 0.3, 0.7)) if lose_suffix is None else lose_suffix
@@ -397,7 +151,12 @@ class Simulation:
         self.hosts[node_id] = host
         self.up.add(node_id)
         self.checker.reset_node(node_id)
-        self._note(f"start {node_id} (incarnation {self.incarnation[node_id]})")
+        self.note(f"start {node_id} (incarnation {self.incarnation[node_id]})")
+
+    def add_node(self, node_id: int) -> None:
+        """A node a membership change adds: it starts on an empty disk."""
+        self.disks[node_id] = self.new_disk(node_id, None)
+        self._start(node_id)
 
     def _crash(self, node_id: int) -> None:
         self.stats["crashes"] += 1
@@ -430,8 +189,8 @@ class Simulation:
                 self.stats["crashes losing a durable suffix"] += 1
                 if committed > keep:
                     self.stats["crashes losing committed entries"] += 1
-                self._note(f"{node_id} lost entries {keep + 1}..{before[0]}")
-        self._note(f"crash {node_id}")
+                self.note(f"{node_id} lost entries {keep + 1}..{before[0]}")
+        self.note(f"crash {node_id}")
         for other in self.up:
             if self.hosts[other].node.leader_id == node_id:
                 self.hosts[other].node.wake()  # the runtime learns of the death from SWIM
@@ -453,14 +212,14 @@ class Simulation:
         self.lost_disks.add(node_id)
         if committed > storage.last_index():
             self.stats["crashes losing committed entries"] += 1
-        self._note(f"crash {node_id}, losing its whole disk (recorded term {floor})")
+        self.note(f"crash {node_id}, losing its whole disk (recorded term {floor})")
         for other in self.up:
             if self.hosts[other].node.leader_id == node_id:
                 self.hosts[other].node.wake()
 
     def _may_lose_disk(self, node_id: int) -> bool:
         """As :meth:`_may_damage`, and every replica counts three voters or more: a group of two cannot elect
-        while one of them rebuilds a lost disk (see :meth:`_membership`)."""
+        while one of them rebuilds a lost disk (see :meth:`SimClient.change_membership`)."""
         smallest = min(len(host.node.conf_state.voters) for host in self.hosts.values())
         return self._may_damage(node_id) and smallest >= 3
 
@@ -480,12 +239,7 @@ class Simulation:
 
     def on_apply(self, host: ReplicaHost, entry: Entry, chain: int) -> None:
         self.checker.on_apply(host, entry, chain)
-        proposal = self.proposals.pop((host.id, entry.index), None)
-        if proposal is not None and proposal.incarnation == self.incarnation[host.id]:
-            if entry.term == proposal.term:
-                if bytes(entry.payload) != proposal.payload:
-                    self.checker.fail(f"node {host.id} applied ({entry.index}, {entry.term}) with another payload")
-                self.acked[entry.index] = proposal.payload
+        self.client.on_apply(host, entry)
 
     def on_snapshot_installed(self, host: ReplicaHost, snapshot: Snapshot, chain: int) -> None:
         self.stats["snapshots installed"] += 1
@@ -493,54 +247,17 @@ class Simulation:
 
     # --- network -----------------------------------------------------------------------------------------
 
-    def _send(self, messages: list[Message]) -> None:
-        """Queue messages: FIFO per link (as one connection per peer), except the reordered ones."""
-        p = self.params
-        rng = self.rng
-        for m in messages:
-            if p.drop and rng.random() < p.drop:
-                self.stats["messages dropped"] += 1
-                self._lost(m)
-                continue
-            copies = 2 if p.duplicate and rng.random() < p.duplicate else 1
-            for copy in range(copies):
-                self.seq += 1
-                link = (m.sender, m.to)
-                at = self.now + (rng.randint(0, p.max_delay) if p.max_delay else 0)
-                if p.reorder and rng.random() < p.reorder:
-                    at += rng.randint(1, 3)  # overtaken by later messages on the same link
-                else:
-                    at = max(at, self.link_clock.get(link, 0))
-                    self.link_clock[link] = at
-                self.network.append(_InFlight(at, self.seq, m, self.now, copy > 0))
-
     def _deliver(self, position: int) -> None:
-        flight = self.network.pop(position)
-        m = flight.message
-        if m.to not in self.up or (m.sender, m.to) in self.blocked:
-            self._lost(m)
+        m = self.net.take(position, self.now, self.up)
+        if m is None:
             return
-        # Count the faults that really reached a node, not only those that were drawn.
-        stats = self.stats
-        link = (m.sender, m.to)
-        if flight.seq < self.link_delivered.get(link, 0):
-            stats["messages delivered out of order"] += 1
-        else:
-            self.link_delivered[link] = flight.seq
-        if flight.duplicate:
-            stats["duplicates delivered"] += 1
-        if self.now > flight.sent:
-            stats["messages delivered late"] += 1
-        if self.params.codec:
-            m = decode_message(b"".join(encode_message_buffers(m)))
-            self.stats["messages through the codec"] += 1
         if m.quiesce:
             self.stats["quiesce heartbeats"] += 1
         host = self.hosts[m.to]
         if self.trace_enabled:
-            self._note(f"deliver {describe(m)}")
+            self.note(f"deliver {describe(m)}")
         host.node.step(m)
-        self._after(host)
+        self.after_step(host)
         if m.type is MessageType.SNAP and m.sender in self.up:
             self.hosts[m.sender].node.report_snapshot(m.to, True)
 
@@ -549,11 +266,11 @@ class Simulation:
         if m.type is MessageType.SNAP and m.sender in self.up:
             self.hosts[m.sender].node.report_snapshot(m.to, False)
 
-    def _after(self, host: ReplicaHost) -> None:
+    def after_step(self, host: ReplicaHost) -> None:
         self.steps += 1
         self.checker.after_step(host)
 
-    def _note(self, text: str) -> None:
+    def note(self, text: str) -> None:
         if self.trace_enabled:
             self.trace.append(f"t={self.now} {text}")
 
@@ -563,12 +280,7 @@ class Simulation:
         rng = self.rng
         hosts = self.hosts
         for _ in range(budget):
-            heads: dict[tuple[int, int], int] = {}
-            now = self.now
-            for i, f in enumerate(self.network):
-                if f.at <= now:
-                    heads.setdefault((f.message.sender, f.message.to), i)
-            deliverable = list(heads.values())
+            deliverable = self.net.deliverable(self.now)
             ready = [i for i in sorted(self.up) if hosts[i].pending is None and hosts[i].node.has_ready()]
             persist = [i for i in sorted(self.up) if hosts[i].pending is not None and self.persist_at[i] <= self.now]
             if not deliverable and not ready and not persist:
@@ -582,14 +294,14 @@ class Simulation:
                 out = host.take_ready()
                 slow = self.params.slow_persist and rng.random() < self.params.slow_persist
                 self.persist_at[node_id] = self.now + (rng.randint(1, 2) if slow else 0)
-                self._send(out)
-                self._after(host)
+                self.net.send(out, self.now)
+                self.after_step(host)
             else:
                 node_id = rng.choice(persist)
                 host = hosts[node_id]
                 out = host.persist()
-                self._send(out)
-                self._after(host)
+                self.net.send(out, self.now)
+                self.after_step(host)
         raise InvariantViolationError(f"livelock: the cluster did not settle within {budget} steps at tick {self.now}")
 
     def _tick(self) -> None:
@@ -598,7 +310,7 @@ class Simulation:
             node = self.hosts[node_id].node
             if not node.quiescent:
                 node.tick()
-                self._after(self.hosts[node_id])
+                self.after_step(self.hosts[node_id])
 
     def _leader(self) -> ReplicaHost | None:
         best: ReplicaHost | None = None
@@ -608,7 +320,7 @@ class Simulation:
                 best = host
         return best
 
-    # --- faults and client actions -----------------------------------------------------------------------
+    # --- faults and snapshots (the client's actions are SimClient's) -------------------------------------
 
     def _faults(self) -> None:
         p = self.params
@@ -621,124 +333,26 @@ class Simulation:
         if p.partition and rng.random() < p.partition:
             ids = sorted(self.hosts)
             side = {i for i in ids if rng.random() < 0.5}
-            self.blocked = {(a, b) for a in ids for b in ids if (a in side) != (b in side)}
+            self.net.blocked = {(a, b) for a in ids for b in ids if (a in side) != (b in side)}
             self.stats["partitions"] += 1
-            self._note(f"partition {sorted(side)} | {sorted(set(ids) - side)}")
+            self.note(f"partition {sorted(side)} | {sorted(set(ids) - side)}")
             for node_id in sorted(self.up):
                 node = self.hosts[node_id].node
-                if node.leader_id and (node_id, node.leader_id) in self.blocked:
+                if node.leader_id and (node_id, node.leader_id) in self.net.blocked:
                     node.wake()
-        if self.blocked and rng.random() < p.heal:
-            self.blocked = set()
+        if self.net.blocked and rng.random() < p.heal:
+            self.net.blocked = set()
             self.stats["heals"] += 1
-            self._note("heal")
+            self.note("heal")
         if p.spurious_wake and rng.random() < p.spurious_wake and self.up:
             self.hosts[rng.choice(sorted(self.up))].node.wake()
-
-    def _client(self) -> None:
-        p = self.params
-        rng = self.rng
-        leader = self._leader()
-        if leader is None:
-            return
-        node = leader.node
-        if rng.random() < p.propose:
-            for _ in range(rng.choice((1, 1, 2, 5))):
-                self.next_payload += 1
-                payload = self.make_payload(f"s{self.seed}-p{self.next_payload}".encode())
-                try:
-                    index = node.propose(payload)
-                except (NotLeader, ProposalDropped):
-                    break
-                self.proposals[(leader.id, index)] = _Proposal(
-                    leader.id, self.incarnation[leader.id], index, node.term, payload
-                )
-                self._after(leader)
-        if p.membership and rng.random() < p.membership:
-            self._membership(leader)
-        if p.transfer and rng.random() < p.transfer:
-            voters = sorted(node.conf_state.voters)
-            try:
-                node.transfer_leader(rng.choice(voters))
-            except (InvalidRequestError, NotLeader):
-                pass
-            self._note(f"transfer requested on {leader.id}")
-            self.stats["transfers"] += 1
-        if p.read and rng.random() < p.read:
-            reader = rng.choice(sorted(self.up))
-            context = f"r{self.seq}-{self.now}-{reader}".encode()
-            self.seq += 1
-            try:
-                self.hosts[reader].node.read_index(context)
-            except NotLeader:
-                return
-            self.reads[context] = self.checker.max_committed
-
-    def _membership(self, leader: ReplicaHost) -> None:
-        rng = self.rng
-        conf = leader.node.conf_state
-        if conf.joint:
-            return
-        voters, learners = list(conf.voters), list(conf.learners)
-        new_ids = [i for i in range(1, MAX_NODE_ID + 1) if i not in self.hosts]
-        options: list[tuple[str, ConfChange]] = []
-        if new_ids:
-            options.append(("add learner", ConfChange.add_learner(new_ids[0])))
-        if learners:
-            options.append(("promote", ConfChange.add_voter(rng.choice(learners))))
-            options.append(("remove learner", ConfChange.remove_node(rng.choice(learners))))
-        self.lost_disks = {i for i in self.lost_disks if i not in self.up or self.hosts[i].node.recovering_until}
-        # A group of two voters, one of them rebuilding a lost disk, cannot elect: that one never knows whether
-        # the other holds what it lost (docs/reliability.md). The operator shrinks such a group no further.
-        if len(voters) > (3 if self.lost_disks else 1):
-            options.append(("remove voter", ConfChange.remove_node(rng.choice(voters))))
-            options.append(("demote", ConfChange.add_learner(rng.choice(voters))))
-        if len(voters) < 3 and new_ids:
-            options.append(("add voter", ConfChange.add_voter(new_ids[0])))
-        if learners and voters:
-            out, into = rng.choice(voters), rng.choice(learners)
-            options.append(
-                (
-                    "replace",
-                    ConfChange(
-                        (
-                            ConfChangeSingle(ConfChangeType.REMOVE_NODE, out),
-                            ConfChangeSingle(ConfChangeType.ADD_VOTER, into),
-                        )
-                    ),
-                )
-            )
-        if not options:
-            return
-        what, change = rng.choice(options)
-        try:
-            leader.node.propose_conf_change(change)
-        except (ConfChangePending, InvalidConfChangeError, ProposalDropped, NotLeader):
-            return
-        self._note(f"membership {what}: {change}")
-        self.removed.update(c.node_id for c in change.changes if c.type is ConfChangeType.REMOVE_NODE)
-        self.stats[f"membership {what}"] += 1
-        for single in change.changes:
-            if single.node_id not in self.hosts:
-                self.disks[single.node_id] = self.new_disk(single.node_id, None)
-                self._start(single.node_id)
 
     def _snapshots(self) -> None:
         p = self.params
         if p.snapshot and self.rng.random() < p.snapshot and self.up:
             host = self.hosts[self.rng.choice(sorted(self.up))]
             if host.snapshot_and_compact(keep=self.rng.randint(0, 4)):
-                self._note(f"snapshot on {host.id} at {host.state.applied_index}")
-
-    def _check_reads(self) -> None:
-        for host_id in sorted(self.up):
-            host = self.hosts[host_id]
-            while host.read_states:
-                index, context = host.read_states.pop()
-                floor = self.reads.pop(context, None)
-                self.stats["reads served"] += 1
-                if floor is not None and index < floor:
-                    self.checker.fail(f"read {context!r} on {host_id} got index {index} < committed {floor}")
+                self.note(f"snapshot on {host.id} at {host.state.applied_index}")
 
     # --- the run -----------------------------------------------------------------------------------------
 
@@ -751,18 +365,20 @@ class Simulation:
         self.stats["schedules"] += 1
         for _ in range(p.ticks):
             self._faults()
-            self._client()
+            leader = self._leader()
+            if leader is not None:
+                self.client.act(leader)
             self._snapshots()
             self._tick()
             self._settle()
-            self._check_reads()
+            self.client.check_reads()
         self._check_liveness()
         return SimResult(
             self.seed,
             self.stats,
             p,
             self.checker.max_committed,
-            len(self.acked),
+            len(self.client.acked),
             len(self.checker.leaders),
             self.liveness_ticks,
             self.steps,
@@ -780,13 +396,13 @@ class Simulation:
         if conf.joint:
             return
         members = conf.members()
-        for node_id in sorted((self.up & self.removed) - members):
+        for node_id in sorted((self.up & self.client.removed) - members):
             if all(node_id not in self.hosts[v].node.conf_state.members() for v in conf.voters if v in self.up):
                 self.up.discard(node_id)
-                self._note(f"replica {node_id} garbage-collected")
+                self.note(f"replica {node_id} garbage-collected")
 
     def _check_liveness(self) -> None:
-        self.blocked = set()
+        self.net.blocked = set()
         self.params.drop = 0.0
         self.params.duplicate = 0.0
         self.params.slow_persist = 0.0
@@ -794,7 +410,7 @@ class Simulation:
             self._start(node_id)
         for node_id in sorted(self.up):
             self.hosts[node_id].node.wake()
-        self._note("liveness phase")
+        self.note("liveness phase")
         self._settle()
         marker: tuple[int, int, bytes] | None = None
         for elapsed in range(1, LIVENESS_TICKS + 1):
@@ -818,9 +434,9 @@ class Simulation:
             if leader.state.applied_index >= index and applied > len(voters) // 2:
                 self.liveness_ticks = elapsed
                 self.stats["leaders elected"] += len(self.checker.leaders)
-                self.stats["acknowledged writes"] += len(self.acked)
+                self.stats["acknowledged writes"] += len(self.client.acked)
                 state = set(leader.state.payloads)
-                lost = [i for i, payload in self.acked.items() if payload not in state]
+                lost = [i for i, payload in self.client.acked.items() if payload not in state]
                 if lost:
                     self.checker.fail(f"acknowledged writes lost at indexes {sorted(lost)[:10]}")
                 return
