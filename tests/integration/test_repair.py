@@ -141,6 +141,21 @@ def test_a_leader_whose_data_is_damaged_while_it_runs_hands_over_and_repairs_whe
     assert_replicas_identical(cluster.info.directory, TOPIC, 1)
 
 
+def _restart_and_verify(cluster: Cluster, follower: int, log_line: str, acked: list[bytes], *, settle_s: float) -> None:
+    """Start the damaged follower, wait for ``log_line``, write more, then check every acknowledged record is read
+    back exactly once and, with the cluster stopped, that every replica is byte-identical."""
+    node = load_cluster(cluster.info.directory).nodes[follower]
+    cluster.start(follower)
+    _wait_for_log_line(Path(node.directory) / "node.log", log_line, 30)
+    acked = acked + _write_acknowledged(cluster, BATCHES, 10, -1)
+    wait_settled(cluster, TOPIC, settle_s, preferred_leaders=False)
+    read = [value for _, value in fetch_all(cluster.client, TOPIC, 0)]
+    assert sorted(read) == sorted(acked) and len(read) == len(set(read))
+    cluster.client.close()
+    cluster_down(cluster.info.directory)
+    assert_replicas_identical(cluster.info.directory, TOPIC, 1)
+
+
 def _repairable_cut(data_file: Path, scratch: Path) -> int | None:
     """The largest cut of the file's tail (16 pages down to 1) that spares LMDB's main database, if any.
 
@@ -184,16 +199,7 @@ def test_a_follower_whose_data_file_was_truncated_starts_keeps_the_valid_prefix_
     with data_file.open("r+b") as raw:
         raw.truncate(cut)
 
-    cluster.start(follower)
-    _wait_for_log_line(Path(node.directory) / "node.log", "repaired the log store", 30)
-    acked += _write_acknowledged(cluster, BATCHES, 10, -1)
-    wait_settled(cluster, TOPIC, 60, preferred_leaders=False)
-
-    read = [value for _, value in fetch_all(cluster.client, TOPIC, 0)]
-    assert sorted(read) == sorted(acked) and len(read) == len(set(read))
-    cluster.client.close()
-    cluster_down(cluster.info.directory)
-    assert_replicas_identical(cluster.info.directory, TOPIC, 1)
+    _restart_and_verify(cluster, follower, "repaired the log store", acked, settle_s=60)
 
 
 def _recorded_terms_cover_the_stored_ones(data_dir: Path) -> int:
@@ -234,16 +240,6 @@ def test_a_follower_whose_store_lost_its_directory_of_logs_is_rebuilt_from_its_p
         raw.truncate(2 * 4096)  # only LMDB's two meta pages are left: the directory of logs is gone
     assert check_store(data_dir).unrecoverable is not None
 
-    cluster.start(follower)
-    _wait_for_log_line(Path(node.directory) / "node.log", "every replica is rebuilt from its peers", 30)
-    acked += _write_acknowledged(cluster, BATCHES, 10, -1)
-    wait_settled(cluster, TOPIC, 90, preferred_leaders=False)
-
-    read = [value for _, value in fetch_all(cluster.client, TOPIC, 0)]
-    assert sorted(read) == sorted(acked) and len(read) == len(set(read))
-    cluster.client.close()
-    cluster_down(cluster.info.directory)
-    assert [p.name.startswith("log.lmdb.unrepairable-") for p in data_dir.iterdir() if p.name != "log.lmdb"].count(
-        True
-    ) == 1
-    assert_replicas_identical(cluster.info.directory, TOPIC, 1)
+    _restart_and_verify(cluster, follower, "every replica is rebuilt from its peers", acked, settle_s=90)
+    aside = [p.name for p in data_dir.iterdir() if p.name.startswith("log.lmdb.unrepairable-")]
+    assert len(aside) == 1
