@@ -37,6 +37,7 @@ from multiraft import raft
 from multiraft.errors import NotLeaderError, RecordTooLargeError, StorageFailureError, UnavailableError
 from multiraft.logging import get_logger
 from multiraft.node.raftlog import RaftLogStorage
+from multiraft.node.reads import LinearizableReads
 from multiraft.node.term_guard import TermGuard
 from multiraft.node.threads import ThreadOwner
 from storage import CorruptionError, LogStore, StorageConfig, StorageError, StorageFullError
@@ -149,6 +150,8 @@ class Scheduler:
         # Set by the store: a group whose entries fail their check is handed over for repair, not fatal.
         self.on_damage: DamageHandler | None = None
         self.owner = ThreadOwner("scheduler")  # what lives here says so in its type (multiraft.node.threads)
+        self.reads = LinearizableReads(self.owner)
+        self.every(0.25, self.reads.expire)
 
     # ------------------------------------------------------------------------------------ thread plumbing
 
@@ -322,6 +325,11 @@ class Scheduler:
         self.touch(group)
         return index
 
+    def read(self, group: Group, serve: Callable[[], Any], completion: Completion) -> None:
+        """Serve ``serve()`` once a quorum confirmed this leader and the apply reached the read's index."""
+        self.reads.start(group, serve, completion)
+        self.touch(group)  # the ReadIndex broadcast and the ReadState come with the group's next Ready
+
     def report_damage(self, group: Group, exc: BaseException) -> bool:
         """Hand a group whose stored entry failed its check to the repair (before the next round); False if
         ``exc`` is no such damage or nothing repairs it."""
@@ -413,6 +421,8 @@ class Scheduler:
                     raise
                 continue  # the group is being rebuilt from its repaired log
             group.raw.advance(ready)
+            if ready.read_states or self.reads.waiting(group.group_id):
+                self.reads.after_apply(group, ready.read_states)
             self.touch(group)
         if self.store.writes_pending:
             # What applying wrote (retention, snapshots, new replicas) is made durable now, on its own, so

@@ -15,6 +15,7 @@ publishes what the loop must know (views, cluster state, controller leader) thro
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import time
@@ -495,10 +496,11 @@ class Store(SchedulerOwned):
             if isinstance(operation, OffsetsCommit):
                 rows = [CommittedOffset(r.topic, r.partition, r.offset, r.metadata) for r in operation.rows]
                 machine.commit(group, operation.group, rows, completion)
-            elif isinstance(operation, OffsetsFetch):
-                completion(machine.fetch(group, operation.group, operation.partitions), None)
+            elif isinstance(operation, OffsetsFetch):  # linearizable (reads.py): never older than acknowledged
+                serve = functools.partial(machine.fetch, group, operation.group, operation.partitions)
+                self.scheduler.read(group, serve, completion)
             else:
-                completion(machine.group_names(group), None)
+                self.scheduler.read(group, functools.partial(machine.group_names, group), completion)
         except MultiraftError as exc:
             completion(None, exc)
 

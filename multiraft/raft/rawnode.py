@@ -351,6 +351,11 @@ class RawNode:
         return self._raft.lead
 
     @property
+    def applied_index(self) -> int:
+        """The last index handed out as applied (advanced)."""
+        return self._raft.log.applied
+
+    @property
     def quiescent(self) -> bool:
         """True while the group is asleep: the runtime need not tick it (see the module docstring)."""
         return self._raft.quiescent
