@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from membership import EventKind, Keyring, MemberEvent, generate_key
 from multiraft.config import NodeConfig
 from multiraft.errors import ConfigError
+from multiraft.node import membership as node_membership
 from multiraft.node.membership import NodeMembership
 
 T = TypeVar("T")
@@ -198,11 +200,16 @@ def test_without_a_keyring_file_gossip_is_plain_and_nothing_is_polled(tmp_path: 
     _run(scenario)
 
 
-def test_an_unreadable_or_broken_keyring_file_is_reported_once_not_at_every_poll(tmp_path: Path) -> None:
+def test_an_unreadable_or_broken_keyring_file_is_reported_once_not_at_every_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     key = generate_key()
     node = _Node(1, (), tmp_path, [key])
     in_use = node.membership.keyring
     with capture_logs() as logs:
+        # A node started earlier in this process may have configured logging with cached loggers: a fresh one
+        # goes through capture_logs' processors.
+        monkeypatch.setattr(node_membership, "log", structlog.get_logger(node_membership.__name__))
         node.keyring_file.unlink()
         assert [node.membership.reload_keyring() for _ in range(3)] == [False] * 3
         node.keyring_file.write_text("broken\n")
