@@ -155,6 +155,15 @@ def leader() -> Iterator[_Leader]:
     yield _Leader()
 
 
+def _send_first_and_second(leader: _Leader) -> tuple[Any, Any]:
+    """Send b"first" then b"second" through one producer: each (offset or None, error or None)."""
+    producer = _Producer(leader)
+    try:
+        return producer.send(b"first"), producer.send(b"second")
+    finally:
+        producer.close()
+
+
 def _acknowledged_where_the_log_says(leader: _Leader, acked: dict[bytes, int]) -> None:
     for value, offset in acked.items():
         assert leader.records[offset] == value, f"{value!r} acknowledged at {offset} but the log holds another"
@@ -163,12 +172,7 @@ def _acknowledged_where_the_log_says(leader: _Leader, acked: dict[bytes, int]) -
 def test_a_storage_error_after_the_write_resends_the_same_batch_which_the_leader_deduplicates(leader: _Leader) -> None:
     # An older leader answers STORAGE_ERROR when its own write failed after the append reached its followers.
     leader.fail_after_write = [StorageFailureError("storage failed: disk full")]
-    producer = _Producer(leader)
-    try:
-        first, first_error = producer.send(b"first")
-        second, second_error = producer.send(b"second")
-    finally:
-        producer.close()
+    (first, first_error), (second, second_error) = _send_first_and_second(leader)
     assert (first_error, second_error) == (None, None)
     assert leader.records == [b"first", b"second"]  # the retry was recognised, not written twice
     assert first is not None and second is not None
@@ -178,12 +182,7 @@ def test_a_storage_error_after_the_write_resends_the_same_batch_which_the_leader
 def test_an_unknown_outcome_the_producer_gives_up_moves_the_partition_to_a_new_producer_id(leader: _Leader) -> None:
     # INTERNAL says nothing of whether the batch was written: it fails, and its sequence is never reused.
     leader.fail_after_write = [MultiraftError("internal error in ProduceStream")]
-    producer = _Producer(leader)
-    try:
-        first, first_error = producer.send(b"first")
-        second, second_error = producer.send(b"second")
-    finally:
-        producer.close()
+    (first, first_error), (second, second_error) = _send_first_and_second(leader)
     assert first is None and type(first_error) is MultiraftError
     assert second_error is None and second is not None
     assert leader.records == [b"first", b"second"]  # the failed batch may be in the log: here it is
@@ -193,24 +192,14 @@ def test_an_unknown_outcome_the_producer_gives_up_moves_the_partition_to_a_new_p
 
 def test_the_leaders_retriable_unknown_outcome_is_retried_under_the_same_sequence(leader: _Leader) -> None:
     leader.fail_after_write = [UnavailableError("the leader failed after proposing the batch", outcome="unknown")]
-    producer = _Producer(leader)
-    try:
-        first, first_error = producer.send(b"first")
-        second, second_error = producer.send(b"second")
-    finally:
-        producer.close()
+    (first, first_error), (second, second_error) = _send_first_and_second(leader)
     assert (first, first_error, second, second_error) == (0, None, 1, None)
     assert leader.records == [b"first", b"second"] and len(leader.producer_ids) == 1
 
 
 def test_a_batch_refused_up_front_frees_its_sequence_for_the_next_batch(leader: _Leader) -> None:
     leader.refuse = [InsufficientStorageError("node storage is low", resource="disk")]
-    producer = _Producer(leader)
-    try:
-        first, first_error = producer.send(b"first")
-        second, second_error = producer.send(b"second")
-    finally:
-        producer.close()
+    (first, first_error), (second, second_error) = _send_first_and_second(leader)
     assert first is None and isinstance(first_error, InsufficientStorageError)
     assert (second, second_error) == (0, None)
     assert leader.records == [b"second"] and len(leader.producer_ids) == 1
@@ -226,12 +215,7 @@ def test_a_refused_retry_of_a_batch_an_earlier_attempt_may_have_written_does_not
     leader.fail_after_write = [UnavailableError("the leader lost leadership after proposing", outcome="unknown")]
     leader.refuse = [InsufficientStorageError("node storage is low", resource="disk")]
     leader.refuse_once_written = 1
-    producer = _Producer(leader)
-    try:
-        first, first_error = producer.send(b"first")
-        second, second_error = producer.send(b"second")
-    finally:
-        producer.close()
+    (first, first_error), (second, second_error) = _send_first_and_second(leader)
     assert first is None and isinstance(first_error, InsufficientStorageError)
     assert second_error is None and second is not None
     assert leader.records == [b"first", b"second"]  # the failed batch is in the log, and so is the next one
