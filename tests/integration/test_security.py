@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +88,17 @@ def admin(secure: str) -> Iterator[Admin]:
         yield client
 
 
-def _everywhere(admin: Admin, *, user: str | None = None, gone: str | None = None, acls: int | None = None) -> None:
-    """Until every node has applied the user (or its deletion) and holds ``acls`` ACLs (metadata replicates to
-    each node in its own time, as Kafka's ACLs do)."""
+def _key(b: Any) -> tuple[str, ...]:
+    """An ACL binding (client or protobuf) as a comparable tuple."""
+    return (b.principal, b.resource_type, b.resource_name, b.operation, b.permission, b.pattern_type)
+
+
+def _everywhere(
+    admin: Admin, *, user: str | None = None, gone: str | None = None, acls: Sequence[AclBinding] = ()
+) -> None:
+    """Until every node has applied the user (or its deletion) and holds the ``acls`` (metadata replicates to
+    each node in its own time, as Kafka's ACLs do; a count read from one node may be behind, so the bindings
+    themselves are looked for)."""
     client = admin._client
     deadline = time.monotonic() + 20
     for _ in range(400):
@@ -98,12 +106,14 @@ def _everywhere(admin: Admin, *, user: str | None = None, gone: str | None = Non
         for address in client.metadata(refresh=True).nodes.values():
             stub = pb_grpc.SecurityStub(client.channel(address))
             users = {u.name for u in stub.ListUsers(pb.ListUsersRequest(), timeout=10).users}
-            bindings = stub.DescribeAcls(pb.DescribeAclsRequest(), timeout=10).bindings
-            if (
-                (user is not None and user not in users)
-                or (gone is not None and gone in users)
-                or (acls is not None and len(bindings) != acls)
-            ):
+            held = {
+                (b.principal, b.resource_type, b.resource_name, b.operation, b.permission, b.pattern_type)
+                for b in stub.DescribeAcls(pb.DescribeAclsRequest(), timeout=10).bindings
+            }
+            wanted = {
+                (b.principal, b.resource_type, b.resource_name, b.operation, b.permission, b.pattern_type) for b in acls
+            }
+            if (user is not None and user not in users) or (gone is not None and gone in users) or not wanted <= held:
                 behind.append(address)
         if not behind or time.monotonic() > deadline:
             break
@@ -119,7 +129,7 @@ def _user(admin: Admin, name: str, bootstrap: str) -> Admin:
 
 def _grant(admin: Admin, bindings: list[AclBinding]) -> None:
     admin.create_acls(bindings)
-    _everywhere(admin, acls=len(admin.describe_acls()))
+    _everywhere(admin, acls=bindings)
 
 
 def test_a_client_without_credentials_or_with_a_wrong_password_is_refused_with_the_reason(secure: str) -> None:
@@ -297,7 +307,7 @@ def test_the_user_and_acl_commands(secure: str, tmp_path: Path) -> None:
     assert "AUTHORIZATION_FAILED" in one_error_line(refused)
     added = cli_ok(cli("acl", "add", "--allow-principal", "User:heidi", "--operation", "create", "--topic", "heidi-t"))
     assert "allow User:heidi create topic:literal:heidi-t" in added
-    _everywhere(admin, acls=len(admin.describe_acls()))
+    _everywhere(admin, acls=[AclBinding("User:heidi", "topic", "heidi-t", "create")])
     assert "User:heidi" in cli_ok(cli("acl", "list", "--principal", "User:heidi"))
     cli_ok(cli("topic", "create", "heidi-t", "--partitions", "1", "--replication-factor", "1", env=as_heidi))
     removed = cli_ok(
