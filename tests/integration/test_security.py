@@ -229,7 +229,7 @@ def test_a_deny_beats_an_allow_and_a_super_user_needs_no_acl(admin: Admin, secur
         with pytest.raises(AuthorizationFailedError, match="User:bob may not describe topic 'events'"):
             bob.describe_topic("events")
     # carol sees the topic but may not write it: refused at InitProducer, and batch by batch on the stream
-    with Producer(secure, user="carol", password="carol-pw", delivery_timeout_s=10) as idempotent:
+    with Producer(secure, user="carol", password="carol-pw", delivery_timeout_s=30) as idempotent:
         with pytest.raises(AuthorizationFailedError, match="may not write any topic"):
             idempotent.send("events", b"x").result(timeout=30)
     with Producer(secure, user="carol", password="carol-pw", idempotence=False, delivery_timeout_s=10) as plain:
