@@ -40,7 +40,18 @@ whichever side of the wire an error started on::
     │   └── InsufficientStorageError disk, LMDB map or segment slots below their low-water mark; ``resource``,
     │                               ``node_id`` and the free amount name what is short
     ├── CorruptRecordBatchError     a consumer read a batch it cannot decode; names topic, partition, offset
-    └── StorageFailureError         a node's storage failed (disk full, corruption)
+    ├── StorageFailureError         a node's storage failed (disk full, corruption)
+    └── GroupError                  a consumer-group request was refused (reason: Kafka's error name)
+        ├── MemberFencedError       not (or no longer) the member of the current generation it claims to be
+        │   ├── UnknownMemberError  UNKNOWN_MEMBER_ID: expired, left or never joined
+        │   ├── StaleGenerationError ILLEGAL_GENERATION: missed a rebalance
+        │   ├── InstanceFencedError FENCED_INSTANCE_ID: a newer process holds the static instance id
+        │   └── PartitionNotAssignedError PARTITION_NOT_OWNED: a commit for a partition it does not own
+        ├── GroupRebalancingError REBALANCE_IN_PROGRESS (ABORTED): join again
+        ├── MemberIdAssignedError   MEMBER_ID_REQUIRED: join again with ``member_id``
+        ├── GroupProtocolMismatchError, SessionTimeoutOutOfRangeError, GroupFullError,
+        │   InvalidGroupAssignmentError, GroupNotEmptyError
+    CoordinatorMovedError (an UnavailableError) COORDINATOR_NOT_AVAILABLE: the coordinator moved; retriable
 """
 
 from __future__ import annotations
@@ -85,6 +96,20 @@ __all__ = [
     "StorageFailureError",
     "InsufficientStorageError",
     "CorruptRecordBatchError",
+    "GroupError",
+    "MemberFencedError",
+    "UnknownMemberError",
+    "StaleGenerationError",
+    "InstanceFencedError",
+    "PartitionNotAssignedError",
+    "GroupRebalancingError",
+    "MemberIdAssignedError",
+    "GroupProtocolMismatchError",
+    "SessionTimeoutOutOfRangeError",
+    "GroupFullError",
+    "InvalidGroupAssignmentError",
+    "GroupNotEmptyError",
+    "CoordinatorMovedError",
     "error_for_reason",
     "REASONS",
 ]
@@ -348,6 +373,105 @@ class InsufficientStorageError(ResourceExhaustedError):
 
     reason = "STORAGE_FULL"
     retriable = False
+
+
+# ------------------------------------------------------------------------------------------ consumer groups
+# The wire face of multiraft.groups.errors (the coordinator's own tree): the same reasons, client-side names.
+
+
+class GroupError(MultiraftError):
+    """A consumer-group request was refused; ``reason`` is Kafka's error name."""
+
+    reason = "GROUP_ERROR"
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class MemberFencedError(GroupError):
+    """The caller is not (or no longer) the member of the current generation it claims to be: its commits
+    and heartbeats are refused (Kafka's CommitFailedException). Join the group again."""
+
+    reason = "FENCED"
+
+
+class UnknownMemberError(MemberFencedError):
+    """The member id is not in the group: expired after its session timeout, left, or never joined."""
+
+    reason = "UNKNOWN_MEMBER_ID"
+
+
+class StaleGenerationError(MemberFencedError):
+    """The member speaks for a generation other than the group's (it missed a rebalance)."""
+
+    reason = "ILLEGAL_GENERATION"
+
+
+class InstanceFencedError(MemberFencedError):
+    """A newer process holds this static ``group_instance_id``."""
+
+    reason = "FENCED_INSTANCE_ID"
+
+
+class PartitionNotAssignedError(MemberFencedError):
+    """An offset commit names a partition the member is not assigned in the current generation."""
+
+    reason = "PARTITION_NOT_OWNED"
+
+
+class GroupRebalancingError(GroupError):
+    """The group is rebalancing: join again (retriable)."""
+
+    reason = "REBALANCE_IN_PROGRESS"
+    code = grpc.StatusCode.ABORTED
+    retriable = True
+
+
+class MemberIdAssignedError(GroupError):
+    """A first join: join again with the member id in ``metadata["member_id"]``."""
+
+    reason = "MEMBER_ID_REQUIRED"
+
+    @property
+    def member_id(self) -> str:
+        return self.metadata.get("member_id", "")
+
+
+class GroupProtocolMismatchError(GroupError):
+    """The member's protocol type or assignors do not match the group's."""
+
+    reason = "INCONSISTENT_GROUP_PROTOCOL"
+
+
+class SessionTimeoutOutOfRangeError(GroupError):
+    """The session timeout is outside the coordinator's allowed range."""
+
+    reason = "INVALID_SESSION_TIMEOUT"
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class GroupFullError(GroupError):
+    """The group already has its most members (``group_max_size``)."""
+
+    reason = "GROUP_MAX_SIZE_REACHED"
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class InvalidGroupAssignmentError(GroupError):
+    """The leader's assignment gives a partition twice, or moves one its owner has not revoked yet."""
+
+    reason = "INVALID_ASSIGNMENT"
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class GroupNotEmptyError(GroupError):
+    """A group with members cannot be deleted (nor its offsets reset)."""
+
+    reason = "NON_EMPTY_GROUP"
+
+
+class CoordinatorMovedError(UnavailableError):
+    """The group's coordinator moved (or the group was deleted meanwhile): ask again, retriable."""
+
+    reason = "COORDINATOR_NOT_AVAILABLE"
 
 
 def _all_subclasses(base: type[MultiraftError]) -> list[type[MultiraftError]]:

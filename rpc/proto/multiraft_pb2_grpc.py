@@ -926,6 +926,328 @@ class Admin:
             _registered_method=True)
 
 
+class GroupsStub:
+    """--------------------------------------------------------------------------------------- consumer groups
+
+    Kafka's classic group protocol (JoinGroup / SyncGroup / Heartbeat / LeaveGroup) with client-side
+    assignment: the coordinator of a group is the leader of its __consumer_offsets partition; any node takes
+    these calls and forwards them there. JoinGroup and SyncGroup wait (up to the rebalance timeout) until the
+    group's generation forms. Refusals end the call with a status whose reason is Kafka's error name:
+    MEMBER_ID_REQUIRED (FAILED_PRECONDITION; metadata member_id: join again with it)
+    UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, PARTITION_NOT_OWNED (FAILED_PRECONDITION)
+    REBALANCE_IN_PROGRESS (ABORTED: join again)   INCONSISTENT_GROUP_PROTOCOL (FAILED_PRECONDITION)
+    INVALID_SESSION_TIMEOUT, INVALID_ASSIGNMENT (INVALID_ARGUMENT)   GROUP_MAX_SIZE_REACHED (RESOURCE_EXHAUSTED)
+    NON_EMPTY_GROUP (FAILED_PRECONDITION)   COORDINATOR_NOT_AVAILABLE (UNAVAILABLE: the coordinator moved)
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.JoinGroup = channel.unary_unary(
+                '/multiraft.v1.Groups/JoinGroup',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.JoinGroupRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.JoinGroupResponse.FromString,
+                _registered_method=True)
+        self.SyncGroup = channel.unary_unary(
+                '/multiraft.v1.Groups/SyncGroup',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.SyncGroupRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.SyncGroupResponse.FromString,
+                _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/multiraft.v1.Groups/Heartbeat',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.GroupHeartbeatRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.GroupHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.LeaveGroup = channel.unary_unary(
+                '/multiraft.v1.Groups/LeaveGroup',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.LeaveGroupRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.LeaveGroupResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroups = channel.unary_unary(
+                '/multiraft.v1.Groups/DescribeGroups',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.DescribeGroupsRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.DescribeGroupsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroups = channel.unary_unary(
+                '/multiraft.v1.Groups/DeleteGroups',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.DeleteGroupsRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.DeleteGroupsResponse.FromString,
+                _registered_method=True)
+
+
+class GroupsServicer:
+    """--------------------------------------------------------------------------------------- consumer groups
+
+    Kafka's classic group protocol (JoinGroup / SyncGroup / Heartbeat / LeaveGroup) with client-side
+    assignment: the coordinator of a group is the leader of its __consumer_offsets partition; any node takes
+    these calls and forwards them there. JoinGroup and SyncGroup wait (up to the rebalance timeout) until the
+    group's generation forms. Refusals end the call with a status whose reason is Kafka's error name:
+    MEMBER_ID_REQUIRED (FAILED_PRECONDITION; metadata member_id: join again with it)
+    UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, PARTITION_NOT_OWNED (FAILED_PRECONDITION)
+    REBALANCE_IN_PROGRESS (ABORTED: join again)   INCONSISTENT_GROUP_PROTOCOL (FAILED_PRECONDITION)
+    INVALID_SESSION_TIMEOUT, INVALID_ASSIGNMENT (INVALID_ARGUMENT)   GROUP_MAX_SIZE_REACHED (RESOURCE_EXHAUSTED)
+    NON_EMPTY_GROUP (FAILED_PRECONDITION)   COORDINATOR_NOT_AVAILABLE (UNAVAILABLE: the coordinator moved)
+    """
+
+    def JoinGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SyncGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroups(self, request, context):
+        """State, protocol, generation and members (with their assignments) of each group.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroups(self, request, context):
+        """Delete empty groups and their committed offsets (one result per group).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_GroupsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'JoinGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinGroup,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.JoinGroupRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.JoinGroupResponse.SerializeToString,
+            ),
+            'SyncGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.SyncGroup,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.SyncGroupRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.SyncGroupResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.GroupHeartbeatRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.GroupHeartbeatResponse.SerializeToString,
+            ),
+            'LeaveGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveGroup,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.LeaveGroupRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.LeaveGroupResponse.SerializeToString,
+            ),
+            'DescribeGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroups,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.DescribeGroupsRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.DescribeGroupsResponse.SerializeToString,
+            ),
+            'DeleteGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroups,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.DeleteGroupsRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'multiraft.v1.Groups', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('multiraft.v1.Groups', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Groups:
+    """--------------------------------------------------------------------------------------- consumer groups
+
+    Kafka's classic group protocol (JoinGroup / SyncGroup / Heartbeat / LeaveGroup) with client-side
+    assignment: the coordinator of a group is the leader of its __consumer_offsets partition; any node takes
+    these calls and forwards them there. JoinGroup and SyncGroup wait (up to the rebalance timeout) until the
+    group's generation forms. Refusals end the call with a status whose reason is Kafka's error name:
+    MEMBER_ID_REQUIRED (FAILED_PRECONDITION; metadata member_id: join again with it)
+    UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, PARTITION_NOT_OWNED (FAILED_PRECONDITION)
+    REBALANCE_IN_PROGRESS (ABORTED: join again)   INCONSISTENT_GROUP_PROTOCOL (FAILED_PRECONDITION)
+    INVALID_SESSION_TIMEOUT, INVALID_ASSIGNMENT (INVALID_ARGUMENT)   GROUP_MAX_SIZE_REACHED (RESOURCE_EXHAUSTED)
+    NON_EMPTY_GROUP (FAILED_PRECONDITION)   COORDINATOR_NOT_AVAILABLE (UNAVAILABLE: the coordinator moved)
+    """
+
+    @staticmethod
+    def JoinGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Groups/JoinGroup',
+            rpc_dot_proto_dot_multiraft__pb2.JoinGroupRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.JoinGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SyncGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Groups/SyncGroup',
+            rpc_dot_proto_dot_multiraft__pb2.SyncGroupRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.SyncGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Groups/Heartbeat',
+            rpc_dot_proto_dot_multiraft__pb2.GroupHeartbeatRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.GroupHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Groups/LeaveGroup',
+            rpc_dot_proto_dot_multiraft__pb2.LeaveGroupRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.LeaveGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Groups/DescribeGroups',
+            rpc_dot_proto_dot_multiraft__pb2.DescribeGroupsRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.DescribeGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Groups/DeleteGroups',
+            rpc_dot_proto_dot_multiraft__pb2.DeleteGroupsRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class SecurityStub:
     """------------------------------------------------------------------------------------------------ security
 

@@ -305,6 +305,118 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
+class GroupsStub:
+    """--------------------------------------------------------------------------------------- consumer groups
+
+    Kafka's classic group protocol (JoinGroup / SyncGroup / Heartbeat / LeaveGroup) with client-side
+    assignment: the coordinator of a group is the leader of its __consumer_offsets partition; any node takes
+    these calls and forwards them there. JoinGroup and SyncGroup wait (up to the rebalance timeout) until the
+    group's generation forms. Refusals end the call with a status whose reason is Kafka's error name:
+      MEMBER_ID_REQUIRED (FAILED_PRECONDITION; metadata member_id: join again with it)
+      UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, PARTITION_NOT_OWNED (FAILED_PRECONDITION)
+      REBALANCE_IN_PROGRESS (ABORTED: join again)   INCONSISTENT_GROUP_PROTOCOL (FAILED_PRECONDITION)
+      INVALID_SESSION_TIMEOUT, INVALID_ASSIGNMENT (INVALID_ARGUMENT)   GROUP_MAX_SIZE_REACHED (RESOURCE_EXHAUSTED)
+      NON_EMPTY_GROUP (FAILED_PRECONDITION)   COORDINATOR_NOT_AVAILABLE (UNAVAILABLE: the coordinator moved)
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> GroupsAsyncStub: ...
+    JoinGroup: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.JoinGroupRequest, _multiraft_pb2.JoinGroupResponse]
+    SyncGroup: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.SyncGroupRequest, _multiraft_pb2.SyncGroupResponse]
+    Heartbeat: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.GroupHeartbeatRequest, _multiraft_pb2.GroupHeartbeatResponse]
+    LeaveGroup: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.LeaveGroupRequest, _multiraft_pb2.LeaveGroupResponse]
+    DescribeGroups: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.DescribeGroupsRequest, _multiraft_pb2.DescribeGroupsResponse]
+    """State, protocol, generation and members (with their assignments) of each group."""
+    DeleteGroups: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.DeleteGroupsRequest, _multiraft_pb2.DeleteGroupsResponse]
+    """Delete empty groups and their committed offsets (one result per group)."""
+
+@_typing.type_check_only
+class GroupsAsyncStub(GroupsStub):
+    """--------------------------------------------------------------------------------------- consumer groups
+
+    Kafka's classic group protocol (JoinGroup / SyncGroup / Heartbeat / LeaveGroup) with client-side
+    assignment: the coordinator of a group is the leader of its __consumer_offsets partition; any node takes
+    these calls and forwards them there. JoinGroup and SyncGroup wait (up to the rebalance timeout) until the
+    group's generation forms. Refusals end the call with a status whose reason is Kafka's error name:
+      MEMBER_ID_REQUIRED (FAILED_PRECONDITION; metadata member_id: join again with it)
+      UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, PARTITION_NOT_OWNED (FAILED_PRECONDITION)
+      REBALANCE_IN_PROGRESS (ABORTED: join again)   INCONSISTENT_GROUP_PROTOCOL (FAILED_PRECONDITION)
+      INVALID_SESSION_TIMEOUT, INVALID_ASSIGNMENT (INVALID_ARGUMENT)   GROUP_MAX_SIZE_REACHED (RESOURCE_EXHAUSTED)
+      NON_EMPTY_GROUP (FAILED_PRECONDITION)   COORDINATOR_NOT_AVAILABLE (UNAVAILABLE: the coordinator moved)
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    JoinGroup: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.JoinGroupRequest, _multiraft_pb2.JoinGroupResponse]  # type: ignore[assignment]
+    SyncGroup: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.SyncGroupRequest, _multiraft_pb2.SyncGroupResponse]  # type: ignore[assignment]
+    Heartbeat: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.GroupHeartbeatRequest, _multiraft_pb2.GroupHeartbeatResponse]  # type: ignore[assignment]
+    LeaveGroup: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.LeaveGroupRequest, _multiraft_pb2.LeaveGroupResponse]  # type: ignore[assignment]
+    DescribeGroups: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.DescribeGroupsRequest, _multiraft_pb2.DescribeGroupsResponse]  # type: ignore[assignment]
+    """State, protocol, generation and members (with their assignments) of each group."""
+    DeleteGroups: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.DeleteGroupsRequest, _multiraft_pb2.DeleteGroupsResponse]  # type: ignore[assignment]
+    """Delete empty groups and their committed offsets (one result per group)."""
+
+class GroupsServicer(metaclass=_abc_1.ABCMeta):
+    """--------------------------------------------------------------------------------------- consumer groups
+
+    Kafka's classic group protocol (JoinGroup / SyncGroup / Heartbeat / LeaveGroup) with client-side
+    assignment: the coordinator of a group is the leader of its __consumer_offsets partition; any node takes
+    these calls and forwards them there. JoinGroup and SyncGroup wait (up to the rebalance timeout) until the
+    group's generation forms. Refusals end the call with a status whose reason is Kafka's error name:
+      MEMBER_ID_REQUIRED (FAILED_PRECONDITION; metadata member_id: join again with it)
+      UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, PARTITION_NOT_OWNED (FAILED_PRECONDITION)
+      REBALANCE_IN_PROGRESS (ABORTED: join again)   INCONSISTENT_GROUP_PROTOCOL (FAILED_PRECONDITION)
+      INVALID_SESSION_TIMEOUT, INVALID_ASSIGNMENT (INVALID_ARGUMENT)   GROUP_MAX_SIZE_REACHED (RESOURCE_EXHAUSTED)
+      NON_EMPTY_GROUP (FAILED_PRECONDITION)   COORDINATOR_NOT_AVAILABLE (UNAVAILABLE: the coordinator moved)
+    """
+
+    @_abc_1.abstractmethod
+    def JoinGroup(
+        self,
+        request: _multiraft_pb2.JoinGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.JoinGroupResponse, _abc.Awaitable[_multiraft_pb2.JoinGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def SyncGroup(
+        self,
+        request: _multiraft_pb2.SyncGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.SyncGroupResponse, _abc.Awaitable[_multiraft_pb2.SyncGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Heartbeat(
+        self,
+        request: _multiraft_pb2.GroupHeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.GroupHeartbeatResponse, _abc.Awaitable[_multiraft_pb2.GroupHeartbeatResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def LeaveGroup(
+        self,
+        request: _multiraft_pb2.LeaveGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.LeaveGroupResponse, _abc.Awaitable[_multiraft_pb2.LeaveGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeGroups(
+        self,
+        request: _multiraft_pb2.DescribeGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.DescribeGroupsResponse, _abc.Awaitable[_multiraft_pb2.DescribeGroupsResponse]]:
+        """State, protocol, generation and members (with their assignments) of each group."""
+
+    @_abc_1.abstractmethod
+    def DeleteGroups(
+        self,
+        request: _multiraft_pb2.DeleteGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.DeleteGroupsResponse, _abc.Awaitable[_multiraft_pb2.DeleteGroupsResponse]]:
+        """Delete empty groups and their committed offsets (one result per group)."""
+
+def add_GroupsServicer_to_server(servicer: GroupsServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
 class SecurityStub:
     """------------------------------------------------------------------------------------------------ security"""
 
