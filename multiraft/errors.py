@@ -418,11 +418,10 @@ class PartitionNotAssignedError(MemberFencedError):
 
 
 class GroupRebalancingError(GroupError):
-    """The group is rebalancing: join again (retriable)."""
+    """The group is rebalancing: join again. Not retried by the call layer: the member must rejoin."""
 
     reason = "REBALANCE_IN_PROGRESS"
     code = grpc.StatusCode.ABORTED
-    retriable = True
 
 
 class MemberIdAssignedError(GroupError):
