@@ -209,3 +209,34 @@ def test_an_emptied_group_is_deleted_with_its_offsets(groups_cluster: Cluster) -
 def test_an_unknown_group_is_described_dead(groups_cluster: Cluster) -> None:
     described = _describe(groups_cluster, 1, "never-seen")
     assert (described.state, len(described.members), described.HasField("error")) == ("Dead", 0, False)
+
+
+def _described_by_survivor(cluster: Cluster, node_id: int, group: str) -> Any:
+    """The group's description once its new coordinator answers (it waits to be current)."""
+    deadline = time.monotonic() + 60
+    for _ in range(600):
+        described = _describe(cluster, node_id, group)
+        if not described.HasField("error") or time.monotonic() > deadline:
+            return described
+        time.sleep(0.1)
+    raise AssertionError("the group was never described")
+
+
+def test_killing_the_coordinator_keeps_the_group_on_the_new_one(groups_cluster: Cluster) -> None:
+    group = "failover"
+    (a, b), generation, owned = _form_two_member_group(groups_cluster, group)
+    coordinator = _describe(groups_cluster, 3, group).coordinator_id  # the __consumer_offsets leader
+    assert coordinator in groups_cluster.info.nodes
+    groups_cluster.kill(coordinator)
+    try:
+        survivor = next(n for n in groups_cluster.info.nodes if n != coordinator)
+        described = _described_by_survivor(groups_cluster, survivor, group)
+        assert not described.HasField("error"), described.error
+        assert described.coordinator_id not in (0, coordinator)
+        assert (described.state, described.generation) == ("Stable", generation)
+        assert {m.member_id: {tp.partition for tp in m.assignment} for m in described.members} == owned
+        for member in (a, b):
+            _heartbeat(_groups(groups_cluster, survivor), group, member, generation)
+        _commit(groups_cluster, survivor, group, min(owned[a]), member_id=a, generation=generation)
+    finally:
+        groups_cluster.start(coordinator)
