@@ -18,18 +18,17 @@ from rpc.client import ClusterClient
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import from_rpc_error
-from tests.integration._helpers import FAST, Cluster
+from tests.integration._helpers import FAST, FAST_GROUPS, Cluster
 
 pytestmark = pytest.mark.integration
 
-GROUP_SETTINGS = {"group_min_session_timeout_ms": 1000, "group_initial_rebalance_delay_ms": 0}
 SESSION_MS = 10_000
 REBALANCE_MS = 20_000
 
 
 @pytest.fixture(scope="module")
 def groups_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    info = cluster_up(tmp_path_factory.mktemp("groups") / "cluster", 3, {**FAST, **GROUP_SETTINGS})
+    info = cluster_up(tmp_path_factory.mktemp("groups") / "cluster", 3, {**FAST, **FAST_GROUPS})
     cluster = Cluster(info, ClusterClient(info.bootstrap, request_timeout_s=30))
     try:
         cluster.create_topic("gt", partitions=6, replication_factor=3)
