@@ -314,3 +314,16 @@ def test_a_refusal_reaches_the_client_face_with_its_kafka_reason() -> None:
     refused = node.call(GroupJoin("billing", g.JoinRequest("", 1, 5_000, ("range",))))  # below the minimum session
     assert isinstance(refused.error, MultiraftError) and refused.error.reason == "INVALID_SESSION_TIMEOUT"
     assert isinstance(refused.error.__cause__, g.InvalidSessionTimeoutError)
+
+
+def test_a_new_leader_loads_every_recorded_group_and_expires_members_that_died_meanwhile() -> None:
+    old = _node()
+    _one_member_group(old)
+    new = _node()  # another replica that applied the same record, now the leader
+    new.machine.records.load(old.machine.records.records())
+    new.machine.host.tick(new.group)  # type: ignore[arg-type]
+    assert new.machine.host.loaded == ("billing",)
+    new.clock.now += SESSION_MS + 1  # the member never comes back: its session ends on the new coordinator
+    new.machine.host.tick(new.group)  # type: ignore[arg-type]
+    new.commit()
+    assert new.machine.records.groups["billing"].members == ()
