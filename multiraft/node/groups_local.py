@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from multiraft.errors import NotLeaderError, RequestTimeoutError
+from multiraft.errors import MultiraftError, NotLeaderError, RequestTimeoutError
+from multiraft.logging import get_logger
 from multiraft.node.offsets import OffsetsMachine
 from multiraft.node.peer_groups import GroupOperation
 from multiraft.node.scheduler import Completion, Scheduler
 from multiraft.node.threads import SchedulerHandoff
 
 __all__ = ["LocalGroups", "tick_group_hosts", "GROUP_TICK_S"]
+
+log = get_logger(__name__)
 
 GROUP_TICK_S = 0.1  # how often coordinators expire sessions and end rebalances
 
@@ -25,7 +28,11 @@ def serve_group_operation(
     if group is None or not isinstance(group.machine, OffsetsMachine):
         completion(None, NotLeaderError(f"this node hosts no offsets group {group_id}"))
         return
-    group.machine.host.handle(group, operation, completion)
+    try:
+        group.machine.host.handle(group, operation, completion)
+    except Exception as exc:  # a bug met by one request fails that request only, at once
+        log.exception("group request failed unexpectedly", operation=type(operation).__name__, error=repr(exc))
+        completion(None, MultiraftError(f"internal error serving {type(operation).__name__}: {exc!r}"))
 
 
 def tick_group_hosts(scheduler: Scheduler) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from multiraft.errors import (
     UnknownMemberError,
 )
 from multiraft.node import offsets as offsets_module
+from multiraft.node.groups_local import serve_group_operation
 from multiraft.node.offsets import CommittedOffset, OffsetsMachine, encode_commit
 from multiraft.node.peer_groups import (
     GroupDelete,
@@ -327,3 +329,19 @@ def test_a_new_leader_loads_every_recorded_group_and_expires_members_that_died_m
     new.machine.host.tick(new.group)  # type: ignore[arg-type]
     new.commit()
     assert new.machine.records.groups["billing"].members == ()
+
+
+def test_a_bug_met_by_one_group_request_answers_it_internal_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = _node()
+
+    def broken(*_: Any) -> None:
+        raise TypeError("'int' object is not iterable")
+
+    monkeypatch.setattr(node.machine.host, "handle", broken)
+    scheduler = SimpleNamespace(groups={7: SimpleNamespace(machine=node.machine)})
+    answer = _Answer()
+    serve_group_operation(scheduler, 7, GroupsList(), answer)  # type: ignore[arg-type]
+    assert isinstance(answer.error, MultiraftError) and answer.error.reason == "INTERNAL"
+    missing = _Answer()
+    serve_group_operation(scheduler, 8, GroupsList(), missing)  # type: ignore[arg-type]
+    assert isinstance(missing.error, NotLeaderError)
