@@ -19,6 +19,7 @@ from multiraft.node.peer_groups import (
 )
 from multiraft.node.peer_messages import STATUS_ERROR, STATUS_OK, LeaderAnnouncement, RequestKind, encode_error
 from multiraft.node.services import GroupsService, GroupsSettings, OffsetsService, OffsetsSettings
+from multiraft.node.services.groups import MAX_USER_DATA_BYTES
 from multiraft.node.services.offsets_routing import OffsetsRouter
 from tests.node._fakes import FakeController, FakePeers, FakeStore, cluster_with_topic, directory
 
@@ -94,6 +95,9 @@ def test_a_group_call_with_a_bad_name_or_a_negative_partition_is_refused_before_
         owned = g.Subscription(("orders",), frozenset({("orders", -1)}))
         with pytest.raises(InvalidArgumentError):
             await service.join("billing", g.JoinRequest("m-1", 10_000, 30_000, ("range",), owned))
+        heavy = g.Subscription(("orders",), user_data=b"x" * (MAX_USER_DATA_BYTES + 1))
+        with pytest.raises(InvalidArgumentError, match="user_data"):
+            await service.join("billing", g.JoinRequest("m-1", 10_000, 30_000, ("range",), heavy))
         (result,) = await service.describe(["x" * 300])
         assert isinstance(result.error, InvalidArgumentError)
         assert peers.calls == []

@@ -38,8 +38,9 @@ from multiraft.node.protocols import PeerCaller
 from multiraft.node.services.offsets import check_group_name
 from multiraft.node.services.offsets_routing import ATTEMPT_S, REQUEST_TIMEOUT_S, OffsetsRouter
 
-__all__ = ["GroupsService", "GroupsSettings", "GroupDescriptionResult", "LONG_POLL_MARGIN_S"]
+__all__ = ["GroupsService", "GroupsSettings", "GroupDescriptionResult", "LONG_POLL_MARGIN_S", "MAX_USER_DATA_BYTES"]
 
+MAX_USER_DATA_BYTES = 64 * 1024  # every member's is in each group record: keep a record within one log entry
 LONG_POLL_MARGIN_S = 2.0  # a long poll's attempt outlasts the coordinator's own bound by this much
 _MAX_WAIT_MS = 2**31 - 1
 _SYNC_WAIT_S = 600.0
@@ -71,6 +72,10 @@ class GroupsService:
 
     async def join(self, group: str, request: g.JoinRequest) -> g.JoinReply:
         _check_partitions(request.subscription.owned, "subscription.owned")
+        if len(request.subscription.user_data) > MAX_USER_DATA_BYTES:
+            raise InvalidArgumentError(
+                f"subscription.user_data is longer than {MAX_USER_DATA_BYTES} bytes", field="subscription.user_data"
+            )
         operation = GroupJoin(group, request)
         reply: g.JoinReply = await self._call(group, operation, self.long_poll_s(operation))
         return reply
