@@ -151,6 +151,10 @@ class GroupMembership:
         return self._owned
 
     @property
+    def rejoin_needed(self) -> bool:
+        return self._rejoin_needed
+
+    @property
     def retry_at(self) -> float:
         """When a refused join may be tried again (the consumer's poll loop wakes up for it)."""
         return self._retry_at
@@ -208,11 +212,13 @@ class GroupMembership:
         refusals the application must see (InstanceFencedError, misconfiguration)."""
         now = self._clock()
         self._last_poll = now
-        if self._phase is Phase.FENCED:
-            raise InstanceFencedError(f"group instance {self.settings.group_instance_id!r} is fenced")
         if self._phase is Phase.CLOSED:
             return
         self._take_signals()
+        if self._phase is Phase.FENCED:
+            raise InstanceFencedError(
+                f"a newer consumer holds group instance {self.settings.group_instance_id!r}; this one stopped"
+            )
         self._check_metadata(now)
         for _ in range(_STEPS_PER_POLL):
             if not self._step(now):
