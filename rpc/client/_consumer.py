@@ -246,12 +246,14 @@ class Consumer:
 
     def _leave_group(self) -> None:
         """Stop the membership: revoke (``on_revoke``) and leave (a static member keeps its place)."""
-        membership, self._membership = self._membership, None
         if self._heartbeat is not None:
             self._heartbeat.stop()
             self._heartbeat = None
-        if membership is not None:
-            membership.close()
+        if self._membership is not None:
+            try:
+                self._membership.close()  # on_revoke may still commit as the member
+            finally:
+                self._membership = None
 
     @property
     def member_id(self) -> str:

@@ -130,7 +130,7 @@ def start_membership(
     link = GrpcGroupLink(
         client,
         settings.group_id,
-        request_timeout_s=client.request_timeout_s,
+        request_timeout_s=min(client.request_timeout_s, settings.session_timeout_s),
         rebalance_timeout_ms=settings.rebalance_timeout_ms,
     )
     membership = GroupMembership(

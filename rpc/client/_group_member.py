@@ -414,7 +414,8 @@ class GroupMembership:
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit as this member of its generation. A refusal is raised precisely; a fenced member also
-        loses its partitions at the next poll (a commit during a rebalance leaves that to the rebalance)."""
+        loses its partitions at the next poll (a commit during a rebalance leaves that to the rebalance, and
+        GroupRebalancingError to the heartbeat: the member may be the one completing it)."""
         with self._lock:
             member_id, generation, phase = self._member_id, self._generation, self._phase
         try:
@@ -423,9 +424,6 @@ class GroupMembership:
             with self._lock:
                 if phase is Phase.STABLE and self._generation == generation and self._lost_reason is None:
                     self._lost_reason = exc
-            raise
-        except GroupRebalancingError:
-            self._request_rejoin()
             raise
 
     # ------------------------------------------------------------------------------- heartbeat thread

@@ -219,3 +219,20 @@ def test_a_commit_from_a_consumer_whose_session_expired_is_refused(groups_cluste
             consumer.commit({tp: PER_PARTITION})
         assert isinstance(refused.value, MemberFencedError)
         assert consumer.committed([tp])[tp] == before
+
+
+def test_closing_a_member_commits_its_positions_as_the_member_before_it_leaves(groups_cluster: Cluster) -> None:
+    written = fill(groups_cluster, "closing")
+    revoked: list[TopicPartition] = []
+    with Consumer(groups_cluster.bootstrap, group_id="closing-group", auto_offset_reset="earliest") as consumer:
+        consumer.subscribe("closing", on_revoke=lambda c, tps: revoked.extend(tps))
+        deadline = time.monotonic() + WAIT_S
+        read: set[tuple[int, int]] = set()
+        while read < written:
+            assert time.monotonic() < deadline, "the member never read every record"
+            read |= {(r.partition, r.offset) for r in consumer.poll(0.2)}
+    assert sorted(revoked) == [TopicPartition("closing", p) for p in range(PARTITIONS)]
+    assert _describe(groups_cluster, "closing-group").members == []  # left at once
+    with Consumer(groups_cluster.bootstrap, group_id="closing-group") as check:
+        committed = check.committed([TopicPartition("closing", p) for p in range(PARTITIONS)])
+    assert set(committed.values()) == {PER_PARTITION}
