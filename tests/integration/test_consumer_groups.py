@@ -7,6 +7,7 @@ Each consumer runs in a thread of the test process (a Consumer is used from one 
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -236,3 +237,56 @@ def test_closing_a_member_commits_its_positions_as_the_member_before_it_leaves(g
     with Consumer(groups_cluster.bootstrap, group_id="closing-group") as check:
         committed = check.committed([TopicPartition("closing", p) for p in range(PARTITIONS)])
     assert set(committed.values()) == {PER_PARTITION}
+
+
+def _poll_until(consumer: Consumer, condition: Any, what: str) -> list[Record]:
+    records: list[Record] = []
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {sorted(consumer.assignment())}"
+        records += consumer.poll(0.2)
+    return records
+
+
+def test_a_pattern_subscription_picks_up_a_matching_topic_created_later(groups_cluster: Cluster) -> None:
+    fill(groups_cluster, "pattern-a")
+    groups_cluster.create_topic("unrelated", partitions=1, replication_factor=3)
+    with (
+        Consumer(groups_cluster.bootstrap, group_id="patterns", metadata_max_age_s=0.5) as member,
+        Consumer(groups_cluster.bootstrap, metadata_max_age_s=0.5) as loner,
+    ):
+        member.subscribe(re.compile(r"pattern-.*"))
+        loner.subscribe(re.compile(r"pattern-.*"))
+        a = {TopicPartition("pattern-a", p) for p in range(PARTITIONS)}
+        _poll_until(member, lambda: member.assignment() == a, "the group's first topic")
+        _poll_until(loner, lambda: loner.assignment() == a, "the loner's first topic")
+        groups_cluster.create_topic("pattern-b", partitions=2, replication_factor=3)
+        both = a | {TopicPartition("pattern-b", 0), TopicPartition("pattern-b", 1)}
+        _poll_until(member, lambda: member.assignment() == both, "the topic created later, in the group")
+        _poll_until(loner, lambda: loner.assignment() == both, "the topic created later, without a group")
+
+
+def test_a_static_member_that_restarts_within_its_session_gets_its_partitions_back_with_no_rebalance(
+    groups_cluster: Cluster,
+) -> None:
+    fill(groups_cluster, "static")
+    settings: dict[str, Any] = {"group_id": "statics", "session_timeout_s": 30.0, "heartbeat_interval_s": 0.3}
+    with Consumer(groups_cluster.bootstrap, **settings) as other:
+        other.subscribe("static")
+        first = Consumer(groups_cluster.bootstrap, group_instance_id="instance-1", **settings)
+        first.subscribe("static")
+        deadline = time.monotonic() + WAIT_S
+        while not (len(first.assignment()) == 3 and len(other.assignment()) == 3):
+            assert time.monotonic() < deadline, "the group never spread its partitions"
+            first.poll(0.1)
+            other.poll(0.1)
+        had, generation, others = first.assignment(), first.generation, other.assignment()
+        first.close()  # a static member does not leave
+        assert len(_describe(groups_cluster, "statics").members) == 2
+        with Consumer(groups_cluster.bootstrap, group_instance_id="instance-1", **settings) as restarted:
+            restarted.subscribe("static")
+            _poll_until(restarted, lambda: restarted.assignment() == had, "the restarted member's partitions")
+            assert restarted.generation == generation
+            for _ in range(5):
+                other.poll(0.1)
+            assert other.assignment() == others and other.generation == generation
