@@ -290,3 +290,31 @@ def test_a_static_member_that_restarts_within_its_session_gets_its_partitions_ba
             for _ in range(5):
                 other.poll(0.1)
             assert other.assignment() == others and other.generation == generation
+
+
+def test_a_member_that_stops_polling_leaves_after_max_poll_interval_and_rejoins_at_its_next_poll(
+    groups_cluster: Cluster,
+) -> None:
+    fill(groups_cluster, "slow")
+    lost: list[TopicPartition] = []
+    settings: dict[str, Any] = {"group_id": "slow-group", "heartbeat_interval_s": 0.3}
+    with (
+        Consumer(groups_cluster.bootstrap, max_poll_interval_s=2.0, **settings) as slow,
+        Consumer(groups_cluster.bootstrap, **settings) as busy,
+    ):
+        slow.subscribe("slow", on_lost=lambda c, tps: lost.extend(tps))
+        busy.subscribe("slow")
+        deadline = time.monotonic() + WAIT_S
+        while not (len(slow.assignment()) == 3 and len(busy.assignment()) == 3):
+            assert time.monotonic() < deadline, "the group never spread its partitions"
+            slow.poll(0.1)
+            busy.poll(0.1)
+        had = slow.assignment()
+        # slow stops calling poll(): its heartbeat thread leaves the group, and busy gets every partition.
+        _poll_until(busy, lambda: len(busy.assignment()) == PARTITIONS, "busy to take over every partition")
+        _poll_until(slow, lambda: sorted(lost) == sorted(had), "slow to learn it lost its partitions")
+        deadline = time.monotonic() + WAIT_S
+        while not (len(slow.assignment()) == 3 and len(busy.assignment()) == 3):  # both rejoin
+            assert time.monotonic() < deadline, "slow never rejoined"
+            slow.poll(0.1)
+            busy.poll(0.1)
