@@ -350,12 +350,14 @@ class GroupMembership:
             assigned=len(assigned),
             revoked=len(revoked),
         )
-        if revoked:
-            self._request_rejoin()  # KIP-429: the next generation hands them to their new owners
-            self._revoke(revoked)
         added = assigned - self._owned
-        self._owned, self._owned_generation = assigned, reply.generation
-        self._listener.assigned(sorted(added))
+        try:
+            if revoked:
+                self._request_rejoin()  # KIP-429: the next generation hands them to their new owners
+                self._revoke(revoked)
+        finally:  # an exception of on_revoke reaches the caller once the assignment is in place (as Kafka's)
+            self._owned, self._owned_generation = assigned, reply.generation
+            self._listener.assigned(sorted(added))
 
     def _refused(self, call: str, exc: MultiraftError) -> None:
         if isinstance(exc, MemberFencedError):

@@ -333,3 +333,36 @@ def test_random_joins_and_leaves_never_let_two_members_read_one_partition_and_se
 def test_membership_rejects_wrong_settings_before_it_starts() -> None:
     with pytest.raises(ConfigError):
         GroupMembership(MemberSettings("g", session_timeout_s=-1), FakeCoordinator({}), Recorder(), dict)
+
+
+def test_an_exception_in_on_revoke_reaches_the_caller_after_the_new_assignment_is_in_place() -> None:
+    class CallbackFailedError(RuntimeError):
+        pass
+
+    coordinator, clock = FakeCoordinator({TOPIC: 4}), Clock()
+    first = new_member(coordinator, clock)
+    settle(coordinator, [first])
+    original = first.recorder.revoking
+
+    def revoking(partitions: list[TopicPartition]) -> None:
+        original(partitions)
+        raise CallbackFailedError("the application's on_revoke failed")
+
+    first.recorder.revoking = revoking  # type: ignore[method-assign]
+    second = new_member(coordinator, clock)
+    second.membership.poll()
+    first.membership.beat()
+    with pytest.raises(CallbackFailedError):
+        first.membership.poll()
+    assert first.recorder.events[-1][0] == "assign"
+    assert first.membership.owned == {tuple(tp) for tp in first.recorder.held}
+    first.recorder.revoking = original  # type: ignore[method-assign]
+    settle(coordinator, [first, second])
+    assert len(first.recorder.held) == 2 and len(second.recorder.held) == 2
+
+
+def test_topic_racks_come_from_the_replicas_nodes_and_leave_unknown_racks_out() -> None:
+    from rpc.client._group_member import topic_racks
+
+    racks = topic_racks({"t": [[1, 2], [3]]}, {1: "eu-1a", 2: "eu-1b"})
+    assert racks == {"t": (frozenset({"eu-1a", "eu-1b"}), frozenset())}
