@@ -297,6 +297,8 @@ class GroupMembership:
         assignments: tuple[tuple[str, frozenset[GroupPartition]], ...] = ()
         if reply.member_id == reply.leader_id and not reply.skip_assignment:
             assignments = self._assign(reply)
+        elif reply.member_id != reply.leader_id:
+            self._assigned_counts = None  # watching partition counts is the leader's job
         with self._lock:
             self._member_id = reply.member_id
             self._protocol = reply.protocol_name
