@@ -366,3 +366,28 @@ def test_topic_racks_come_from_the_replicas_nodes_and_leave_unknown_racks_out() 
 
     racks = topic_racks({"t": [[1, 2], [3]]}, {1: "eu-1a", 2: "eu-1b"})
     assert racks == {"t": (frozenset({"eu-1a", "eu-1b"}), frozenset())}
+
+
+def test_the_leader_rejoins_when_a_subscribed_topic_gains_partitions_and_assigns_them() -> None:
+    coordinator, clock = FakeCoordinator({TOPIC: 2}), Clock()
+    leader, follower = new_member(coordinator, clock), new_member(coordinator, clock)
+    settle(coordinator, [leader, follower])
+    coordinator.partitions[TOPIC] = 4
+    clock.now += 31.0  # past metadata_max_age_s
+    settle(coordinator, [leader, follower])
+    assert leader.recorder.held | follower.recorder.held == everything(4)
+    assert len(leader.recorder.held) == len(follower.recorder.held) == 2
+
+
+def test_a_pattern_subscription_rejoins_when_its_matches_change() -> None:
+    import re
+
+    coordinator, clock = FakeCoordinator({"orders-1": 1, "other": 1}), Clock()
+    member = new_member(coordinator, clock)
+    member.membership.subscribe(re.compile(r"orders-.*"))
+    settle(coordinator, [member])
+    assert member.recorder.held == {TopicPartition("orders-1", 0)}
+    coordinator.partitions["orders-2"] = 1
+    clock.now += 31.0
+    settle(coordinator, [member])
+    assert member.recorder.held == {TopicPartition("orders-1", 0), TopicPartition("orders-2", 0)}
