@@ -53,7 +53,7 @@ from rpc.client._consumer_tables import arrow_schema, as_records, as_table
 from rpc.client._fetcher import StreamFetcher
 from rpc.client._group_heartbeat import HeartbeatThread
 from rpc.client._group_link import commit_offsets
-from rpc.client._group_member import GroupMembership
+from rpc.client._group_member import GroupMembership, Phase
 from rpc.client._group_settings import MemberSettings, strategies
 from rpc.client._offsets import list_offsets
 from rpc.client._partition_buffer import PartitionBuffer, Reset, Start, by_topic, start_point, take_fairly
@@ -216,10 +216,8 @@ class Consumer:
         are given up (commit there), ``on_lost`` (default ``on_revoke``) when they were taken away (session
         expired, fenced), ``on_assign`` after partitions were given (after every rebalance, maybe empty).
         ``start`` is where partitions without a committed offset start (default ``auto_offset_reset``).
-
-        Without a group it reads every partition, including partitions and topics that appear later;
-        ``start`` as in :meth:`assign`, and partitions found later start there too unless it is an offset.
-        """
+        Without a group it reads every partition, including partitions and topics that appear later; ``start``
+        as in :meth:`assign`, and partitions found later start there too unless it is an offset."""
         self._check_open()
         subscription = subscription_of(topics)
         start_point(start, Reset("committed"))  # a bad start fails here, not at the first poll
@@ -257,7 +255,7 @@ class Consumer:
 
     @property
     def member_id(self) -> str:
-        """The member id the group's coordinator gave this consumer ("" outside a group)."""
+        """The member id the group's coordinator gave ("" outside a group)."""
         return self._membership.member_id if self._membership is not None else ""
 
     @property
@@ -482,6 +480,8 @@ class Consumer:
     def _maybe_auto_commit(self) -> None:
         if not self._auto_commit or time.monotonic() < self._next_auto_commit:
             return
+        if self._membership is not None and self._membership.phase is Phase.SYNCING:
+            return  # the coordinator refuses commits until the new generation is assigned: next poll
         try:
             self.commit()
         except MultiraftError as exc:
