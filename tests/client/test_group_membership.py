@@ -391,3 +391,14 @@ def test_a_pattern_subscription_rejoins_when_its_matches_change() -> None:
     clock.now += 31.0
     settle(coordinator, [member])
     assert member.recorder.held == {TopicPartition("orders-1", 0), TopicPartition("orders-2", 0)}
+
+
+def test_a_subscription_survives_its_trip_through_the_wire_format() -> None:
+    from multiraft.groups import Subscription
+    from rpc.client._group_link import subscription_from_proto, subscription_to_proto
+
+    for subscription in (
+        Subscription(("a", "b"), frozenset({("a", 1), ("b", 0)}), 4, "rack-1", b"x"),
+        Subscription(("a",)),
+    ):
+        assert subscription_from_proto(subscription_to_proto(subscription)) == subscription

@@ -147,16 +147,29 @@ def stop_all(members: list[Member]) -> None:
         member.join(60)
 
 
+@pytest.mark.parametrize("strategy", ["cooperative-sticky", "range"])
 def test_three_consumers_share_six_partitions_with_no_overlap_and_a_closing_one_hands_them_over(
-    groups_cluster: Cluster,
+    groups_cluster: Cluster, strategy: str
 ) -> None:
-    written = fill(groups_cluster, "shared")
+    topic = f"shared-{strategy}"
+    written = fill(groups_cluster, topic)
     ownership = Ownership()
-    members = [Member(groups_cluster, "sharing", "shared", name, ownership, session_timeout_s=60.0) for name in "abc"]
+    members = [
+        Member(
+            groups_cluster,
+            f"sharing-{strategy}",
+            topic,
+            name,
+            ownership,
+            session_timeout_s=60.0,
+            partition_assignment_strategy=strategy,
+        )
+        for name in "abc"
+    ]
     for member in members:
         member.start()
     try:
-        everything = {TopicPartition("shared", p) for p in range(PARTITIONS)}
+        everything = {TopicPartition(topic, p) for p in range(PARTITIONS)}
 
         def spread(group: list[Member], each: int) -> bool:
             owned = [m.owns() for m in group]
