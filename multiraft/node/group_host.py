@@ -322,10 +322,13 @@ class GroupHost(SchedulerOwned):
 
     @on_owner_thread
     def tick(self, group: Group) -> None:
-        """Expire sessions and end rebalances that waited long enough (every ~100 ms on the leader)."""
-        if not self._slots or not group.is_leader:
+        """Expire sessions and end rebalances that waited long enough (every ~100 ms on the leader). A new
+        leader loads every recorded group once current, so members that died meanwhile expire too."""
+        if not group.is_leader or not self._replica.current:
             return
         now = self._clock()
+        for name in self._replica.records.groups.keys() - self._slots.keys():
+            self._slot(name, now)
         for name, slot in list(self._slots.items()):
             if slot.coordinator.state is g.GroupState.DEAD:
                 if not slot.steps:

@@ -18,18 +18,17 @@ from rpc.client import ClusterClient
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import from_rpc_error
-from tests.integration._helpers import FAST, Cluster
+from tests.integration._helpers import FAST, FAST_GROUPS, Cluster
 
 pytestmark = pytest.mark.integration
 
-GROUP_SETTINGS = {"group_min_session_timeout_ms": 1000, "group_initial_rebalance_delay_ms": 0}
 SESSION_MS = 10_000
 REBALANCE_MS = 20_000
 
 
 @pytest.fixture(scope="module")
 def groups_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    info = cluster_up(tmp_path_factory.mktemp("groups") / "cluster", 3, {**FAST, **GROUP_SETTINGS})
+    info = cluster_up(tmp_path_factory.mktemp("groups") / "cluster", 3, {**FAST, **FAST_GROUPS})
     cluster = Cluster(info, ClusterClient(info.bootstrap, request_timeout_s=30))
     try:
         cluster.create_topic("gt", partitions=6, replication_factor=3)
@@ -209,3 +208,34 @@ def test_an_emptied_group_is_deleted_with_its_offsets(groups_cluster: Cluster) -
 def test_an_unknown_group_is_described_dead(groups_cluster: Cluster) -> None:
     described = _describe(groups_cluster, 1, "never-seen")
     assert (described.state, len(described.members), described.HasField("error")) == ("Dead", 0, False)
+
+
+def _described_by_survivor(cluster: Cluster, node_id: int, group: str) -> Any:
+    """The group's description once its new coordinator answers (it waits to be current)."""
+    deadline = time.monotonic() + 60
+    for _ in range(600):
+        described = _describe(cluster, node_id, group)
+        if not described.HasField("error") or time.monotonic() > deadline:
+            return described
+        time.sleep(0.1)
+    raise AssertionError("the group was never described")
+
+
+def test_killing_the_coordinator_keeps_the_group_on_the_new_one(groups_cluster: Cluster) -> None:
+    group = "failover"
+    (a, b), generation, owned = _form_two_member_group(groups_cluster, group)
+    coordinator = _describe(groups_cluster, 3, group).coordinator_id  # the __consumer_offsets leader
+    assert coordinator in groups_cluster.info.nodes
+    groups_cluster.kill(coordinator)
+    try:
+        survivor = next(n for n in groups_cluster.info.nodes if n != coordinator)
+        described = _described_by_survivor(groups_cluster, survivor, group)
+        assert not described.HasField("error"), described.error
+        assert described.coordinator_id not in (0, coordinator)
+        assert (described.state, described.generation) == ("Stable", generation)
+        assert {m.member_id: {tp.partition for tp in m.assignment} for m in described.members} == owned
+        for member in (a, b):
+            _heartbeat(_groups(groups_cluster, survivor), group, member, generation)
+        _commit(groups_cluster, survivor, group, min(owned[a]), member_id=a, generation=generation)
+    finally:
+        groups_cluster.start(coordinator)

@@ -26,3 +26,21 @@ def test_the_bearer_token_is_read_case_insensitively_and_other_schemes_are_refus
     assert bearer_token(None) is None
     with pytest.raises(AuthenticationFailedError, match="Bearer"):
         bearer_token([("authorization", "Basic dXNlcjpwdw==")])
+
+
+@pytest.mark.parametrize(
+    ("method", "request_", "needs"),
+    [
+        ("JoinGroup", pb.JoinGroupRequest(group="billing"), [("READ", "billing")]),
+        ("SyncGroup", pb.SyncGroupRequest(group="billing"), [("READ", "billing")]),
+        ("Heartbeat", pb.GroupHeartbeatRequest(group="billing"), [("READ", "billing")]),
+        ("LeaveGroup", pb.LeaveGroupRequest(group="billing"), [("READ", "billing")]),
+        ("DescribeGroups", pb.DescribeGroupsRequest(groups=["a", "b"]), [("DESCRIBE", "a"), ("DESCRIBE", "b")]),
+        ("DeleteGroups", pb.DeleteGroupsRequest(groups=["a"]), [("DELETE", "a")]),
+    ],
+)
+def test_group_calls_need_their_acl_on_each_group(method: str, request_: object, needs: list[tuple[str, str]]) -> None:
+    rule = _RULES[f"/multiraft.v1.Groups/{method}"]
+    asked = [alternatives[0] for alternatives in rule(request_)]
+    assert [(operation.name, resource.name) for operation, resource in asked] == needs
+    assert all(resource.type.name == "GROUP" for _, resource in asked)
