@@ -21,11 +21,11 @@ from multiraft.launcher import cluster_down, cluster_up
 from rpc.client import ClusterClient
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from tests.integration._helpers import FAST, Cluster
+from tests.integration._helpers import FAST, FAST_GROUPS, Cluster
 
 pytestmark = pytest.mark.integration
 
-GROUP_SETTINGS = {"group_min_session_timeout_ms": 1000, "group_initial_rebalance_delay_ms": 300}
+GROUP_SETTINGS = {**FAST_GROUPS, "group_initial_rebalance_delay_ms": 300}  # a starting fleet forms one generation
 PARTITIONS = 6
 PER_PARTITION = 50
 WAIT_S = 90.0
