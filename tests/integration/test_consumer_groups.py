@@ -331,3 +331,50 @@ def test_a_member_that_stops_polling_leaves_after_max_poll_interval_and_rejoins_
             assert time.monotonic() < deadline, "slow never rejoined"
             slow.poll(0.1)
             busy.poll(0.1)
+
+
+def _describe_on(cluster: Cluster, node_id: int, group: str) -> pb.GroupDescription:
+    stub = pb_grpc.GroupsStub(cluster.client.channel(cluster.info.nodes[node_id].client_address))
+    (description,) = stub.DescribeGroups(pb.DescribeGroupsRequest(groups=[group]), timeout=30).groups
+    return description
+
+
+def test_members_keep_their_partitions_and_commit_when_the_coordinator_fails_over(groups_cluster: Cluster) -> None:
+    fill(groups_cluster, "failover")
+    settings: dict[str, Any] = {
+        "group_id": "failover-group",
+        "session_timeout_s": 20.0,
+        "heartbeat_interval_s": 0.3,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+    }
+    with Consumer(groups_cluster.bootstrap, **settings) as a, Consumer(groups_cluster.bootstrap, **settings) as b:
+        a.subscribe("failover")
+        b.subscribe("failover")
+        deadline = time.monotonic() + WAIT_S
+        while not (len(a.assignment()) == 3 and len(b.assignment()) == 3):
+            assert time.monotonic() < deadline, "the group never spread its partitions"
+            a.poll(0.1)
+            b.poll(0.1)
+        owned, generation = (a.assignment(), b.assignment()), a.generation
+        coordinator = _describe_on(groups_cluster, 1, "failover-group").coordinator_id
+        groups_cluster.kill(coordinator)
+        try:
+            survivor = next(n for n in groups_cluster.info.nodes if n != coordinator)
+            deadline = time.monotonic() + WAIT_S
+            while True:  # both keep polling (and heartbeating) while the coordinator moves
+                a.poll(0.1)
+                b.poll(0.1)
+                described = _describe_on(groups_cluster, survivor, "failover-group")
+                if not described.HasField("error") and described.coordinator_id not in (0, coordinator):
+                    break
+                assert time.monotonic() < deadline, "no new coordinator took the group over"
+            for _ in range(10):
+                a.poll(0.1)
+                b.poll(0.1)
+            assert (a.assignment(), b.assignment()) == owned
+            assert a.generation == b.generation == generation
+            a.commit()
+            b.commit()
+        finally:
+            groups_cluster.start(coordinator)
