@@ -247,6 +247,7 @@ def test_closing_a_member_commits_its_positions_as_the_member_before_it_leaves(g
             read |= {(r.partition, r.offset) for r in consumer.poll(0.2)}
     assert sorted(revoked) == [TopicPartition("closing", p) for p in range(PARTITIONS)]
     assert _describe(groups_cluster, "closing-group").members == []  # left at once
+    assert not [t for t in threading.enumerate() if t.name == "multiraft-heartbeat-closing-group"]
     with Consumer(groups_cluster.bootstrap, group_id="closing-group") as check:
         committed = check.committed([TopicPartition("closing", p) for p in range(PARTITIONS)])
     assert set(committed.values()) == {PER_PARTITION}
