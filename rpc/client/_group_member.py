@@ -296,7 +296,11 @@ class GroupMembership:
             return
         assignments: tuple[tuple[str, frozenset[GroupPartition]], ...] = ()
         if reply.member_id == reply.leader_id and not reply.skip_assignment:
-            assignments = self._assign(reply)
+            try:
+                assignments = self._assign(reply)
+            except MultiraftError as exc:  # no metadata: join again (the same generation answers again)
+                self._refused("JoinGroup", exc)
+                return
         elif reply.member_id != reply.leader_id:
             self._assigned_counts = None  # watching partition counts is the leader's job
         with self._lock:

@@ -402,3 +402,25 @@ def test_a_subscription_survives_its_trip_through_the_wire_format() -> None:
         Subscription(("a",)),
     ):
         assert subscription_from_proto(subscription_to_proto(subscription)) == subscription
+
+
+def test_a_leader_that_cannot_read_metadata_joins_again_and_assigns_once_it_can() -> None:
+    from multiraft.errors import UnavailableError
+
+    coordinator, clock = FakeCoordinator({TOPIC: 2}), Clock()
+    failures = [UnavailableError("no node answered")] * 2  # the subscription's check, then the assignment
+
+    def topics() -> dict[str, tuple[frozenset[str], ...]]:
+        if failures:
+            raise failures.pop()
+        return coordinator.topics()
+
+    recorder = Recorder()
+    settings = MemberSettings("g", session_timeout_s=10.0, heartbeat_interval_s=1.0, client_id="c")
+    membership = GroupMembership(settings, coordinator, recorder, topics, clock=clock)
+    membership.subscribe((TOPIC,))
+    membership.poll()
+    assert membership.phase is Phase.UNJOINED and recorder.held == set()
+    clock.now = membership.retry_at
+    membership.poll()
+    assert membership.phase is Phase.STABLE and recorder.held == everything(2)
