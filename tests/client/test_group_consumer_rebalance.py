@@ -78,3 +78,21 @@ def test_auto_commit_waits_while_the_member_waits_for_its_new_assignment() -> No
     consumer._maybe_auto_commit()
     assert "commit" in coordinator.calls
     consumer.close()
+
+
+def test_lost_partitions_go_to_on_revoke_when_there_is_no_on_lost_and_are_not_committed() -> None:
+    coordinator, clock = FakeCoordinator({"t": 2}), Clock()
+    consumer, events = member_consumer(coordinator, clock)
+    membership = consumer._membership
+    assert membership is not None
+    membership.poll()
+    for tp in consumer.assignment():
+        consumer.seek(tp, 4)
+    coordinator.advance(10_001)  # the session expired
+    membership.beat()
+    membership.poll()
+    every = [TopicPartition("t", 0), TopicPartition("t", 1)]
+    assert ("revoke", dict.fromkeys(every)) in events  # run as on_lost; nothing committed for them
+    assert "commit" not in coordinator.calls
+    assert sorted(consumer.assignment()) == every  # joined again as a new member
+    consumer.close()
