@@ -144,9 +144,15 @@ def _wait_event(member: _Member, kind: str) -> float:
     raise RuntimeError(f"no {kind} event in 60s")
 
 
-def _throughput(bootstrap: str, directory: Path, members: int, records: int, round_: int) -> float:
+def _throughput(bootstrap: str, directory: Path, members: int, records: int, session_s: float, round_: int) -> float:
     group = f"throughput-{members}-{round_}"
-    settings = {"bootstrap": bootstrap, "group": group, "topic": "groups-bench", "log_records": False}
+    settings = {
+        "bootstrap": bootstrap,
+        "group": group,
+        "topic": "groups-bench",
+        "log_records": False,
+        "session_timeout_s": session_s,
+    }
     started = time.time()
     processes = [_Member(directory, f"{group}-{i}", settings) for i in range(members)]
     try:
@@ -192,7 +198,9 @@ def main() -> None:
                     runs[strategy].append(_rebalances(info.bootstrap, directory, strategy, args.session_s, round_))
                     print(f"round {round_ + 1}: {strategy} rebalances done", file=sys.stderr)
                 for name, count in (("group_of_3", 3), ("one_member", 1)):
-                    runs[name].append(_throughput(info.bootstrap, directory, count, args.records, round_))
+                    runs[name].append(
+                        _throughput(info.bootstrap, directory, count, args.records, args.session_s, round_)
+                    )
                     print(f"round {round_ + 1}: {name} throughput done", file=sys.stderr)
         finally:
             cluster_down(info.directory)
