@@ -366,7 +366,16 @@ class MultiraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return _read(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: the offsets live in Spark's checkpoint, and the log keeps records by retention only."""
+        """The offsets live in Spark's checkpoint, and the log keeps records by retention only; with
+        ``monitoringGroupId`` the batch's end offsets are also committed under that group, for operators only."""
+        group = self._options.monitoring_group_id
+        if group is None:
+            return
+        offsets = {TopicPartition(t, p): offset for (t, p), offset in offsets_from_json(end).items() if offset >= 0}
+        try:
+            self._admin_client().commit_group_offsets(group, offsets)
+        except MultiraftError as exc:  # monitoring must never stop the query
+            log.warning("could not commit the micro-batch's offsets for monitoring", group=group, error=str(exc))
 
     def stop(self) -> None:
         if self._admin is not None:
