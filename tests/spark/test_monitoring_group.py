@@ -44,3 +44,15 @@ def test_without_the_option_nothing_is_committed() -> None:
 def test_a_refused_monitoring_commit_does_not_fail_the_query() -> None:
     reader = _reader({**OPTIONS, "monitoringGroupId": "etl"}, _RecordingAdmin(refuse=True))
     reader.commit({"events": {"0": 42}})  # logged, not raised: monitoring must never stop the query
+
+
+def test_the_same_offsets_are_committed_once() -> None:
+    admin = _RecordingAdmin()
+    reader = _reader({**OPTIONS, "monitoringGroupId": "etl"}, admin)
+    reader.commit({"events": {"0": 42}})
+    reader.commit({"events": {"0": 42}})
+    reader.commit({"events": {"0": 50}})
+    assert [offsets for _, offsets in admin.commits] == [
+        {TopicPartition("events", 0): 42},
+        {TopicPartition("events", 0): 50},
+    ]
