@@ -36,8 +36,13 @@ group_app = typer.Typer(
     help="List, describe and delete consumer groups; reset their committed offsets.", no_args_is_help=True
 )
 
-_STATE_STYLES = {"Stable": "green", "Empty": "dim", "Dead": "dim", "PreparingRebalance": "yellow"}
-_STATE_STYLES["CompletingRebalance"] = "yellow"
+_STATE_STYLES = {
+    "Stable": "green",
+    "Empty": "dim",
+    "Dead": "dim",
+    "PreparingRebalance": "yellow",
+    "CompletingRebalance": "yellow",
+}
 
 
 def _print_json(payload: Any) -> None:
@@ -48,7 +53,7 @@ def _dash(value: object) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
-def active_members_message(group: str, description: GroupDescription) -> str:
+def _active_members_message(group: str, description: GroupDescription) -> str:
     return (
         f"group {group!r} has active members ({len(description.members)}, state {description.state}); "
         "stop them first: offsets can only be reset while the group is inactive"
@@ -347,13 +352,13 @@ def reset_offsets(
     with open_admin(bootstrap, cluster_dir, timeout) as admin:
         description = _describe_one(admin, group)
         if description.active:
-            fail(active_members_message(group, description))
+            fail(_active_members_message(group, description))
         planned = plan_reset(spec, _gather(admin, group, spec, scopes, all_topics))
         if execute:
             try:
                 admin.commit_group_offsets(group, {(p.topic, p.partition): p.new for p in planned})
             except UnknownMemberError:  # a member joined since the check
-                fail(active_members_message(group, admin.describe_groups([group])[group]))
+                fail(_active_members_message(group, admin.describe_groups([group])[group]))
     if as_json:
         _print_json(plan_payload(group, planned, execute))
     else:
