@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from multiraft.config_env import DEBUG_PREFIX, ENV_PREFIX, IGNORED_VARIABLES
+from multiraft.config_groups import GroupConfig
 from multiraft.config_security import SecuritySettings, setting
 from multiraft.errors import ConfigError
 from storage import ENTRY_OVERHEAD_BYTES, StorageConfig
@@ -485,12 +486,13 @@ class _NodeSettings:
 
 
 @dataclass(frozen=True)
-class NodeConfig(SecuritySettings, _NodeSettings):
+class NodeConfig(SecuritySettings, GroupConfig, _NodeSettings):
     """Everything a node needs to start. Only ``node_id`` and ``data_dir`` have no usable default."""
 
     def validate(self) -> Self:
         """Return self, or raise :class:`ConfigError` naming the first wrong key."""
         super().validate()
+        self.validate_groups()
         self.validate_security(
             {
                 key: parse_address(getattr(self, key), key)[0]

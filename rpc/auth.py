@@ -78,6 +78,14 @@ _RULES: dict[str, _Rule] = {
     "/multiraft.v1.Admin/UndrainNode": lambda r: _one(AclOperation.CLUSTER_ACTION, CLUSTER),
     "/multiraft.v1.Admin/RemoveNode": lambda r: _one(AclOperation.CLUSTER_ACTION, CLUSTER),
     "/multiraft.v1.Admin/ListGroups": lambda r: [],  # filtered
+    "/multiraft.v1.Groups/JoinGroup": lambda r: _one(R, Resource(_GROUP, r.group)),
+    "/multiraft.v1.Groups/SyncGroup": lambda r: _one(R, Resource(_GROUP, r.group)),
+    "/multiraft.v1.Groups/Heartbeat": lambda r: _one(R, Resource(_GROUP, r.group)),
+    "/multiraft.v1.Groups/LeaveGroup": lambda r: _one(R, Resource(_GROUP, r.group)),
+    "/multiraft.v1.Groups/DescribeGroups": lambda r: [need for x in r.groups for need in _one(D, Resource(_GROUP, x))],
+    "/multiraft.v1.Groups/DeleteGroups": lambda r: [
+        need for x in r.groups for need in _one(AclOperation.DELETE, Resource(_GROUP, x))
+    ],
     "/multiraft.v1.Security/UpsertUser": lambda r: _one(AclOperation.ALTER, CLUSTER),
     "/multiraft.v1.Security/DeleteUser": lambda r: _one(AclOperation.ALTER, CLUSTER),
     "/multiraft.v1.Security/ListUsers": lambda r: _one(D, CLUSTER),
@@ -183,6 +191,9 @@ class ClientAuth(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             groups = [g for g in response.groups if authorizer.allowed(principal, D, Resource(_GROUP, g))]
             del response.groups[:]
             response.groups.extend(groups)
+            listings = [x for x in response.listings if authorizer.allowed(principal, D, Resource(_GROUP, x.group))]
+            del response.listings[:]
+            response.listings.extend(listings)
         return response
 
     # ------------------------------------------------------------------------------------ the interceptor

@@ -18,6 +18,7 @@ from multiraft.config import NodeConfig
 from multiraft.logging import get_logger
 from multiraft.node import Node, NodeServices
 from rpc.auth import ClientAuth
+from rpc.groups_servicer import GroupsServicer
 from rpc.limits import RequestLimits, UndecodableRequests
 from rpc.proto import multiraft_pb2, multiraft_pb2_grpc
 from rpc.security_servicer import SecurityServicer
@@ -34,7 +35,7 @@ _WATCH_S = 0.5
 
 
 class GrpcFrontDoor:
-    """The client port: the Log and Admin services, gRPC health and reflection.
+    """The client port: the Log, Admin, Groups and Security services, gRPC health and reflection.
 
     gRPC enforces the listener's limits before our code runs: request bytes (RESOURCE_EXHAUSTED), calls at
     once (RESOURCE_EXHAUSTED), streams per connection (the client waits) and connections (closed as they
@@ -73,7 +74,9 @@ class GrpcFrontDoor:
         server = self._server
         limits = self._limits
         multiraft_pb2_grpc.add_LogServicer_to_server(LogServicer(services.data, services.offsets, limits), server)
-        multiraft_pb2_grpc.add_AdminServicer_to_server(AdminServicer(services.admin, services.offsets, limits), server)
+        admin = AdminServicer(services.admin, services.offsets, limits, services.groups)
+        multiraft_pb2_grpc.add_AdminServicer_to_server(admin, server)
+        multiraft_pb2_grpc.add_GroupsServicer_to_server(GroupsServicer(services.groups, limits), server)
         multiraft_pb2_grpc.add_SecurityServicer_to_server(SecurityServicer(services.security, limits), server)
         self._auth.attach(services.security)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

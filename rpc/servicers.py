@@ -18,6 +18,7 @@ import grpc
 from google.protobuf.message import Message
 
 from multiraft.errors import InvalidArgumentError, MultiraftError
+from multiraft.groups import NO_GENERATION
 from multiraft.logging import get_logger
 from multiraft.node.offsets import CommittedOffset
 from rpc.limits import RequestLimits, Undecodable, check_request
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
         AdminService,
         DataService,
         FetchResult,
+        GroupsService,
         NodeDescription,
         OffsetsService,
         ProduceAck,
@@ -237,7 +239,10 @@ class LogServicer(pb_grpc.LogServicer):
         self, request: pb.CommitOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CommitOffsetsResponse:
         offsets = [CommittedOffset(o.topic, o.partition, o.offset, o.metadata) for o in request.offsets]
-        await self._offsets.commit_offsets(request.group, offsets)
+        generation = request.generation if request.HasField("generation") else NO_GENERATION
+        await self._offsets.commit_offsets(
+            request.group, offsets, request.member_id, generation, request.group_instance_id or None
+        )
         return pb.CommitOffsetsResponse()
 
     @_mapped
@@ -293,10 +298,17 @@ def _fetch_response(topic: str, partition: int, result: FetchResult) -> pb.Fetch
 
 
 class AdminServicer(pb_grpc.AdminServicer):
-    def __init__(self, admin: AdminService, offsets: OffsetsService, limits: RequestLimits | None = None) -> None:
+    def __init__(
+        self,
+        admin: AdminService,
+        offsets: OffsetsService,
+        limits: RequestLimits | None = None,
+        groups: GroupsService | None = None,
+    ) -> None:
         self._admin = admin
         self._offsets = offsets
         self._limits = limits or RequestLimits()
+        self._groups = groups
 
     @_mapped
     async def Metadata(  # noqa: N802
@@ -376,7 +388,14 @@ class AdminServicer(pb_grpc.AdminServicer):
     async def ListGroups(  # noqa: N802
         self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListGroupsResponse:
-        return pb.ListGroupsResponse(groups=await self._offsets.list_groups())
+        if self._groups is None:
+            return pb.ListGroupsResponse(groups=await self._offsets.list_groups())
+        rows = await self._groups.listings()
+        listings = [
+            pb.GroupListing(group=r.group, state=r.state, protocol_type=r.protocol_type, members=r.members)
+            for r in rows
+        ]
+        return pb.ListGroupsResponse(groups=[r.group for r in rows], listings=listings)
 
     @_mapped
     async def DrainNode(  # noqa: N802

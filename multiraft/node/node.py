@@ -37,6 +37,7 @@ from multiraft.node.catchup import CatchupManager
 from multiraft.node.controller_client import RemoteController
 from multiraft.node.debug import CUTS_FILE, DEBUG_GC_MS, DEBUG_ISOLATION, Isolation, record_gc_pauses
 from multiraft.node.directory import Directory
+from multiraft.node.groups_local import GROUP_TICK_S, LocalGroups, tick_group_hosts
 from multiraft.node.leader_broadcast import LeaderBroadcaster
 from multiraft.node.membership import NodeMembership
 from multiraft.node.peer_messages import STATUS_ERROR, encode_error
@@ -56,6 +57,7 @@ from multiraft.node.services import (
     OffsetsService,
     OffsetsSettings,
 )
+from multiraft.node.services.groups import GroupsService, GroupsSettings
 from multiraft.node.status import MoveReporter, StatusCollector, move_report
 from multiraft.node.store import Store, StoreClient
 from multiraft.node.threads import LoopHandoff, LoopOwned, SchedulerHandoff, ThreadOwner
@@ -87,6 +89,7 @@ class NodeServices:
     offsets: OffsetsService
     admin: AdminService
     security: NodeSecurity
+    groups: GroupsService
 
 
 class FrontDoor(Protocol):
@@ -240,6 +243,7 @@ class Node(LoopOwned):
         catchup.start(loop)
         scheduler.every(config.retention_check_ms / 1000, lambda: store.housekeeping(catchup.leader_check))
         scheduler.every(config.leader_balance_ms / 1000, store.hand_back_leadership)
+        scheduler.every(GROUP_TICK_S, lambda: tick_group_hosts(scheduler))
         self.scrubber = Scrubber(scheduler, config.scrub_bytes_per_s)
         if config.scrub_bytes_per_s > 0:
             scheduler.every(SCRUB_SLICE_S, self.scrubber.run_slice)
@@ -296,6 +300,12 @@ class Node(LoopOwned):
             controller,
             transport,
         )
+        groups = GroupsService(
+            GroupsSettings(config.group_initial_rebalance_delay_ms),
+            offsets.router,
+            LocalGroups(scheduler, SchedulerHandoff(scheduler, loop)),
+            transport,
+        )
         self._services = NodeServices(
             data=DataService(
                 DataLimits(
@@ -331,6 +341,7 @@ class Node(LoopOwned):
                 moves,
             ),
             security=security,
+            groups=groups,
         )
         self._peer_service = PeerService(
             controller,
@@ -339,6 +350,7 @@ class Node(LoopOwned):
             directory,
             lambda: [move_report(m) for m in rebalancer.snapshot()],
             catchup,
+            groups,
         )
         self.membership = self.liveness.members = NodeMembership(
             config,

@@ -8,6 +8,11 @@ loads the snapshot and replays the commits after it.
 
 The leader serves reads once it has applied an entry of its own term: only then is it sure to have applied
 every commit its predecessors acknowledged.
+
+The consumer groups whose offsets a partition holds keep their records there too (CONTROL entries tagged
+``groups/1``, :mod:`multiraft.groups.records`): every replica applies them into a
+:class:`~multiraft.groups.GroupRecords` (a tombstone also drops the group's offsets), snapshots carry them, and
+the leader hosts the groups' coordinators (:mod:`multiraft.node.group_host`).
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ from typing import Any
 
 import crc32c
 
+from multiraft import groups as g
 from multiraft import raft
-from multiraft.errors import NotLeaderError, UnavailableError
+from multiraft.errors import MultiraftError, NotLeaderError, UnavailableError
 from multiraft.logging import get_logger
+from multiraft.node.group_host import GroupHost
 from multiraft.node.partition import PartitionView
+from multiraft.node.peer_messages import OffsetsCommit
 from multiraft.node.scheduler import Completion, Group, Scheduler
 
 __all__ = [
@@ -82,10 +90,27 @@ class OffsetsMachine:
     scheduler: Scheduler
     publish: Callable[[Callable[[], None]], None]
     view: PartitionView
+    group_settings: g.GroupSettings = field(default_factory=g.GroupSettings)
     groups: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    records: g.GroupRecords = field(default_factory=g.GroupRecords)
+    host: GroupHost = field(init=False)
     _applied_index: int = 0
     _snapshot_index: int = 0
     _current: bool = False  # leader that has applied an entry of its own term
+
+    def __post_init__(self) -> None:
+        self.host = GroupHost(self.scheduler, self, self.group_settings)
+
+    @property
+    def current(self) -> bool:
+        """A leader that has applied an entry of its own term (so every earlier commit)."""
+        return self._current
+
+    def has_offsets(self, name: str) -> bool:
+        return bool(self.groups.get(name))
+
+    def offset_groups(self) -> list[str]:
+        return [name for name, offsets in self.groups.items() if offsets]
 
     def start(self, group: Group) -> None:
         snapshot = group.storage.snapshot()
@@ -105,6 +130,9 @@ class OffsetsMachine:
                 self._current = True
             if entry.kind != raft.EntryKind.CONTROL:
                 continue
+            if g.is_group_record(entry.payload):
+                self._apply_group_record(entry)
+                continue
             try:
                 name, rows = decode_commit(entry.payload)
             except ValueError as exc:
@@ -117,8 +145,20 @@ class OffsetsMachine:
         self._maybe_snapshot(group)
         return {}
 
+    def _apply_group_record(self, entry: raft.Entry) -> None:
+        try:
+            record = g.decode_group_record(entry.payload)
+        except g.GroupRecordDecodeError as exc:
+            log.error("skipping an undecodable group record", group=self.group_id, error=str(exc))
+            return
+        self.records.apply(record)
+        if isinstance(record, g.GroupTombstone):
+            self.groups.pop(record.group_id, None)  # a deleted group's offsets go with it
+
     def on_role_change(self, group: Group, soft_state: raft.SoftState) -> None:
         self._current = False
+        if soft_state.role is not raft.Role.LEADER:
+            self.host.unload_all(f"node {group.raw.id} no longer coordinates these groups")
         self._publish(group)
 
     def on_snapshot(self, group: Group, snapshot: raft.Snapshot) -> None:
@@ -127,6 +167,7 @@ class OffsetsMachine:
 
     def _load(self, data: bytes) -> None:
         self.groups = {}
+        self.records.load([])
         if not data:
             return
         try:
@@ -137,6 +178,7 @@ class OffsetsMachine:
             return
         for name, rows in document["groups"].items():
             self.groups[name] = {(t, p): CommittedOffset(t, p, o, m, ts) for t, p, o, m, ts in rows}
+        self.records.load(_decode_records(document.get("group_records", [])))  # absent in older snapshots
 
     def _maybe_snapshot(self, group: Group) -> None:
         applied = self._applied_index
@@ -148,6 +190,7 @@ class OffsetsMachine:
                 name: [[o.topic, o.partition, o.offset, o.metadata, o.commit_time_ms] for o in offsets.values()]
                 for name, offsets in self.groups.items()
             },
+            "group_records": [g.encode_group_record(r).decode() for r in self.records.records()],
         }
         storage = group.storage
         storage.create_snapshot(applied, group.raw.conf_state, json.dumps(document, separators=(",", ":")).encode())
@@ -169,10 +212,17 @@ class OffsetsMachine:
         if not group.is_leader:
             raise NotLeaderError(f"not the leader of {self.topic}/{self.partition}", leader_id=group.raw.leader_id)
 
-    def commit(self, group: Group, name: str, offsets: Sequence[CommittedOffset], completion: Completion) -> None:
+    def commit(
+        self, group: Group, request: OffsetsCommit, offsets: Sequence[CommittedOffset], completion: Completion
+    ) -> None:
+        name = request.group
         try:
             self._check_leader(group)
-        except NotLeaderError as exc:
+            partitions = [(o.topic, o.partition) for o in offsets]
+            self.host.check_commit(
+                group, name, request.member_id, request.generation, request.group_instance_id, partitions
+            )
+        except MultiraftError as exc:
             completion(None, exc)
             return
         self.scheduler.propose(group, encode_commit(name, offsets), completion, kind=raft.EntryKind.CONTROL)
@@ -191,3 +241,14 @@ class OffsetsMachine:
         if not self._current:
             raise UnavailableError(f"{self.topic}/{self.partition}: the new leader is still catching up")
         return [name for name, offsets in self.groups.items() if offsets]
+
+
+def _decode_records(encoded: object) -> list[g.GroupRecord]:
+    """A snapshot's group records; one that does not decode is skipped (as every replica skips it)."""
+    out: list[g.GroupRecord] = []
+    for item in encoded if isinstance(encoded, list) else []:
+        try:
+            out.append(g.decode_group_record(str(item).encode()))
+        except g.GroupRecordDecodeError as exc:
+            log.error("skipping an undecodable group record of a snapshot", error=str(exc))
+    return out

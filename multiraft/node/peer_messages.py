@@ -74,6 +74,7 @@ class RequestKind(IntEnum):
     PARTITION_STATUS = 2
     LEADERS = 3
     OFFSETS = 4
+    GROUPS = 7  # multiraft.node.peer_groups: the consumer-group coordinator
     MOVES = 5
     CAPACITY = 6  # multiraft.node.capacity: what the node can still store
     SEGMENT_CHUNK = 20
@@ -357,8 +358,14 @@ class OffsetRow:
 
 @dataclass(frozen=True, slots=True)
 class OffsetsCommit:
+    """A commit; a group member commits as itself (checked by the coordinator's fencing), anyone else
+    outside any generation (``generation`` -1, no member id)."""
+
     group: str
     rows: tuple[OffsetRow, ...]
+    member_id: str = ""
+    generation: int = -1
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +418,10 @@ def encode_offsets_request(request: OffsetsRequest) -> bytes:
         writer.u8(_COMMIT)
         writer.text(operation.group)
         _write_rows(writer, operation.rows)
+        writer.text(operation.member_id)
+        writer.i64(operation.generation)
+        writer.u8(0 if operation.group_instance_id is None else 1)
+        writer.text(operation.group_instance_id or "")
     elif isinstance(operation, OffsetsFetch):
         writer.u8(_FETCH)
         writer.text(operation.group)
@@ -427,7 +438,12 @@ def decode_offsets_request(data: bytes) -> OffsetsRequest:
         tag = r.u8("operation")
         operation: OffsetsCommit | OffsetsFetch | OffsetsList
         if tag == _COMMIT:
-            operation = OffsetsCommit(r.text("group"), _read_rows(r))
+            group, rows = r.text("group"), _read_rows(r)
+            member_id, generation, static = r.text("member_id"), r.i64("generation"), r.flag("static")
+            instance = r.text("group_instance_id")
+            if not static and instance:
+                raise r.fail("group_instance_id", "is given for a dynamic member")
+            operation = OffsetsCommit(group, rows, member_id, generation, instance if static else None)
         elif tag == _FETCH:
             group, some = r.text("group"), r.flag("some")
             rows = _read_rows(r)

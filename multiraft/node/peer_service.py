@@ -16,6 +16,7 @@ from multiraft.node.capacity import encode_capacity
 from multiraft.node.controller_client import RemoteController
 from multiraft.node.directory import Directory
 from multiraft.node.offsets import CommittedOffset
+from multiraft.node.peer_groups import decode_groups_request
 from multiraft.node.peer_messages import (
     STATUS_ERROR,
     STATUS_OK,
@@ -36,6 +37,7 @@ from multiraft.node.peer_messages import (
     encode_strings,
 )
 from multiraft.node.protocols import StoreHandle
+from multiraft.node.services.groups import GroupsService
 from multiraft.node.services.offsets import OffsetsService
 
 __all__ = ["PeerService"]
@@ -58,6 +60,7 @@ class PeerService:
         directory: Directory,
         moves: Callable[[], list[MoveReport]],
         catchup: _Catchup,
+        groups: GroupsService | None = None,
     ) -> None:
         self._controller = controller
         self._store = store
@@ -65,6 +68,7 @@ class PeerService:
         self._directory = directory
         self._moves = moves
         self._catchup = catchup
+        self._groups = groups
         self._handlers: dict[int, Callable[[int, bytes], Awaitable[bytes]]] = {
             RequestKind.CONTROLLER: self._controller_request,
             RequestKind.PARTITION_STATUS: self._partition_status,
@@ -72,6 +76,7 @@ class PeerService:
             RequestKind.MOVES: self._moves_request,
             RequestKind.LEADERS: self._leaders,
             RequestKind.CAPACITY: self._capacity,
+            RequestKind.GROUPS: self._groups_request,
         }
 
     async def serve(self, from_node: int, kind: int, body: bytes) -> tuple[int, bytes]:
@@ -106,6 +111,11 @@ class PeerService:
         if isinstance(request.operation, OffsetsList):
             return encode_strings([str(name) for name in result])
         return b""
+
+    async def _groups_request(self, from_node: int, body: bytes) -> bytes:
+        if self._groups is None:
+            raise MultiraftError("this node runs no group coordinators")
+        return await self._groups.serve(decode_groups_request(body))
 
     async def _moves_request(self, from_node: int, body: bytes) -> bytes:
         return encode_moves(self._moves())

@@ -312,7 +312,7 @@ class Store(SchedulerOwned):
         if topic == OFFSETS_TOPIC:
             # The offsets map is rebuilt from the snapshot and the commits after it, as the controller's is.
             applied = storage.snapshot().meta.index
-            machine = OffsetsMachine(topic, partition, group_id, scheduler, post, view)
+            machine = OffsetsMachine(topic, partition, group_id, scheduler, post, view, self.config.group_settings())
         else:
             applied = storage.applied_index()
             machine = PartitionMachine(topic, partition, group_id, plog, scheduler, post, view)
@@ -495,7 +495,7 @@ class Store(SchedulerOwned):
         try:
             if isinstance(operation, OffsetsCommit):
                 rows = [CommittedOffset(r.topic, r.partition, r.offset, r.metadata) for r in operation.rows]
-                machine.commit(group, operation.group, rows, completion)
+                machine.commit(group, operation, rows, completion)
             elif isinstance(operation, OffsetsFetch):  # linearizable (reads.py): never older than acknowledged
                 serve = functools.partial(machine.fetch, group, operation.group, operation.partitions)
                 self.scheduler.read(group, serve, completion)

@@ -30,6 +30,9 @@ FAST = {
     "retention_check_ms": 200,
     "membership_profile": "local",  # a crash is declared dead in ~2 s instead of ~10 s
 }
+# Consumer-group coordinator keys for tests: short sessions allowed, no wait for a fleet to arrive; pass them
+# (or others) through cluster_factory(**settings) / cluster_up's settings.
+FAST_GROUPS = {"group_min_session_timeout_ms": 1000, "group_initial_rebalance_delay_ms": 0}
 
 
 @dataclass

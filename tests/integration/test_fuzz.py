@@ -397,6 +397,96 @@ def test_drain_undrain_and_remove_answer_every_request_precisely(
         _answered_precisely(lambda: admin.DrainNode(request, timeout=30), cluster, node)
 
 
+GROUP_RPCS = ["JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "DescribeGroups", "DeleteGroups"]
+group_names = st.one_of(st.sampled_from(["fuzz-group", "", "x" * 400, "__consumer_offsets"]), st.text(max_size=20))
+partitions_pb = large(st.builds(pb.TopicPartition, topic=odd_names, partition=int32s))
+
+
+@fuzzes(*GROUP_RPCS)
+@fuzz(40)
+@given(
+    node=st.integers(1, 3),
+    rpc=st.sampled_from([*GROUP_RPCS, "CommitOffsets"]),
+    group=group_names,
+    member=st.one_of(st.just(""), st.text(max_size=20)),
+    instance=st.one_of(st.just(""), st.text(max_size=8)),
+    numbers=st.tuples(int32s, int32s, int32s),
+    protocols=large(st.one_of(st.sampled_from(["range", "roundrobin", "sticky", "cooperative-sticky"]), st.text())),
+    owned=partitions_pb,
+    user_data=st.binary(max_size=64),
+)
+def test_group_calls_answer_every_request_precisely(
+    fuzzed: tuple[Cluster, Any],
+    node: int,
+    rpc: str,
+    group: str,
+    member: str,
+    instance: str,
+    numbers: tuple[int, int, int],
+    protocols: list[str],
+    owned: list[Any],
+    user_data: bytes,
+) -> None:
+    """Members that are not in the group are refused at once (no request waits here for a rebalance)."""
+    cluster, _ = fuzzed
+    stub = pb_grpc.GroupsStub(cluster.client.channel(cluster.info.nodes[node].client_address))
+    session, rebalance, generation = numbers
+    subscription = pb.GroupSubscription(
+        topics=[TOPIC, *protocols[:3]], owned=owned, owned_generation=generation, rack=instance, user_data=user_data
+    )
+    # A join with a member id the group never handed out is refused before it could wait for a generation.
+    joining = member or "not-a-member"
+    requests: dict[str, Callable[[], object]] = {
+        "JoinGroup": lambda: stub.JoinGroup(
+            pb.JoinGroupRequest(
+                group=group,
+                member_id=joining,
+                group_instance_id=instance,
+                session_timeout_ms=session,
+                rebalance_timeout_ms=rebalance,
+                protocols=protocols,
+                subscription=subscription,
+                protocol_type=instance,
+                client_id=member,
+            ),
+            timeout=30,
+        ),
+        "SyncGroup": lambda: stub.SyncGroup(
+            pb.SyncGroupRequest(
+                group=group,
+                member_id=joining,
+                generation=generation,
+                group_instance_id=instance,
+                assignments=[pb.MemberAssignment(member_id=member, partitions=owned)],
+                protocol_name=instance,
+            ),
+            timeout=30,
+        ),
+        "Heartbeat": lambda: stub.Heartbeat(
+            pb.GroupHeartbeatRequest(group=group, member_id=member, generation=generation, group_instance_id=instance),
+            timeout=30,
+        ),
+        "LeaveGroup": lambda: stub.LeaveGroup(
+            pb.LeaveGroupRequest(group=group, member_id=member, group_instance_id=instance), timeout=30
+        ),
+        "DescribeGroups": lambda: stub.DescribeGroups(
+            pb.DescribeGroupsRequest(groups=[group, *protocols[:20]]), timeout=30
+        ),
+        "DeleteGroups": lambda: stub.DeleteGroups(pb.DeleteGroupsRequest(groups=[group, *protocols[:2]]), timeout=30),
+        "CommitOffsets": lambda: _stub(cluster, node).CommitOffsets(
+            pb.CommitOffsetsRequest(
+                group=group,
+                offsets=[pb.CommittedOffset(topic=tp.topic, partition=tp.partition, offset=1) for tp in owned],
+                member_id=member,
+                generation=generation,
+                group_instance_id=instance,
+            ),
+            timeout=30,
+        ),
+    }
+    _answered_precisely(requests[rpc], cluster, node)
+
+
 acl_words = st.one_of(
     st.sampled_from(["", "topic", "group", "cluster", "literal", "prefixed", "read", "all", "allow", "deny", "*"]),
     st.sampled_from(["User:alice", "User:*", "User:", "alice", "multiraft-cluster", "cluster-action"]),

@@ -24,8 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from multiraft import groups as g
 from multiraft import raft
 from multiraft.launcher import ClusterInfo, cluster_down
+from multiraft.node import peer_groups as pg
 from multiraft.node import peer_messages as pm
 from multiraft.node.transport import PROTOCOL_VERSION, FrameType
 from tests.integration._helpers import Cluster, assert_replicas_identical, fetch_all, produce, wait_settled
@@ -172,6 +174,22 @@ def _valid_bodies(rng: random.Random) -> dict[int, bytes]:
             )
         ),
         pm.RequestKind.MOVES: b"",
+        pm.RequestKind.GROUPS: pg.encode_groups_request(
+            pg.GroupsRequest(
+                _group(rng),
+                rng.choice(
+                    [
+                        pg.GroupJoin("g", g.JoinRequest("", rng.randrange(-2, 10**7), 1000, ("range",))),
+                        pg.GroupSync("g", g.SyncRequest("m", 1, (("m", frozenset({(TOPIC, 0)})),))),
+                        pg.GroupHeartbeat("g", g.HeartbeatRequest("m", rng.randrange(-2, 3))),
+                        pg.GroupLeave("g", g.LeaveRequest("m", "i")),
+                        pg.GroupDescribe("g"),
+                        pg.GroupDelete(f"fz-{rng.randrange(4)}"),
+                        pg.GroupsList(),
+                    ]
+                ),
+            )
+        ),
         pm.RequestKind.SEGMENT_CHUNK: pm.encode_chunk_request(
             pm.SegmentChunkRequest(
                 _group(rng), rng.randrange(2**62), rng.randrange(2**62), rng.randrange(2**32), 0, 1 << 20

@@ -15,6 +15,7 @@ import pytest
 
 from multiraft import controller as ctl
 from multiraft.node.capacity import NodeCapacity
+from multiraft.node.peer_groups import GroupsList, GroupsRequest, encode_groups_request
 from multiraft.node.peer_messages import (
     STATUS_ERROR,
     STATUS_OK,
@@ -44,13 +45,16 @@ class Faulty:
         if fault is not None:
             raise fault
 
-    async def serve(self, *args: Any) -> Any:  # the controller, the offsets service and catch-up share the name
+    async def serve(self, *args: Any) -> Any:  # the controller, offsets, groups and catch-up share the name
         if len(args) == 3:
             self._step("catchup")
             return STATUS_OK, b"chunk"
         if isinstance(args[-1], ControllerRequest):
             self._step("controller")
             return ControllerOutcome()
+        if isinstance(args[-1], GroupsRequest):
+            self._step("groups")
+            return b""
         self._step("offsets")
         return ["g"]
 
@@ -79,6 +83,7 @@ KINDS: dict[RequestKind, tuple[str, bytes]] = {
     RequestKind.OFFSETS: ("offsets", encode_offsets_request(OffsetsRequest(1, OffsetsList()))),
     RequestKind.MOVES: ("moves", b""),
     RequestKind.CAPACITY: ("capacity", b""),
+    RequestKind.GROUPS: ("groups", encode_groups_request(GroupsRequest(1, GroupsList()))),
     RequestKind.SEGMENT_CHUNK: ("catchup", b"any"),
 }
 FAULTS: list[Callable[[], Exception]] = [
@@ -99,7 +104,7 @@ def test_an_exception_in_any_peer_request_handler_fails_that_request_alone(
 ) -> None:
     method, body = KINDS[kind]
     faulty = Faulty(faults={method: fault()})
-    service = PeerService(faulty, faulty, faulty, faulty, faulty.moves, faulty)  # type: ignore[arg-type]
+    service = PeerService(faulty, faulty, faulty, faulty, faulty.moves, faulty, faulty)  # type: ignore[arg-type]
 
     async def scenario() -> tuple[tuple[int, bytes], tuple[int, bytes]]:
         return await service.serve(5, kind, body), await service.serve(5, kind, body)

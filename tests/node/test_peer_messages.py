@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from multiraft import controller as ctl
 from multiraft import errors
+from multiraft import groups as g
 from multiraft.errors import InvalidArgumentError, MultiraftError, UnavailableError
+from multiraft.node import peer_groups as pg
 from multiraft.node import peer_messages as pm
 from multiraft.node.peer_messages import (
     ControllerOutcome,
@@ -83,7 +85,7 @@ partition_statuses = st.lists(
 leaders = st.lists(st.builds(LeaderAnnouncement, IDS, IDS, IDS), max_size=6)
 offset_rows = st.lists(st.builds(OffsetRow, TEXT, IDS, I64, TEXT, I64), max_size=4).map(tuple)
 offsets_operations = st.one_of(
-    st.builds(OffsetsCommit, TEXT, offset_rows),
+    st.builds(OffsetsCommit, TEXT, offset_rows, TEXT, I64, st.none() | TEXT),
     st.builds(OffsetsFetch, TEXT, st.none() | st.lists(st.tuples(TEXT, IDS), max_size=4).map(tuple)),
     st.just(OffsetsList()),
 )
@@ -91,7 +93,91 @@ offsets_requests = st.builds(OffsetsRequest, IDS, offsets_operations)
 moves = st.lists(st.builds(MoveReport, TEXT, IDS, IDS, IDS, IDS, TEXT, IDS, IDS, FINITE), max_size=4)
 chunk_requests = st.builds(SegmentChunkRequest, *([IDS] * 8))
 
+OPTIONAL = st.none() | TEXT
+tps = st.frozensets(st.tuples(TEXT, IDS), max_size=4)
+texts = st.lists(TEXT, max_size=3).map(tuple)
+subscriptions = st.builds(g.Subscription, texts, tps, I64, OPTIONAL, st.binary(max_size=8))
+group_operations = st.one_of(
+    st.builds(
+        pg.GroupJoin,
+        TEXT,
+        st.builds(g.JoinRequest, TEXT, I64, I64, texts, subscriptions, OPTIONAL, TEXT, TEXT, TEXT),
+    ),
+    st.builds(
+        pg.GroupSync,
+        TEXT,
+        st.builds(
+            g.SyncRequest,
+            TEXT,
+            I64,
+            st.lists(st.tuples(TEXT, tps), max_size=3).map(tuple),
+            OPTIONAL,
+            OPTIONAL,
+            OPTIONAL,
+        ),
+    ),
+    st.builds(pg.GroupHeartbeat, TEXT, st.builds(g.HeartbeatRequest, TEXT, I64, OPTIONAL)),
+    st.builds(pg.GroupLeave, TEXT, st.builds(g.LeaveRequest, TEXT, OPTIONAL)),
+    st.builds(pg.GroupDescribe, TEXT),
+    st.builds(pg.GroupDelete, TEXT),
+    st.just(pg.GroupsList()),
+)
+join_replies = st.builds(
+    g.JoinReply,
+    TEXT,
+    I64,
+    OPTIONAL,
+    OPTIONAL,
+    TEXT,
+    st.booleans(),
+    st.lists(st.builds(g.MemberSubscription, TEXT, OPTIONAL, subscriptions), max_size=3).map(tuple),
+)
+sync_replies = st.builds(g.SyncReply, TEXT, I64, OPTIONAL, OPTIONAL, tps)
+member_records = st.builds(g.MemberRecord, TEXT, OPTIONAL, TEXT, TEXT, I64, I64, texts, subscriptions, tps, tps, tps)
+descriptions = st.builds(
+    g.GroupMetadataRecord,
+    TEXT,
+    I64,
+    st.sampled_from(g.GroupState),
+    OPTIONAL,
+    OPTIONAL,
+    TEXT,
+    st.lists(member_records, max_size=2).map(tuple),
+    I64,
+)
+listings = st.lists(st.builds(pg.GroupListingRow, TEXT, TEXT, TEXT, IDS), max_size=4).map(tuple)
+
+
+def _answers(operation: pg.GroupOperation) -> Codec:
+    return Codec(
+        f"groups answer to {type(operation).__name__}",
+        lambda answer: pg.encode_groups_answer(operation, answer),
+        lambda data: pg.decode_groups_answer(operation, data),
+        {
+            pg.GroupJoin: join_replies,
+            pg.GroupSync: sync_replies,
+            pg.GroupDescribe: descriptions,
+            pg.GroupsList: listings,
+        }[type(operation)],
+    )
+
+
+groups_requests = st.builds(pg.GroupsRequest, IDS, group_operations)
+GROUP_ANSWERS = [
+    _answers(pg.GroupJoin("g", g.JoinRequest("m", 1, 1, ()))),
+    _answers(pg.GroupSync("g", g.SyncRequest("m", 1))),
+    _answers(pg.GroupDescribe("g")),
+    _answers(pg.GroupsList()),
+]
+
 CODECS = [
+    Codec(
+        "groups request",
+        pg.encode_groups_request,
+        pg.decode_groups_request,
+        st.builds(pg.GroupsRequest, IDS, group_operations),
+    ),
+    *GROUP_ANSWERS,
     Codec("controller request", pm.encode_controller_request, pm.decode_controller_request, controller_requests),
     Codec("controller outcome", pm.encode_controller_outcome, pm.decode_controller_outcome, controller_outcomes),
     Codec("group ids", pm.encode_group_ids, pm.decode_group_ids, st.lists(IDS, max_size=8).map(tuple)),
@@ -118,8 +204,9 @@ def encodings(codec: Codec) -> st.SearchStrategy[bytes]:
 
 
 def test_every_message_type_has_a_codec_under_test() -> None:
-    encoders = {name for name in pm.__all__ if name.startswith("encode_")} - {"encode_error"}
-    assert encoders == {c.encode.__name__ for c in CODECS}
+    encoders = {name for name in pm.__all__ + pg.__all__ if name.startswith("encode_")} - {"encode_error"}
+    tested = {c.encode.__name__ for c in CODECS} - {"<lambda>"} | ({"encode_groups_answer"} if GROUP_ANSWERS else set())
+    assert encoders == tested
 
 
 # --------------------------------------------------------------------------------------------- round trips

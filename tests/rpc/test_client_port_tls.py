@@ -59,7 +59,9 @@ def _serve(tmp_path: Path, scenario: Callable[[str], Coroutine[Any, Any, Any]], 
     async def run() -> Any:
         door = GrpcFrontDoor(config)
         services = FaultyServices()
-        await door.start(SimpleNamespace(data=services, offsets=services, admin=services, security=services))  # type: ignore[arg-type]
+        await door.start(
+            SimpleNamespace(data=services, offsets=services, admin=services, security=services, groups=None)
+        )  # type: ignore[arg-type]
         await door.set_serving(True)
         try:
             return await scenario(f"127.0.0.1:{door.port}")

@@ -42,7 +42,9 @@ def _front_door(
 
     async def run() -> Any:
         door = GrpcFrontDoor(config)
-        await door.start(SimpleNamespace(data=services, offsets=services, admin=services, security=services))  # type: ignore[arg-type]
+        await door.start(
+            SimpleNamespace(data=services, offsets=services, admin=services, security=services, groups=None)
+        )  # type: ignore[arg-type]
         try:
             async with grpc.aio.insecure_channel(
                 f"127.0.0.1:{door.port}", options=[("grpc.max_send_message_length", -1)]

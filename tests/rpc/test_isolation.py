@@ -16,11 +16,13 @@ from typing import Any
 import grpc
 import pytest
 
+from multiraft import groups as g
 from multiraft.node.offsets import CommittedOffset
 from multiraft.node.services import (
     ClusterDescription,
     DrainStatus,
     FetchResult,
+    GroupDescriptionResult,
     NodeDescription,
     PartitionDescription,
     ProduceAck,
@@ -79,7 +81,7 @@ class FaultyServices:
         return 17, 0
 
     # offsets
-    async def commit_offsets(self, group: str, offsets: list[CommittedOffset]) -> None:
+    async def commit_offsets(self, group: str, offsets: list[CommittedOffset], *member: Any) -> None:
         self._step("commit_offsets")
 
     async def fetch_offsets(self, group: str, partitions: list[tuple[str, int]]) -> list[CommittedOffset]:
@@ -89,6 +91,30 @@ class FaultyServices:
     async def list_groups(self) -> list[str]:
         self._step("list_groups")
         return ["g"]
+
+    # groups
+    async def join(self, group: str, request: Any) -> g.JoinReply:
+        self._step("join")
+        return g.JoinReply("m-1", 1, "consumer", "range", "m-1")
+
+    async def sync(self, group: str, request: Any) -> g.SyncReply:
+        self._step("sync")
+        return g.SyncReply("m-1", 1, "consumer", "range", frozenset({("orders", 0)}))
+
+    async def heartbeat(self, group: str, request: Any) -> None:
+        self._step("heartbeat")
+
+    async def leave(self, group: str, request: Any) -> None:
+        self._step("leave")
+
+    async def describe(self, groups: list[str]) -> list[GroupDescriptionResult]:
+        self._step("describe")
+        record = g.GroupMetadataRecord("g", 1, g.GroupState.EMPTY, "consumer", None, "", (), 0)
+        return [GroupDescriptionResult(name, record, 1) for name in groups]
+
+    async def delete(self, groups: list[str]) -> list[Any]:
+        self._step("delete")
+        return [None for _ in groups]
 
     # admin
     def metadata(self, topics: Any) -> tuple[list[NodeDescription], list[TopicDescription]]:
@@ -266,6 +292,30 @@ CASES: dict[str, tuple[str, Call, bool]] = {
         False,
     ),
 }
+CASES |= {
+    "JoinGroup": (
+        "join",
+        lambda s: s.groups.JoinGroup(pb.JoinGroupRequest(group="g", protocols=["range"]), timeout=TIMEOUT_S),
+        False,
+    ),
+    "SyncGroup": ("sync", lambda s: s.groups.SyncGroup(pb.SyncGroupRequest(group="g"), timeout=TIMEOUT_S), False),
+    "Heartbeat": (
+        "heartbeat",
+        lambda s: s.groups.Heartbeat(pb.GroupHeartbeatRequest(group="g"), timeout=TIMEOUT_S),
+        False,
+    ),
+    "LeaveGroup": ("leave", lambda s: s.groups.LeaveGroup(pb.LeaveGroupRequest(group="g"), timeout=TIMEOUT_S), False),
+    "DescribeGroups": (
+        "describe",
+        lambda s: s.groups.DescribeGroups(pb.DescribeGroupsRequest(groups=["g"]), timeout=TIMEOUT_S),
+        False,
+    ),
+    "DeleteGroups": (
+        "delete",
+        lambda s: s.groups.DeleteGroups(pb.DeleteGroupsRequest(groups=["g"]), timeout=TIMEOUT_S),
+        False,
+    ),
+}
 FAULTS = [RuntimeError("boom"), TypeError("'int' object is not iterable"), OverflowError("int too big to convert")]
 
 
@@ -281,7 +331,7 @@ def test_an_exception_in_any_handler_fails_that_request_alone_with_internal(rpc:
     services = FaultyServices(faults={method: fault})
 
     async def scenario() -> tuple[Any, Any, Any]:
-        async with serving(services, services, services, security=services) as stubs:  # type: ignore[arg-type]
+        async with serving(services, services, services, security=services, groups=services) as stubs:  # type: ignore[arg-type]
             if streams:
                 failed: Any = await _stream(call(stubs))
             else:
@@ -323,7 +373,7 @@ def test_a_service_answer_the_wire_cannot_carry_fails_that_request_alone() -> No
     services = Overflowing()
 
     async def scenario() -> tuple[Any, list[Any]]:
-        async with serving(services, services, services, security=services) as stubs:  # type: ignore[arg-type]
+        async with serving(services, services, services, security=services, groups=services) as stubs:  # type: ignore[arg-type]
             try:
                 await stubs.log.Produce(PRODUCE, timeout=TIMEOUT_S)
             except grpc.aio.AioRpcError as exc:

@@ -35,6 +35,7 @@ from multiraft.node.services import (
     ProduceAck,
     TopicDescription,
 )
+from rpc.groups_servicer import GroupsServicer
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.security_servicer import SecurityServicer
@@ -133,6 +134,7 @@ class Stubs:
     log: pb_grpc.LogStub
     admin: pb_grpc.AdminStub
     security: pb_grpc.SecurityStub
+    groups: pb_grpc.GroupsStub
 
 
 @asynccontextmanager
@@ -141,6 +143,7 @@ async def serving(
     admin: FakeAdmin | None = None,
     offsets: FakeOffsets | None = None,
     security: Any = None,
+    groups: Any = None,
 ) -> AsyncIterator[Stubs]:
     offsets = offsets or FakeOffsets()
     server = grpc.aio.server()
@@ -148,11 +151,18 @@ async def serving(
     pb_grpc.add_AdminServicer_to_server(AdminServicer(admin or FakeAdmin(), offsets), server)  # type: ignore[arg-type]
     if security is not None:
         pb_grpc.add_SecurityServicer_to_server(SecurityServicer(security), server)
+    if groups is not None:
+        pb_grpc.add_GroupsServicer_to_server(GroupsServicer(groups), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield Stubs(pb_grpc.LogStub(channel), pb_grpc.AdminStub(channel), pb_grpc.SecurityStub(channel))
+            yield Stubs(
+                pb_grpc.LogStub(channel),
+                pb_grpc.AdminStub(channel),
+                pb_grpc.SecurityStub(channel),
+                pb_grpc.GroupsStub(channel),
+            )
     finally:
         await server.stop(grace=None)
 

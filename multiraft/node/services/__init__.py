@@ -2,6 +2,7 @@
 
 from multiraft.node.services.admin import AdminService, AdminSettings
 from multiraft.node.services.data import DataLimits, DataService
+from multiraft.node.services.groups import GroupDescriptionResult, GroupsService, GroupsSettings
 from multiraft.node.services.offsets import OffsetsService, OffsetsSettings
 from multiraft.node.services.results import (
     ClusterDescription,
@@ -18,6 +19,9 @@ __all__ = [
     "DataLimits",
     "OffsetsService",
     "OffsetsSettings",
+    "GroupsService",
+    "GroupsSettings",
+    "GroupDescriptionResult",
     "AdminService",
     "AdminSettings",
     "ProduceAck",

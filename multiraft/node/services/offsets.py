@@ -1,32 +1,22 @@
 """The offsets service: consumer groups' committed offsets (event loop).
 
 A group's offsets live in one partition of the internal topic ``__consumer_offsets`` (created on first
-use), chosen by the group name; its leader serves them. Requests go to that leader wherever it is, in short
-attempts: a dead leader is only noticed by timing out, and its successor may be up already. Repeating a
+use), chosen by the group name; its leader serves them (:mod:`.offsets_routing` finds it). Repeating a
 request is harmless (a commit writes the same offsets again).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from multiraft import controller as ctl
-from multiraft.errors import (
-    InvalidArgumentError,
-    MultiraftError,
-    NotLeaderError,
-    RequestTimeoutError,
-    TopicExistsError,
-    UnavailableError,
-)
-from multiraft.node.offsets import OFFSETS_TOPIC, CommittedOffset, encode_commit, group_partition
+from multiraft.errors import InvalidArgumentError
+from multiraft.groups import NO_GENERATION
+from multiraft.node.offsets import CommittedOffset, encode_commit
 from multiraft.node.peer_call import ask_peer
 from multiraft.node.peer_messages import (
-    CreateTopicRequest,
     OffsetRow,
     OffsetsCommit,
     OffsetsFetch,
@@ -38,16 +28,12 @@ from multiraft.node.peer_messages import (
     encode_offsets_request,
 )
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, PeerCaller, StoreHandle
-from multiraft.node.services._waits import wait_for_topic
+from multiraft.node.services.offsets_routing import OffsetsRouter, RoutingSettings
 
-__all__ = ["OffsetsService", "OffsetsSettings", "MAX_GROUP_NAME", "MAX_OFFSET_METADATA"]
+__all__ = ["OffsetsService", "OffsetsSettings", "MAX_GROUP_NAME", "MAX_OFFSET_METADATA", "check_group_name"]
 
 MAX_GROUP_NAME = 255
 MAX_OFFSET_METADATA = 4096
-_REQUEST_TIMEOUT_S = 15.0
-_ATTEMPT_S = 2.0
-_DIAL_S = 0.3  # a leader we have no connection to is likely dead; look again soon
-_RETRY_S = 0.05
 
 Operation = OffsetsCommit | OffsetsFetch | OffsetsList
 
@@ -80,10 +66,28 @@ class OffsetsService:
         self._store = store
         self._controller = controller
         self._peers = peers
-        self._offsets_topic_lock = asyncio.Lock()
+        self._router = OffsetsRouter(
+            RoutingSettings(settings.offsets_partitions, settings.default_replication_factor),
+            cluster,
+            leaders,
+            controller,
+            peers,
+        )
 
-    async def commit_offsets(self, group: str, offsets: Sequence[CommittedOffset]) -> None:
-        _check_group_name(group)
+    @property
+    def router(self) -> OffsetsRouter:
+        return self._router
+
+    async def commit_offsets(
+        self,
+        group: str,
+        offsets: Sequence[CommittedOffset],
+        member_id: str = "",
+        generation: int = NO_GENERATION,
+        group_instance_id: str | None = None,
+    ) -> None:
+        """Commit ``offsets``; a group member commits as itself (the coordinator fences zombies)."""
+        check_group_name(group)
         most = self._settings.max_offsets_per_commit
         if len(offsets) > most:
             raise InvalidArgumentError(
@@ -108,14 +112,14 @@ class OffsetsService:
                 field="offsets",
             )
         rows = tuple(OffsetRow(o.topic, o.partition, o.offset, o.metadata) for o in offsets)
-        await self._request(group, OffsetsCommit(group, rows))
+        await self._request(group, OffsetsCommit(group, rows, member_id, generation, group_instance_id))
 
     async def fetch_offsets(self, group: str, partitions: Sequence[tuple[str, int]]) -> list[CommittedOffset]:
         """The group's committed offsets: of ``partitions`` (-1 where none), or every one it committed."""
-        _check_group_name(group)
+        check_group_name(group)
         for topic, partition in partitions:
             self._cluster.partition_state(topic, partition)
-        if OFFSETS_TOPIC not in self._cluster.cluster.topics:
+        if not self._router.exists:
             return [CommittedOffset(t, p, -1) for t, p in partitions]
         found: list[CommittedOffset] = await self._request(group, OffsetsFetch(group, tuple(partitions) or None))
         if not partitions:
@@ -133,10 +137,7 @@ class OffsetsService:
         )
 
     async def list_groups(self) -> list[str]:
-        topic = self._cluster.cluster.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            return []
-        answers = await asyncio.gather(*(self._partition_call(p.group_id, OffsetsList()) for p in topic.partitions))
+        answers = await asyncio.gather(*(self._partition_call(g, OffsetsList()) for g in self._router.group_ids()))
         return sorted({str(name) for names in answers for name in names})
 
     async def serve(self, request: OffsetsRequest) -> Any:
@@ -146,51 +147,15 @@ class OffsetsService:
     # --------------------------------------------------------------------------------------------- routing
 
     async def _request(self, group: str, operation: Operation) -> Any:
-        await self._ensure_offsets_topic()
-        topic = self._cluster.cluster.topics[OFFSETS_TOPIC]
-        partition = topic.partitions[group_partition(group, len(topic.partitions))]
-        return await self._partition_call(partition.group_id, operation)
-
-    async def _ensure_offsets_topic(self) -> None:
-        """Create ``__consumer_offsets`` on first use (any node may race to: the controller keeps one)."""
-        cluster = self._cluster
-        if OFFSETS_TOPIC in cluster.cluster.topics:
-            return
-        async with self._offsets_topic_lock:
-            if OFFSETS_TOPIC in cluster.cluster.topics:
-                return
-            registered = sum(1 for n in cluster.cluster.nodes.values() if n.state is ctl.NodeState.ACTIVE)
-            request = CreateTopicRequest(
-                OFFSETS_TOPIC,
-                self._settings.offsets_partitions,
-                max(1, min(self._settings.default_replication_factor, registered)),
-                internal=True,
-            )
-            with contextlib.suppress(TopicExistsError):
-                await self._controller.call(request)
-            await wait_for_topic(cluster, OFFSETS_TOPIC, present=True)
+        return await self._partition_call(await self._router.group_id_of(group), operation)
 
     async def _partition_call(self, group_id: int, operation: Operation) -> Any:
         """Serve an operation on the leader of offsets group ``group_id``, wherever it is."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _REQUEST_TIMEOUT_S
-        last_error: MultiraftError = UnavailableError("the offsets partition has no leader yet")
-        hint = 0
-        while loop.time() < deadline:
-            leader = hint or self._leaders.leader_of(group_id)
-            hint = 0
-            try:
-                if leader == self._cluster.node_id or not leader:
-                    return await self._store.offsets(group_id, operation)
-                attempt_s = min(_ATTEMPT_S if self._peers.connected(leader) else _DIAL_S, deadline - loop.time())
-                return await self._remote(leader, OffsetsRequest(group_id, operation), attempt_s)
-            except NotLeaderError as exc:
-                last_error, hint = exc, exc.leader_id
-            except UnavailableError as exc:
-                last_error = exc
-            await asyncio.sleep(_RETRY_S if not hint else 0)
-        raise RequestTimeoutError(
-            f"consumer offsets request not served in {_REQUEST_TIMEOUT_S:.0f}s: {last_error.message}"
+        request = OffsetsRequest(group_id, operation)
+        return await self._router.call(
+            group_id,
+            lambda _timeout_s: self._store.offsets(group_id, operation),
+            lambda leader, timeout_s: self._remote(leader, request, timeout_s),
         )
 
     async def _remote(self, leader: int, request: OffsetsRequest, timeout_s: float) -> Any:
@@ -205,7 +170,7 @@ class OffsetsService:
         return None
 
 
-def _check_group_name(group: str) -> None:
+def check_group_name(group: str) -> None:
     if not group:
         raise InvalidArgumentError("group must not be empty", field="group")
     if len(group) > MAX_GROUP_NAME:

@@ -1,0 +1,59 @@
+"""The event loop's handle on the group coordinators hosted here (:mod:`multiraft.node.group_host`), and
+their periodic tick on the scheduler thread."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from multiraft.errors import MultiraftError, NotLeaderError, RequestTimeoutError
+from multiraft.logging import get_logger
+from multiraft.node.offsets import OffsetsMachine
+from multiraft.node.peer_groups import GroupOperation
+from multiraft.node.scheduler import Completion, Scheduler
+from multiraft.node.threads import SchedulerHandoff
+
+__all__ = ["LocalGroups", "tick_group_hosts", "GROUP_TICK_S"]
+
+log = get_logger(__name__)
+
+GROUP_TICK_S = 0.1  # how often coordinators expire sessions and end rebalances
+
+
+def serve_group_operation(
+    scheduler: Scheduler, group_id: int, operation: GroupOperation, completion: Completion
+) -> None:
+    """On the scheduler thread: hand ``operation`` to the coordinators of offsets group ``group_id``."""
+    group = scheduler.groups.get(group_id)
+    if group is None or not isinstance(group.machine, OffsetsMachine):
+        completion(None, NotLeaderError(f"this node hosts no offsets group {group_id}"))
+        return
+    try:
+        group.machine.host.handle(group, operation, completion)
+    except Exception as exc:  # a bug met by one request fails that request only, at once
+        log.exception("group request failed unexpectedly", operation=type(operation).__name__, error=repr(exc))
+        completion(None, MultiraftError(f"internal error serving {type(operation).__name__}: {exc!r}"))
+
+
+def tick_group_hosts(scheduler: Scheduler) -> None:
+    """On the scheduler thread: tick the coordinators of every offsets group this node leads."""
+    for group in list(scheduler.groups.values()):
+        if group.is_leader and isinstance(group.machine, OffsetsMachine):
+            group.machine.host.tick(group)
+
+
+class LocalGroups:
+    """Runs group operations on this node's coordinators and awaits their answer (a long poll for joins)."""
+
+    def __init__(self, scheduler: Scheduler, handoff: SchedulerHandoff) -> None:
+        self._scheduler = scheduler
+        self._handoff = handoff
+
+    async def call(self, group_id: int, operation: GroupOperation, timeout_s: float) -> Any:
+        future, completion = self._handoff.completion()
+        scheduler = self._scheduler
+        self._handoff.submit(lambda: serve_group_operation(scheduler, group_id, operation, completion))
+        try:
+            return await asyncio.wait_for(future, max(0.01, timeout_s))
+        except TimeoutError:
+            raise RequestTimeoutError("the group coordinator did not answer in time") from None
