@@ -21,7 +21,6 @@ from tests.integration._helpers import Cluster
 
 pytestmark = pytest.mark.integration
 
-GROUP_SETTINGS = {"group_initial_rebalance_delay_ms": 0, "group_min_session_timeout_ms": 1_000}
 TP = TopicPartition
 
 
@@ -88,9 +87,9 @@ class RawMember:
 def groups_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     from multiraft.launcher import cluster_down, cluster_up
     from rpc.client import ClusterClient
-    from tests.integration._helpers import FAST
+    from tests.integration._helpers import FAST, FAST_GROUPS
 
-    info = cluster_up(tmp_path_factory.mktemp("groups") / "cluster", 3, {**FAST, **GROUP_SETTINGS})
+    info = cluster_up(tmp_path_factory.mktemp("groups") / "cluster", 3, {**FAST, **FAST_GROUPS})
     cluster = Cluster(info, ClusterClient(info.bootstrap, request_timeout_s=30))
     try:
         cluster.create_topic("events", 2, 3)
