@@ -60,13 +60,19 @@ def _snapshot(admin: Admin) -> _Snapshot:
             continue
     snapshot = _Snapshot(cluster, topics)
     try:
-        names = admin.list_groups()
-        for description in admin.describe_groups(names).values():
+        described = admin.describe_groups(admin.list_groups())
+    except MultiraftError as exc:  # the rest of the status is still worth showing
+        snapshot.groups_error = describe_error(exc)
+        return snapshot
+    failed: list[str] = []
+    for name, description in described.items():
+        try:
             if description.error is not None:
                 raise description.error
             snapshot.groups.append(group_lag(admin, description))
-    except MultiraftError as exc:  # the rest of the status is still worth showing
-        snapshot.groups_error = describe_error(exc)
+        except MultiraftError as exc:  # one group's coordinator being away hides only that group
+            failed.append(f"{name}: {describe_error(exc)}")
+    snapshot.groups_error = "; ".join(failed) or None
     return snapshot
 
 
@@ -230,10 +236,10 @@ def _print_tables(snapshot: _Snapshot) -> None:
 
     if snapshot.groups_error is not None:
         console.print(f"[yellow]consumer groups unavailable:[/yellow] {snapshot.groups_error}", highlight=False)
-    elif not snapshot.groups:
-        console.print("no consumer groups")
-    else:
+    if snapshot.groups:
         _print_groups(snapshot.groups)
+    elif snapshot.groups_error is None:
+        console.print("no consumer groups")
 
 
 def _print_groups(lagged: list[GroupLag]) -> None:

@@ -4,6 +4,7 @@ a real cluster.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -14,6 +15,7 @@ from multiraft.cli import _group as group_cli
 from multiraft.cli import _status as status_cli
 from multiraft.client import (
     ClusterInfo,
+    CoordinatorMovedError,
     GroupDescription,
     GroupListing,
     GroupMemberInfo,
@@ -267,3 +269,12 @@ def test_status_shows_each_groups_state_members_and_lag_and_each_members_lag(adm
     assert rows[("spark-monitor", "events", 0)] == (60, 40)
     table = invoked(_run("status"))
     assert "consumer groups" in table and "group members" in table and "m-2" in table
+
+
+def test_status_shows_the_other_groups_when_one_cannot_be_described(admin: FakeAdmin) -> None:
+    admin.groups["broken"] = dataclasses.replace(_group("broken", ""), error=CoordinatorMovedError("moving"))
+    status = json.loads(invoked(_run("status", "--json")))
+    assert [g["group"] for g in status["group_summaries"]] == ["billing", "spark-monitor"]
+    assert status["groups_error"] == "broken: moving (COORDINATOR_NOT_AVAILABLE)"
+    table = invoked(_run("status"))
+    assert "consumer groups unavailable: broken" in table and "spark-monitor" in table
