@@ -9,10 +9,12 @@ from multiraft.client import (
     GroupDescription,
     GroupListing,
     GroupMemberInfo,
+    GroupNotEmptyError,
     InvalidArgumentError,
     TopicPartition,
     UnknownTopicError,
 )
+from rpc.client import ClusterClient
 from rpc.client._group_admin import group_description
 from rpc.proto import multiraft_pb2 as pb
 
@@ -93,3 +95,81 @@ def test_empty_group_names_and_negative_offsets_are_refused_before_any_request()
         with pytest.raises(InvalidArgumentError, match="negative"):
             admin.commit_group_offsets("g", {TopicPartition("t", 0): -1})
         assert admin.describe_groups([]) == {} and admin.delete_groups([]) == {}
+
+
+class _Channel:
+    """A gRPC channel whose unary calls answer from ``answers`` (by method name) and record the requests."""
+
+    def __init__(self, answers: dict[str, object]) -> None:
+        self.answers = answers
+        self.requests: list[tuple[str, object]] = []
+
+    def unary_unary(self, method: str, *args: object, **kwargs: object) -> object:
+        name = method.rsplit("/", 1)[1]
+
+        def call(request: object, timeout: float | None = None, **_: object) -> object:
+            self.requests.append((name, request))
+            return self.answers[name]
+
+        return call
+
+    unary_stream = stream_unary = stream_stream = unary_unary
+
+
+class _Client(ClusterClient):
+    """Every call goes to one fake channel."""
+
+    def __init__(self, channel: _Channel) -> None:  # no bootstrap, no connection
+        self.fake = channel
+
+    def call_any_node(self, call, *, timeout_s=None, prefer=()):  # type: ignore[no-untyped-def]
+        return call(self.fake, 1.0)
+
+
+def test_describe_groups_asks_once_and_answers_in_the_order_asked() -> None:
+    channel = _Channel(
+        {
+            "DescribeGroups": pb.DescribeGroupsResponse(
+                groups=[pb.GroupDescription(group=g, state="Empty") for g in ("b", "a")]
+            )
+        }
+    )
+    described = Admin(_Client(channel)).describe_groups(["a", "b", "a"])
+    assert list(described) == ["a", "b"]
+    assert [(name, list(request.groups)) for name, request in channel.requests] == [("DescribeGroups", ["a", "b"])]  # type: ignore[attr-defined]
+
+
+def test_delete_groups_maps_each_result_to_none_or_its_error() -> None:
+    results = [
+        pb.GroupResult(group="gone"),
+        pb.GroupResult(group="busy", error=pb.Error(reason="NON_EMPTY_GROUP", message="busy has members")),
+    ]
+    channel = _Channel({"DeleteGroups": pb.DeleteGroupsResponse(results=results)})
+    deleted = Admin(_Client(channel)).delete_groups(["gone", "busy"])
+    assert deleted["gone"] is None
+    assert isinstance(deleted["busy"], GroupNotEmptyError)
+
+
+def test_group_listings_come_sorted_and_groups_a_node_only_names_are_kept() -> None:
+    response = pb.ListGroupsResponse(
+        groups=["a", "b", "old"],
+        listings=[
+            pb.GroupListing(group="b", state="Stable", protocol_type="consumer", members=2),
+            pb.GroupListing(group="a", state="Empty"),
+        ],
+    )
+    listings = Admin(_Client(_Channel({"ListGroups": response}))).list_group_listings()
+    assert listings == [
+        GroupListing("a", "Empty", "", 0),
+        GroupListing("b", "Stable", "consumer", 2),
+        GroupListing("old", "Unknown", "", 0),
+    ]
+
+
+def test_commit_group_offsets_commits_outside_any_generation() -> None:
+    channel = _Channel({"CommitOffsets": pb.CommitOffsetsResponse()})
+    Admin(_Client(channel)).commit_group_offsets("etl", {TopicPartition("t", 1): 5, ("t", 0): 3})
+    ((name, request),) = channel.requests
+    assert name == "CommitOffsets"
+    assert request.group == "etl" and not request.member_id and not request.HasField("generation")  # type: ignore[attr-defined]
+    assert sorted((o.topic, o.partition, o.offset) for o in request.offsets) == [("t", 0, 3), ("t", 1, 5)]  # type: ignore[attr-defined]
