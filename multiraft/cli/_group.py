@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -333,6 +334,9 @@ def reset_offsets(
     to_datetime: str | None = typer.Option(
         None, "--to-datetime", metavar="ISO", help="To the first record at or after this time (no zone: local time)."
     ),
+    by_duration: str | None = typer.Option(
+        None, "--by-duration", metavar="ISO", help="To the first record at or after this long ago (PT1H30M, P1D)."
+    ),
     shift_by: int | None = typer.Option(None, "--shift-by", metavar="N", help="Move the committed offsets by N."),
     to_offset: int | None = typer.Option(None, "--to-offset", metavar="N", help="To offset N."),
     execute: bool = typer.Option(False, "--execute", help="Commit the new offsets (default: only print the plan)."),
@@ -344,7 +348,13 @@ def reset_offsets(
     """Plan new committed offsets for an inactive group (each clamped between the log start and the high
     watermark) and commit them with --execute. Refused while the group has members."""
     spec = reset_spec(
-        to_earliest=to_earliest, to_latest=to_latest, to_datetime=to_datetime, shift_by=shift_by, to_offset=to_offset
+        to_earliest=to_earliest,
+        to_latest=to_latest,
+        to_datetime=to_datetime,
+        by_duration=by_duration,
+        shift_by=shift_by,
+        to_offset=to_offset,
+        now_ms=time.time_ns() // 1_000_000,
     )
     if bool(topic) == all_topics:
         raise typer.BadParameter("give --topic (repeatable) or --all-topics", param_hint="--topic/--all-topics")

@@ -2,12 +2,14 @@
 
 The plan follows ``kafka-consumer-groups --reset-offsets``: ``--to-earliest`` (the log start),
 ``--to-latest`` (the high watermark), ``--to-datetime`` (the first record at or after that time; the high
-watermark when none is), ``--shift-by N`` (the committed offset plus N; a partition with nothing committed
-cannot be shifted) and ``--to-offset N``; every new offset is clamped to [log start, high watermark].
+watermark when none is), ``--by-duration`` (the same, that long before now), ``--shift-by N`` (the
+committed offset plus N; a partition with nothing committed cannot be shifted) and ``--to-offset N``; every
+new offset is clamped to [log start, high watermark].
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +24,7 @@ __all__ = [
     "PlannedOffset",
     "ResetSpec",
     "parse_datetime_ms",
+    "parse_duration_ms",
     "parse_topic_scope",
     "plan_reset",
     "reset_spec",
@@ -74,8 +77,11 @@ def reset_spec(
     to_datetime: str | None,
     shift_by: int | None,
     to_offset: int | None,
+    by_duration: str | None = None,
+    now_ms: int = 0,
 ) -> ResetSpec:
-    """Exactly one of the options, or a usage error naming them."""
+    """Exactly one of the options, or a usage error naming them (``now_ms``: the time ``by_duration`` counts
+    back from)."""
     chosen: list[ResetSpec] = []
     if to_earliest:
         chosen.append(ResetSpec("earliest"))
@@ -83,6 +89,8 @@ def reset_spec(
         chosen.append(ResetSpec("latest"))
     if to_datetime is not None:
         chosen.append(ResetSpec("datetime", parse_datetime_ms(to_datetime)))
+    if by_duration is not None:
+        chosen.append(ResetSpec("datetime", max(0, now_ms - parse_duration_ms(by_duration))))
     if shift_by is not None:
         chosen.append(ResetSpec("shift", shift_by))
     if to_offset is not None:
@@ -92,7 +100,7 @@ def reset_spec(
     if len(chosen) != 1:
         raise typer.BadParameter(
             "give exactly one of them" + (f" (got {len(chosen)})" if chosen else ""),
-            param_hint="--to-earliest/--to-latest/--to-datetime/--shift-by/--to-offset",
+            param_hint="--to-earliest/--to-latest/--to-datetime/--by-duration/--shift-by/--to-offset",
         )
     return chosen[0]
 
@@ -108,6 +116,20 @@ def parse_datetime_ms(text: str) -> int:
             param_hint="--to-datetime",
         ) from None
     return round(moment.timestamp() * 1000)
+
+
+_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?", re.IGNORECASE)
+
+
+def parse_duration_ms(text: str) -> int:
+    """ISO 8601 duration as kafka-consumer-groups takes it (``PT1H30M``, ``P1DT12H``, ``PT0.5S``) to ms."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None or not any(match.groups()) or text.strip().upper().endswith("T"):
+        raise typer.BadParameter(
+            f"expected an ISO 8601 duration like PT1H30M or P1DT12H, got {text!r}", param_hint="--by-duration"
+        )
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return round((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
 
 
 def parse_topic_scope(text: str) -> tuple[str, tuple[int, ...] | None]:

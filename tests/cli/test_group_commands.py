@@ -208,6 +208,8 @@ def test_reset_offsets_with_execute_commits_the_clamped_offsets(admin: FakeAdmin
         )
     )
     assert admin.commits[-1] == ("spark-monitor", {("events", 0): 70, ("events", 1): 40})
+    invoked(_run("group", "reset-offsets", "fresh", "-t", "events:0", "--by-duration", "PT1H", "--execute"))
+    assert admin.commits[-1] == ("fresh", {("events", 0): 70})
     invoked(_run("group", "reset-offsets", "fresh", "-t", "events:1", "--to-offset", "5", "--execute"))
     assert admin.commits[-1] == ("fresh", {("events", 1): 5})
 

@@ -14,6 +14,7 @@ from multiraft.cli._group_reset import (
     PartitionState,
     ResetSpec,
     parse_datetime_ms,
+    parse_duration_ms,
     parse_topic_scope,
     plan_reset,
     reset_spec,
@@ -123,3 +124,23 @@ def test_a_topic_scope_names_every_partition_or_some() -> None:
     for bad in (":1", "events:x", "events:-1", "events:"):
         with pytest.raises(typer.BadParameter):
             parse_topic_scope(bad)
+
+
+def test_by_duration_counts_an_iso_8601_duration_back_from_now() -> None:
+    assert parse_duration_ms("PT1H30M") == 5_400_000
+    assert parse_duration_ms("P1DT12H") == 129_600_000
+    assert parse_duration_ms("pt0.5s") == 500
+    assert parse_duration_ms("P2D") == 172_800_000
+    spec = reset_spec(
+        to_earliest=False,
+        to_latest=False,
+        to_datetime=None,
+        shift_by=None,
+        to_offset=None,
+        by_duration="PT1M",
+        now_ms=1_000_000,
+    )
+    assert spec == ResetSpec("datetime", 940_000)
+    for bad in ("P", "PT", "1H", "PT1H2", "P1DT", "-PT1H"):
+        with pytest.raises(typer.BadParameter, match="ISO 8601 duration"):
+            parse_duration_ms(bad)
