@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
@@ -84,6 +84,7 @@ class Metadata:
     topics: dict[str, TopicMetadata]
     controller_id: int
     fetched_at: float
+    racks: dict[int, str] = field(default_factory=dict)  # node id -> rack, for the nodes that know theirs
 
 
 class ClusterClient:
@@ -208,6 +209,7 @@ class ClusterClient:
             },
             controller_id=response.controller_id,
             fetched_at=time.monotonic(),
+            racks={node.node_id: node.rack for node in response.nodes if node.rack},
         )
         with self._lock:
             self._metadata = metadata

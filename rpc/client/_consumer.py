@@ -15,16 +15,20 @@ Python. A batch that cannot be decoded stops its partition there: ``poll()`` rai
 :class:`CorruptRecordBatchError` until :meth:`Consumer.skip_batch` or a seek moves past it.
 
 With a ``group_id`` the consumer commits positions (the next offset to read, as Kafka) to the cluster and
-starts from them; there is no group membership: ``subscribe`` reads every partition of its topics.
+starts from them, and ``subscribe`` joins the group: the group's coordinator spreads the partitions over its
+members (:mod:`rpc.client._group_member`), ``poll()`` drives the membership and runs the rebalance callbacks
+(:mod:`rpc.client._consumer_group`). Without a group, ``subscribe`` reads every partition of its topics.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
@@ -32,20 +36,30 @@ from multiraft.errors import (
     ConfigError,
     InvalidArgumentError,
     MultiraftError,
-    NotLeaderError,
-    OffsetOutOfRangeError,
-    UnknownPartitionError,
-    UnknownTopicError,
 )
+from multiraft.groups import NO_GENERATION
 from multiraft.logging import get_logger
 from rpc.client._cluster import ClusterClient
+from rpc.client._consumer_fetch import collect, fetch_failed, open_streams
+from rpc.client._consumer_group import (
+    RebalanceCallback,
+    Rebalancer,
+    log_commit_failure,
+    matching_topics,
+    start_membership,
+    subscription_of,
+)
+from rpc.client._consumer_tables import arrow_schema, as_records, as_table
 from rpc.client._fetcher import StreamFetcher
+from rpc.client._group_heartbeat import HeartbeatThread
+from rpc.client._group_link import commit_offsets
+from rpc.client._group_member import GroupMembership, Phase
+from rpc.client._group_settings import MemberSettings, strategies
 from rpc.client._offsets import list_offsets
 from rpc.client._partition_buffer import PartitionBuffer, Reset, Start, by_topic, start_point, take_fairly
 from rpc.client._records import Record, TopicPartition, as_topic_partition
 from rpc.client._tls import TlsSettings
 from rpc.proto import multiraft_pb2 as pb
-from storage.batch import headers_type, record_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -53,22 +67,6 @@ if TYPE_CHECKING:
 __all__ = ["Consumer", "Start", "arrow_schema"]
 
 log = get_logger(__name__)
-
-_MIN_PARTITION_FETCH_BYTES = 64 * 1024
-
-
-def arrow_schema() -> pa.Schema:
-    """Schema of :meth:`Consumer.poll_arrow` tables."""
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            pa.field("topic", pa.string(), nullable=False),
-            pa.field("partition", pa.int32(), nullable=False),
-            *record_schema(),
-            pa.field("headers", headers_type()),
-        ]
-    )
 
 
 class Consumer:
@@ -88,6 +86,19 @@ class Consumer:
     * ``max_poll_records``: most records one ``poll()`` returns.
     * ``metadata_max_age_s``: how often a subscription looks for new partitions and topics.
     * ``tls``: reach the cluster over TLS (:class:`TlsSettings`); None: plaintext.
+
+    Group membership (with a ``group_id``, once :meth:`subscribe` is called; Kafka's settings of the same names):
+
+    * ``group_instance_id``: static membership; the member comes back to its partitions within
+      ``session_timeout_s`` with no rebalance, and ``close()`` does not leave the group.
+    * ``session_timeout_s`` / ``heartbeat_interval_s``: the coordinator drops a member whose heartbeats
+      (sent by a background thread every ``heartbeat_interval_s``) stop for ``session_timeout_s``.
+    * ``max_poll_interval_s``: past it without a ``poll()`` the member leaves the group (the next ``poll()``
+      rejoins); also how long a rebalance waits for the member.
+    * ``partition_assignment_strategy``: assignor name(s), most preferred first: ``"cooperative-sticky"``
+      (default: rebalances move only the partitions that change owner), ``"sticky"``, ``"range"``,
+      ``"roundrobin"``.
+    * ``client_id`` / ``client_rack``: name the member; rack-aware assignors prefer partitions in its rack.
     """
 
     def __init__(
@@ -106,7 +117,25 @@ class Consumer:
         tls: TlsSettings | None = None,
         user: str | None = None,
         password: str | None = None,
+        group_instance_id: str | None = None,
+        session_timeout_s: float = 45.0,
+        heartbeat_interval_s: float = 3.0,
+        max_poll_interval_s: float = 300.0,
+        partition_assignment_strategy: str | Sequence[str] = "cooperative-sticky",
+        client_id: str = "multiraft-consumer",
+        client_rack: str | None = None,
     ) -> None:
+        self._member_settings = MemberSettings(
+            group_id or "-",  # checked below; the other arguments are checked with or without a group
+            group_instance_id,
+            session_timeout_s,
+            heartbeat_interval_s,
+            max_poll_interval_s,
+            strategies(partition_assignment_strategy),
+            client_id,
+            client_rack,
+        )
+        self._member_settings.validate()
         if auto_offset_reset not in ("earliest", "latest"):
             raise ConfigError("auto_offset_reset", f"must be 'earliest' or 'latest', got {auto_offset_reset!r}")
         if group_id is not None and not group_id:
@@ -136,8 +165,10 @@ class Consumer:
         self._request_timeout_s = request_timeout_s
         self._metadata_max_age_s = metadata_max_age_s
         self._partitions: dict[TopicPartition, PartitionBuffer] = {}
-        self._subscription: tuple[str, ...] | None = None
+        self._subscription: tuple[str, ...] | re.Pattern[str] | None = None
         self._subscription_start: Start = None
+        self._membership: GroupMembership | None = None
+        self._heartbeat: HeartbeatThread | None = None
         self._next_metadata_check = 0.0
         self._completed = threading.Event()
         self._fetcher = StreamFetcher(
@@ -164,26 +195,99 @@ class Consumer:
         """
         self._check_open()
         wanted = [as_topic_partition(p) for p in partitions]
+        self._leave_group()
         self._subscription = None
         self._set_assignment(wanted, start, keep=start is None)
 
-    def subscribe(self, topics: str | Iterable[str], *, start: Start = None) -> None:
-        """Read every partition of ``topics``, including partitions and topics that appear later (metadata
-        is re-read every ``metadata_max_age_s``). ``start`` as in :meth:`assign`; partitions found later
-        start at ``start`` too, unless it is an offset (then at the committed offset or the reset policy)."""
+    def subscribe(
+        self,
+        topics: str | Iterable[str] | re.Pattern[str],
+        *,
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+        start: Start = None,
+    ) -> None:
+        """Read ``topics`` (names, or a compiled pattern matching whole topic names, re-checked every
+        ``metadata_max_age_s``).
+
+        With a ``group_id`` the consumer joins the group and reads only the partitions the group gives it;
+        ``callback(consumer, partitions)`` runs inside ``poll()``/``close()``: ``on_revoke`` before partitions
+        are given up (commit there), ``on_lost`` (default ``on_revoke``) when they were taken away (session
+        expired, fenced), ``on_assign`` after partitions were given (after every rebalance, maybe empty).
+        ``start`` is where partitions without a committed offset start (default ``auto_offset_reset``).
+        Without a group it reads every partition, including partitions and topics that appear later; ``start``
+        as in :meth:`assign`, and partitions found later start there too unless it is an offset."""
         self._check_open()
-        names = (topics,) if isinstance(topics, str) else tuple(topics)
-        if not names or not all(isinstance(t, str) and t for t in names):
-            raise TypeError("subscribe() takes a topic name or an iterable of topic names")
-        self._subscription = names
+        subscription = subscription_of(topics)
+        start_point(start, Reset("committed"))  # a bad start fails here, not at the first poll
+        if self._group_id is None:
+            if on_assign is not None or on_revoke is not None or on_lost is not None:
+                raise InvalidArgumentError("rebalance callbacks need a consumer with a group_id", field="group_id")
+            self._subscription = subscription
+            self._subscription_start = start
+            self._set_assignment([], None, keep=False)
+            self._refresh_subscription(force=True, start=start)
+            return
+        if self._membership is None:
+            self._set_assignment([], None, keep=False)
+            settings = replace(self._member_settings, group_id=self._group_id)
+            self._listener = Rebalancer(self, auto_commit=self._auto_commit)
+            self._membership, self._heartbeat = start_membership(
+                self._client, settings, self._listener, self._completed.set, self._metadata_max_age_s
+            )
+            weakref.finalize(self, self._heartbeat.stop)
+        self._listener.on_assign, self._listener.on_revoke, self._listener.on_lost = on_assign, on_revoke, on_lost
+        self._subscription = subscription
         self._subscription_start = start
-        self._set_assignment([], None, keep=False)
-        self._refresh_subscription(force=True, start=start)
+        self._membership.subscribe(subscription)
+
+    def _leave_group(self) -> None:
+        """Stop the membership: revoke (``on_revoke``) and leave (a static member keeps its place)."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
+        if self._membership is not None:
+            try:
+                self._membership.close()  # on_revoke may still commit as the member
+            finally:
+                self._membership = None
+
+    @property
+    def member_id(self) -> str:
+        """The member id the group's coordinator gave ("" outside a group)."""
+        return self._membership.member_id if self._membership is not None else ""
+
+    @property
+    def generation(self) -> int:
+        """The group generation this consumer is a member of (-1 outside a group)."""
+        return self._membership.generation if self._membership is not None else NO_GENERATION
 
     def unsubscribe(self) -> None:
-        """Drop every partition (assigned or subscribed)."""
+        """Drop every partition (assigned or subscribed); a group member runs ``on_revoke`` and leaves."""
+        self._leave_group()
         self._subscription = None
         self._set_assignment([], None, keep=False)
+
+    def _add_partitions(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            if tp not in self._partitions:
+                state = PartitionBuffer(tp)
+                state.seek(None, Reset("committed"))
+                self._partitions[tp] = state
+
+    def _drop_partitions(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            state = self._partitions.pop(tp, None)
+            if state is not None:
+                state.close_stream()
+
+    def _commit_positions_quietly(self, partitions: list[TopicPartition]) -> None:
+        offsets = {tp: s.position for tp in partitions if (s := self._partitions.get(tp)) and s.position is not None}
+        try:
+            self.commit(offsets)
+        except MultiraftError as exc:
+            log_commit_failure(self._group_id, exc, when="revoking partitions")
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._partitions)
@@ -205,7 +309,7 @@ class Consumer:
         state.seek(*start_point(start, default))
 
     def _refresh_subscription(self, *, force: bool = False, start: Start = None) -> None:
-        if self._subscription is None:
+        if self._subscription is None or self._membership is not None:
             return
         now = time.monotonic()
         if not force and now < self._next_metadata_check:
@@ -218,13 +322,14 @@ class Consumer:
             return
         wanted = [
             TopicPartition(topic, p.partition)
-            for topic in self._subscription
+            for topic in matching_topics(self._subscription, metadata.topics)
             if topic in metadata.topics
             for p in metadata.topics[topic].partitions
         ]
         later_start = None if isinstance(self._subscription_start, int) else self._subscription_start
         added = [tp for tp in wanted if tp not in self._partitions]
-        removed = [tp for tp in self._partitions if tp.topic not in metadata.topics]
+        topics = set(matching_topics(self._subscription, metadata.topics)) & set(metadata.topics)
+        removed = [tp for tp in self._partitions if tp.topic not in topics]
         if not added and not removed:
             return
         for tp in removed:
@@ -307,6 +412,8 @@ class Consumer:
                 offset = stored.get(state.tp)
                 if offset is not None:
                     state.seek(offset, None)
+                elif self._membership is not None and self._subscription_start is not None:
+                    state.seek(*start_point(self._subscription_start, Reset(self._auto_offset_reset)))
                 else:
                     state.reset = Reset(self._auto_offset_reset)
         groups: dict[tuple[str, str, int], list[PartitionBuffer]] = {}
@@ -336,21 +443,20 @@ class Consumer:
         return list_offsets(self._client, topic, partitions, kind, timestamp_ms, self._request_timeout_s)
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
-        """Store offsets for the group: the NEXT offset to read per partition (default: every position)."""
+        """Store offsets for the group: the NEXT offset to read per partition (default: every position).
+
+        A group member commits as itself: a member that is no longer in the group's current generation gets
+        :class:`MemberFencedError` (its subclass says why), one whose group is rebalancing
+        :class:`GroupRebalancingError`; commit again after the next ``poll()`` (or in ``on_revoke``)."""
         group = self._require_group()
         if offsets is None:
             offsets = {tp: s.position for tp, s in self._partitions.items() if s.position is not None}
         if not offsets:
             return
-        now_ms = time.time_ns() // 1_000_000
-        request = pb.CommitOffsetsRequest(
-            group=group,
-            offsets=[
-                pb.CommittedOffset(topic=tp[0], partition=tp[1], offset=offset, commit_time_ms=now_ms)
-                for tp, offset in offsets.items()
-            ],
-        )
-        self._client.call_any_log(lambda stub, timeout: stub.CommitOffsets(request, timeout=timeout))
+        if self._membership is not None:
+            self._membership.commit(offsets)  # as the member of its generation: a zombie is refused
+        else:
+            commit_offsets(self._client, group, offsets)
         self._next_auto_commit = time.monotonic() + self._auto_commit_interval_s
 
     def committed(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> dict[TopicPartition, int | None]:
@@ -374,56 +480,25 @@ class Consumer:
     def _maybe_auto_commit(self) -> None:
         if not self._auto_commit or time.monotonic() < self._next_auto_commit:
             return
+        if self._membership is not None and self._membership.phase is Phase.SYNCING:
+            return  # the coordinator refuses commits until the new generation is assigned: next poll
         try:
             self.commit()
         except MultiraftError as exc:
             self._next_auto_commit = time.monotonic() + self._auto_commit_interval_s
-            log.warning("auto-commit failed", group=self._group_id, error=str(exc))
+            log_commit_failure(self._group_id, exc, when="poll")
 
     # --------------------------------------------------------------------------------------------- poll
 
     def poll(self, timeout_s: float = 1.0, max_records: int | None = None) -> list[Record]:
         """Records from the positions on (at most ``max_records``, default ``max_poll_records``), waiting up
-        to ``timeout_s`` for some; advances the positions past them."""
-        import pyarrow.compute as pc
-
-        records: list[Record] = []
-        for tp, table in self._poll_tables(timeout_s, max_records):
-            offsets = table.column("offset").to_pylist()
-            timestamps = table.column("timestamp").cast("int64").to_pylist()
-            keys = table.column("key").to_pylist()
-            values = table.column("value").to_pylist()
-            headers = table.column("headers")
-            if not pc.sum(pc.list_value_length(headers)).as_py():
-                header_tuples: list[tuple[tuple[str, bytes | None], ...]] = [()] * len(offsets)
-            else:
-                header_tuples = [
-                    tuple((h["key"], h["value"]) for h in row) if row else () for row in headers.to_pylist()
-                ]
-            topic, partition = tp
-            records.extend(
-                Record(topic, partition, o, t, k, v, h)
-                for o, t, k, v, h in zip(offsets, timestamps, keys, values, header_tuples, strict=True)
-            )
-        return records
+        to ``timeout_s`` for some; advances the positions past them. With a group subscription it also keeps
+        the membership going (joins, rebalances, runs the callbacks)."""
+        return as_records(self._poll_tables(timeout_s, max_records))
 
     def poll_arrow(self, timeout_s: float = 1.0, max_records: int | None = None) -> pa.Table:
         """Like :meth:`poll`, as one Arrow table (columns: :func:`arrow_schema`)."""
-        import pyarrow as pa
-
-        schema = arrow_schema()
-        tables = []
-        for tp, table in self._poll_tables(timeout_s, max_records):
-            n = table.num_rows
-            columns = [
-                pa.repeat(pa.scalar(tp.topic, pa.string()), n),
-                pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-                *table.columns,
-            ]
-            tables.append(pa.Table.from_arrays(columns, schema=schema))
-        if not tables:
-            return schema.empty_table()
-        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        return as_table(self._poll_tables(timeout_s, max_records))
 
     def _poll_tables(self, timeout_s: float, max_records: int | None) -> list[tuple[TopicPartition, pa.Table]]:
         self._check_open()
@@ -431,6 +506,7 @@ class Consumer:
         if limit < 1:
             raise ValueError(f"max_records must be >= 1, got {limit}")
         deadline = time.monotonic() + max(0.0, timeout_s)
+        self._drive_group()
         self._maybe_auto_commit()
         self._refresh_subscription()
         self._resolve(list(self._partitions.values()))
@@ -449,9 +525,16 @@ class Consumer:
             backoffs = [s.backoff_until for s in self._partitions.values() if s.backoff_until > time.monotonic()]
             if backoffs:
                 wake = min(wake, max(0.001, min(backoffs) - time.monotonic()))
+            if self._membership is not None and self._membership.retry_at > time.monotonic():
+                wake = min(wake, max(0.001, self._membership.retry_at - time.monotonic()))
             self._completed.wait(wake)
+            self._drive_group()
             self._refresh_subscription()
             self._resolve(list(self._partitions.values()))
+
+    def _drive_group(self) -> None:
+        if self._membership is not None:
+            self._membership.poll()
 
     def _raise_at_corrupt_batch(self) -> None:
         """Once a partition's position reaches a batch that cannot be decoded, every poll raises (as Kafka's
@@ -482,86 +565,14 @@ class Consumer:
     # -------------------------------------------------------------------------------------------- fetch
 
     def _send_fetches(self) -> None:
-        """Open a stream for every partition that has a position and none open (after its back-off)."""
-        now = time.monotonic()
-        ready = [
-            s
-            for s in self._partitions.values()
-            if s.position is not None and s.stream is None and s.backoff_until <= now and s.corrupt is None
-        ]
-        if not ready:
-            return
-        max_bytes = max(self._fetch_max_bytes // max(1, len(self._partitions)), _MIN_PARTITION_FETCH_BYTES)
-        for state in ready:
-            tp = state.tp
-            try:
-                address = self._client.leader_address(tp.topic, tp.partition)
-            except MultiraftError as exc:
-                self._fetch_failed(state, exc)
-                continue
-            if address is None:
-                self._client.refresh_metadata_quietly()
-                state.back_off()
-                continue
-            request = pb.SubscribeRequest(
-                topic=tp.topic, partition=tp.partition, offset=state.fetch_offset, max_bytes=max_bytes
-            )
-            state.stream = self._fetcher.open(address, request)
+        open_streams(self._partitions, self._client, self._fetcher, self._fetch_max_bytes, self._fetch_failed)
 
     def _collect(self) -> None:
-        """Take in what the streams pushed: decode it into each partition's buffer (while the buffer holds
-        fewer than ``max_poll_records`` records), or handle the error that ended a stream."""
-        for state in list(self._partitions.values()):
-            stream = state.stream
-            while (
-                stream is not None
-                and state.corrupt is None
-                and (state.buffer is None or state.buffer.num_rows < self._max_poll_records)
-            ):
-                response = stream.pop()
-                if response is None:
-                    break
-                state.take_in(response)
-            if stream is not None and stream.done and not stream.responses:
-                state.stream = None
-                if stream.error is not None:
-                    self._fetch_failed(state, stream.error)
+        collect(self._partitions, self._max_poll_records, self._fetch_failed)
 
     def _fetch_failed(self, state: PartitionBuffer, error: MultiraftError) -> None:
-        tp = state.tp
-        if isinstance(error, OffsetOutOfRangeError):
-            start = int(error.metadata.get("log_start_offset", "0") or 0)
-            end = int(error.metadata.get("high_watermark", "0") or 0)
-            state.max_high_watermark = max(state.max_high_watermark, state.high_watermark or 0)
-            if state.fetch_offset > end and end < state.max_high_watermark:
-                # A new leader whose high watermark has not caught up yet: the records will be there.
-                state.back_off()
-                return
-            log.warning(
-                "fetch position out of range; resetting",
-                partition=str(tp),
-                offset=state.fetch_offset,
-                log_start_offset=start,
-                high_watermark=end,
-                reset=self._auto_offset_reset,
-            )
-            state.seek(None, Reset(self._auto_offset_reset))
-            return
-        if isinstance(error, NotLeaderError):
-            self._client.learn_leader(tp.topic, tp.partition, error)
-            if not error.leader_id:
-                self._client.refresh_metadata_quietly()
-            state.back_off()
-            return
-        if isinstance(error, UnknownTopicError | UnknownPartitionError) and self._subscription is not None:
+        if fetch_failed(state, error, self._client, self._auto_offset_reset, subscribed=self._subscription is not None):
             self._next_metadata_check = 0.0  # deleted: the subscription drops it
-            state.back_off()
-            return
-        if error.retriable:
-            self._client.refresh_metadata_quietly()
-            state.back_off()
-            return
-        raise error
 
     # -------------------------------------------------------------------------------------------- close
 
@@ -570,15 +581,17 @@ class Consumer:
             raise InvalidArgumentError("the consumer is closed", field="consumer")
 
     def close(self) -> None:
-        """Commit positions (with auto-commit) and release the connections."""
+        """Commit positions (with auto-commit) and release the connections. A group member runs
+        ``on_revoke`` and leaves the group at once (a static member keeps its place for its session)."""
         if self._closed:
             return
         try:
-            if self._auto_commit:
+            if self._auto_commit and self._membership is None:
                 try:
                     self.commit()
                 except MultiraftError as exc:
-                    log.warning("final auto-commit failed", group=self._group_id, error=str(exc))
+                    log_commit_failure(self._group_id, exc, when="close")
+            self._leave_group()  # with auto-commit, revoking commits the positions first
         finally:
             self._closed = True
             for state in self._partitions.values():

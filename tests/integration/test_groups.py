@@ -49,16 +49,17 @@ def _reason(call: Any) -> str:
     return from_rpc_error(raised.value).reason
 
 
-def _join(stub: Any, group: str, member_id: str, topics: list[str], protocol: str = "range", **extra: Any) -> Any:
+def _join(
+    stub: Any, group: str, member_id: str, topics: list[str], protocol: str = "range", session_ms: int = SESSION_MS
+) -> Any:
     request = pb.JoinGroupRequest(
         group=group,
         member_id=member_id,
-        session_timeout_ms=SESSION_MS,
+        session_timeout_ms=session_ms,
         rebalance_timeout_ms=REBALANCE_MS,
         protocols=[protocol],
         subscription=pb.GroupSubscription(topics=topics, owned_generation=-1),
         client_id="it",
-        **extra,
     )
     return stub.JoinGroup(request, timeout=REBALANCE_MS / 1000 + 10)
 
@@ -239,3 +240,19 @@ def test_killing_the_coordinator_keeps_the_group_on_the_new_one(groups_cluster: 
         _commit(groups_cluster, survivor, group, min(owned[a]), member_id=a, generation=generation)
     finally:
         groups_cluster.start(coordinator)
+
+
+def test_a_member_that_stops_heartbeating_is_removed_when_its_session_ends(groups_cluster: Cluster) -> None:
+    stub = _groups(groups_cluster, 1)
+    member = _first_join(stub, "quiet", ["gt"])
+    joined = _join(stub, "quiet", member, ["gt"], session_ms=1500)
+    _sync(stub, "quiet", member, joined.generation, _assignments(joined, {"gt": 6}))
+    assert [m.member_id for m in _describe(groups_cluster, 2, "quiet").members] == [member]
+    deadline = time.monotonic() + 60
+    for _ in range(600):  # the coordinator's periodic tick ends the session; no heartbeat comes
+        described = _describe(groups_cluster, 2, "quiet")
+        if not described.members or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert (described.state, list(described.members)) == ("Empty", [])
+    assert _reason(lambda: _heartbeat(stub, "quiet", member, joined.generation)) == "UNKNOWN_MEMBER_ID"

@@ -1,0 +1,68 @@
+"""What ``poll()`` and ``poll_arrow()`` hand out: decoded tables per partition turned into Records, or into
+one Arrow table with topic and partition columns."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rpc.client._records import Record, TopicPartition
+from storage.batch import headers_type, record_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["arrow_schema", "as_records", "as_table"]
+
+
+def arrow_schema() -> pa.Schema:
+    """Schema of :meth:`Consumer.poll_arrow` tables."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("topic", pa.string(), nullable=False),
+            pa.field("partition", pa.int32(), nullable=False),
+            *record_schema(),
+            pa.field("headers", headers_type()),
+        ]
+    )
+
+
+def as_records(tables: list[tuple[TopicPartition, pa.Table]]) -> list[Record]:
+    import pyarrow.compute as pc
+
+    records: list[Record] = []
+    for tp, table in tables:
+        offsets = table.column("offset").to_pylist()
+        timestamps = table.column("timestamp").cast("int64").to_pylist()
+        keys = table.column("key").to_pylist()
+        values = table.column("value").to_pylist()
+        headers = table.column("headers")
+        if not pc.sum(pc.list_value_length(headers)).as_py():
+            header_tuples: list[tuple[tuple[str, bytes | None], ...]] = [()] * len(offsets)
+        else:
+            header_tuples = [tuple((h["key"], h["value"]) for h in row) if row else () for row in headers.to_pylist()]
+        topic, partition = tp
+        records.extend(
+            Record(topic, partition, o, t, k, v, h)
+            for o, t, k, v, h in zip(offsets, timestamps, keys, values, header_tuples, strict=True)
+        )
+    return records
+
+
+def as_table(tables: list[tuple[TopicPartition, pa.Table]]) -> pa.Table:
+    import pyarrow as pa
+
+    schema = arrow_schema()
+    parts = []
+    for tp, table in tables:
+        n = table.num_rows
+        columns = [
+            pa.repeat(pa.scalar(tp.topic, pa.string()), n),
+            pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
+            *table.columns,
+        ]
+        parts.append(pa.Table.from_arrays(columns, schema=schema))
+    if not parts:
+        return schema.empty_table()
+    return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
