@@ -5,13 +5,14 @@ with committed offsets only, reset-offsets dry run and --execute, and the refusa
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import grpc
 import pytest
 
-from multiraft.client import Admin, GroupNotEmptyError, Producer, TopicPartition, UnknownMemberError
+from multiraft.client import Admin, Consumer, GroupNotEmptyError, Producer, TopicPartition, UnknownMemberError
 from multiraft.errors import MemberIdAssignedError
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
@@ -244,3 +245,41 @@ def test_reset_offsets_prints_a_dry_run_and_commits_only_with_execute(groups_clu
     )
     with Admin(bootstrap) as admin:
         assert admin.group_offsets("rewind") == {TP("events", 0): 0, TP("events", 1): 4}
+
+
+def test_a_consumer_groups_member_is_described_and_its_offsets_can_be_reset_once_it_closed(
+    groups_cluster: Cluster,
+) -> None:
+    bootstrap = groups_cluster.bootstrap
+    consumer = Consumer(
+        bootstrap, group_id="app", client_id="billing-app", session_timeout_s=10, heartbeat_interval_s=1
+    )
+    try:
+        consumer.subscribe(["events"], start="earliest")
+        read: set[tuple[int, int]] = set()
+        deadline = time.monotonic() + 60
+        while len(read) < 14:  # events holds 10 + 4 records
+            assert time.monotonic() < deadline, f"the member read {len(read)} records"
+            read |= {(r.partition, r.offset) for r in consumer.poll(0.2)}
+        consumer.commit()
+        payload = json.loads(invoked(invoke("group", "describe", "app", "--json", bootstrap=bootstrap)))
+        assert payload["state"] == "Stable" and payload["lag"] == 0
+        (described,) = payload["members"]
+        assert (described["member_id"], described["client_id"]) == (consumer.member_id, "billing-app")
+        assert [(p["partition"], p["committed"], p["member_id"]) for p in payload["partitions"]] == [
+            (0, 10, consumer.member_id),
+            (1, 4, consumer.member_id),
+        ]
+        refused = one_error_line(
+            run_cli("group", "reset-offsets", "app", "--all-topics", "--to-earliest", bootstrap=bootstrap)
+        )
+        assert "has active members (1, state Stable)" in refused
+    finally:
+        consumer.close()  # leaves the group at once
+    out = ok(
+        run_cli("group", "reset-offsets", "app", "--all-topics", "--to-earliest", "--execute", bootstrap=bootstrap)
+    )
+    assert "committed 2 offsets" in out
+    with Admin(bootstrap) as admin:
+        assert admin.group_offsets("app") == {TP("events", 0): 0, TP("events", 1): 0}
+        assert admin.describe_groups("app")["app"].state == "Empty"
