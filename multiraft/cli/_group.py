@@ -185,8 +185,7 @@ def _print_description(lagged: GroupLag, coordinator_address: str | None) -> Non
         print_table(table)
 
 
-def _describe_one(admin: Admin, group: str) -> GroupDescription:
-    description = admin.describe_groups([group]).get(group)
+def _described(group: str, description: GroupDescription | None) -> GroupDescription:
     if description is None:
         fail(f"the cluster did not describe group {group!r}")
     if description.error is not None:
@@ -194,26 +193,38 @@ def _describe_one(admin: Admin, group: str) -> GroupDescription:
     return description
 
 
+def _describe_one(admin: Admin, group: str) -> GroupDescription:
+    return _described(group, admin.describe_groups([group]).get(group))
+
+
 @group_app.command("describe")
 @with_tls_options
 def describe(
-    group: str = typer.Argument(..., metavar="GROUP", help="Consumer group."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    groups: list[str] = typer.Argument(None, metavar="GROUP...", help="Consumer groups.", show_default=False),
+    all_groups: bool = typer.Option(False, "--all-groups", help="Every group the cluster lists."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per group (a line each)."),
     bootstrap: BootstrapOption = None,
     cluster_dir: ClusterDirOption = None,
     timeout: TimeoutOption = 30.0,
 ) -> None:
     """State, assignor, generation, coordinator, members, and per partition its owner, committed offset, log end
     offset and lag (a group with committed offsets only, like a Spark query's monitoring group, shows them too)."""
+    if bool(groups) == all_groups:
+        raise typer.BadParameter("name the groups or give --all-groups", param_hint="GROUP.../--all-groups")
     with open_admin(bootstrap, cluster_dir, timeout) as admin:
-        description = _describe_one(admin, group)
-        lagged = group_lag(admin, description)
-        addresses = {n.node_id: n.client_address for n in admin.describe_cluster().nodes}
-    address = addresses.get(description.coordinator_id)
-    if as_json:
-        _print_json(describe_payload(lagged, address))
-    else:
-        _print_description(lagged, address)
+        names = admin.list_groups() if all_groups else list(dict.fromkeys(groups))
+        answers = admin.describe_groups(names)
+        described = [_described(name, answers.get(name)) for name in names]
+        lagged = [group_lag(admin, d) for d in described]
+        addresses = {n.node_id: n.client_address for n in admin.describe_cluster().nodes} if names else {}
+    if not names:
+        console.print("no consumer groups")
+    for one in lagged:
+        address = addresses.get(one.description.coordinator_id)
+        if as_json:
+            _print_json(describe_payload(one, address))
+        else:
+            _print_description(one, address)
 
 
 @group_app.command("delete")

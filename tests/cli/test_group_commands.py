@@ -280,3 +280,16 @@ def test_status_shows_the_other_groups_when_one_cannot_be_described(admin: FakeA
     assert status["groups_error"] == "broken: moving (COORDINATOR_NOT_AVAILABLE)"
     table = invoked(_run("status"))
     assert "consumer groups unavailable: broken" in table and "spark-monitor" in table
+
+
+def test_describe_takes_several_groups_or_all_of_them_one_json_line_each(admin: FakeAdmin) -> None:
+    lines = invoked(_run("group", "describe", "spark-monitor", "billing", "--json")).splitlines()
+    assert [json.loads(line)["group"] for line in lines] == ["spark-monitor", "billing"]
+    lines = invoked(_run("group", "describe", "--all-groups", "--json")).splitlines()
+    assert [json.loads(line)["group"] for line in lines] == ["billing", "spark-monitor"]
+    table = invoked(_run("group", "describe", "--all-groups"))
+    assert "group billing" in table and "group spark-monitor" in table
+    assert _run("group", "describe").exit_code == 2
+    assert _run("group", "describe", "billing", "--all-groups").exit_code == 2
+    admin.groups.clear()
+    assert "no consumer groups" in invoked(_run("group", "describe", "--all-groups"))
