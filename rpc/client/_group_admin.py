@@ -45,7 +45,7 @@ class GroupMemberInfo:
     client_id: str
     """The ``client_id`` the member joined with."""
     client_host: str
-    """The address the member's JoinGroup came from (``/127.0.0.1`` style as in Kafka, or host:port)."""
+    """Where the member's JoinGroup came from, as the coordinator saw it (e.g. ``ipv4:127.0.0.1:52612``)."""
     session_timeout_ms: int
     """Milliseconds without a heartbeat after which the coordinator drops the member."""
     topics: tuple[str, ...]
