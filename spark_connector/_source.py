@@ -262,6 +262,7 @@ class MultiraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._target: Offsets | None = None  # AvailableNow: read no further than these offsets
         self._known: set[tuple[str, int]] = set()
         self._waiting_logged = False  # subscribePattern matched nothing, and that was logged
+        self._monitored: Offsets | None = None  # last offsets committed under monitoringGroupId
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -303,6 +304,9 @@ class MultiraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 (Spark names it)
         begin = offsets_from_json(start)
+        # Spark runs one micro-batch at a time: ``start`` is where the last finished batch ended. Spark calls
+        # commit() for a batch only when it plans the next one, so the last batch is reported from here.
+        self._monitor(begin)
         snapshot = self._discover(begin)
         target = self._target
         end: Offsets = {}
@@ -366,7 +370,22 @@ class MultiraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return _read(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: the offsets live in Spark's checkpoint, and the log keeps records by retention only."""
+        """The offsets live in Spark's checkpoint, and the log keeps records by retention only; with
+        ``monitoringGroupId`` the batch's end offsets are also committed under that group (:meth:`_monitor`)."""
+        self._monitor(offsets_from_json(end))
+
+    def _monitor(self, done: Offsets) -> None:
+        """Commit offsets every record before which the query has processed under ``monitoringGroupId``, for
+        operators only (``multiraft group describe``); a refusal is logged, never raised."""
+        group = self._options.monitoring_group_id
+        if group is None or done == self._monitored:
+            return
+        self._monitored = dict(done)  # tried once: a refusal is not retried (nor logged) until the query moves on
+        offsets = {TopicPartition(t, p): offset for (t, p), offset in done.items() if offset >= 0}
+        try:
+            self._admin_client().commit_group_offsets(group, offsets)
+        except MultiraftError as exc:  # monitoring must never stop the query
+            log.warning("could not commit the query's offsets for monitoring", group=group, error=str(exc))
 
     def stop(self) -> None:
         if self._admin is not None:

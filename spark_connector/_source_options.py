@@ -48,18 +48,24 @@ SOURCE_OPTIONS = (
     "minPartitions",
     "pollTimeoutMs",
     "fetchMaxBytes",
+    "monitoringGroupId",
 )
 """Every option the source takes, as users write them (Spark hands them over lower-cased or not)."""
 
 _PASSED_BY_SPARK = ("path",)  # load(path): the source has no use for it
+
+_NO_GROUP = (
+    "the source keeps its offsets in Spark's checkpoint, not in a consumer group (to watch a query's progress "
+    "and lag with `multiraft group describe GROUP`, set monitoringGroupId=GROUP)"
+)
 
 # Kafka names the user may try that we do not serve: say so rather than ignore them.
 _UNSUPPORTED = {
     "endingtimestamp": "use endingOffsets",
     "endingoffsetsbytimestamp": "use endingOffsets",
     "kafka.bootstrap.servers": "the option is called bootstrap",
-    "groupidprefix": "the source keeps its offsets in Spark's checkpoint, not in a consumer group",
-    "kafka.group.id": "the source keeps its offsets in Spark's checkpoint, not in a consumer group",
+    "groupidprefix": _NO_GROUP,
+    "kafka.group.id": _NO_GROUP,
     "minoffsetspertrigger": "not supported",
     "maxtriggerdelay": "not supported",
 }
@@ -98,6 +104,9 @@ class SourceOptions:
     min_partitions: int | None
     poll_timeout_s: float
     fetch_max_bytes: int
+    monitoring_group_id: str | None = None
+    """Streaming only: the group under which each finished micro-batch's end offsets are committed, for
+    monitoring (``multiraft group describe``); never read back (Spark's checkpoint stays the truth)."""
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` belongs to the subscription (``assign`` lists partitions, not topics)."""
@@ -252,6 +261,13 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
     max_offsets = positive_int(options, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
     if max_offsets is not None and not streaming:
         raise ConfigError("maxOffsetsPerTrigger", "is for streaming queries (spark.readStream) only")
+    monitoring_group_id = options.get("monitoringgroupid")
+    if monitoring_group_id is not None:
+        monitoring_group_id = monitoring_group_id.strip()
+        if not monitoring_group_id:
+            raise ConfigError("monitoringGroupId", "must name a consumer group")
+        if not streaming:
+            raise ConfigError("monitoringGroupId", "is for streaming queries (spark.readStream) only")
     poll_timeout_ms = positive_int(options, "polltimeoutms", "pollTimeoutMs") or 120_000
     fetch_max_bytes = positive_int(options, "fetchmaxbytes", "fetchMaxBytes") or 4 * 1024 * 1024
     return SourceOptions(
@@ -272,4 +288,5 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         min_partitions=positive_int(options, "minpartitions", "minPartitions"),
         poll_timeout_s=poll_timeout_ms / 1000,
         fetch_max_bytes=fetch_max_bytes,
+        monitoring_group_id=monitoring_group_id,
     )

@@ -17,6 +17,7 @@ from multiraft.cli._bench import bench_app
 from multiraft.cli._common import state
 from multiraft.cli._consume import consume
 from multiraft.cli._gossip import gossip_app
+from multiraft.cli._group import group_app
 from multiraft.cli._nemesis import nemesis
 from multiraft.cli._options import describe_error
 from multiraft.cli._produce import produce
@@ -36,6 +37,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(topic_app, name="topic")
+app.add_typer(group_app, name="group")
 app.command("produce")(produce)
 app.command("consume")(consume)
 app.command("status")(status)

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from multiraft.cli._common import console
+from multiraft.cli._group_lag import GroupLag, group_lag, member_lags
 from multiraft.cli._options import (
     BootstrapOption,
     ClusterDirOption,
@@ -42,19 +43,10 @@ _STATE_STYLES = {
 
 
 @dataclass
-class _GroupRow:
-    group: str
-    topic: str
-    partition: int
-    committed: int
-    lag: int | None
-
-
-@dataclass
 class _Snapshot:
     cluster: ClusterInfo
     topics: list[TopicInfo]
-    groups: list[_GroupRow] = field(default_factory=list)
+    groups: list[GroupLag] = field(default_factory=list)
     groups_error: str | None = None
 
 
@@ -68,14 +60,19 @@ def _snapshot(admin: Admin) -> _Snapshot:
             continue
     snapshot = _Snapshot(cluster, topics)
     try:
-        for group in admin.list_groups():
-            committed = admin.group_offsets(group)
-            lag = admin.group_lag(group)
-            snapshot.groups.extend(
-                _GroupRow(group, tp.topic, tp.partition, offset, lag.get(tp)) for tp, offset in committed.items()
-            )
+        described = admin.describe_groups(admin.list_groups())
     except MultiraftError as exc:  # the rest of the status is still worth showing
         snapshot.groups_error = describe_error(exc)
+        return snapshot
+    failed: list[str] = []
+    for name, description in described.items():
+        try:
+            if description.error is not None:
+                raise description.error
+            snapshot.groups.append(group_lag(admin, description))
+        except MultiraftError as exc:  # one group's coordinator being away hides only that group
+            failed.append(f"{name}: {describe_error(exc)}")
+    snapshot.groups_error = "; ".join(failed) or None
     return snapshot
 
 
@@ -134,8 +131,39 @@ def _as_json(snapshot: _Snapshot) -> dict[str, Any]:
             for m in cluster.moves
         ],
         "groups": [
-            {"group": g.group, "topic": g.topic, "partition": g.partition, "committed": g.committed, "lag": g.lag}
+            {
+                "group": g.description.group,
+                "topic": p.topic,
+                "partition": p.partition,
+                "committed": p.committed,
+                "log_end_offset": p.log_end,
+                "lag": p.lag,
+                "member_id": p.member.member_id if p.member else None,
+            }
             for g in snapshot.groups
+            for p in g.partitions
+        ],
+        "group_summaries": [
+            {
+                "group": g.description.group,
+                "state": g.description.state,
+                "members": len(g.description.members),
+                "lag": g.total_lag,
+            }
+            for g in snapshot.groups
+        ],
+        "group_members": [
+            {
+                "group": g.description.group,
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "partitions": len(m.assignment),
+                "lag": member_lags(g.description, g.partitions).get(m.member_id),
+            }
+            for g in snapshot.groups
+            for m in g.description.members
         ],
         "groups_error": snapshot.groups_error,
     }
@@ -208,16 +236,56 @@ def _print_tables(snapshot: _Snapshot) -> None:
 
     if snapshot.groups_error is not None:
         console.print(f"[yellow]consumer groups unavailable:[/yellow] {snapshot.groups_error}", highlight=False)
-    elif not snapshot.groups:
+    if snapshot.groups:
+        _print_groups(snapshot.groups)
+    elif snapshot.groups_error is None:
         console.print("no consumer groups")
-    else:
-        groups = Table(title="consumer groups")
-        for column in ("group", "topic", "partition", "committed", "lag"):
-            groups.add_column(column, justify="right" if column in ("partition", "committed", "lag") else "left")
-        for row in snapshot.groups:
-            lag = Text("-" if row.lag is None else str(row.lag), style="yellow" if row.lag else "")
-            groups.add_row(row.group, row.topic, str(row.partition), str(row.committed), lag)
-        print_table(groups)
+
+
+def _print_groups(lagged: list[GroupLag]) -> None:
+    groups = Table(title="consumer groups")
+    for column in ("group", "state", "members", "lag"):
+        groups.add_column(column, justify="right" if column in ("members", "lag") else "left")
+    for g in lagged:
+        groups.add_row(g.description.group, g.description.state, str(len(g.description.members)), _lag(g.total_lag))
+    print_table(groups)
+
+    if any(g.description.members for g in lagged):
+        members = Table(title="group members")
+        for column in ("group", "member", "client", "host", "partitions", "lag"):
+            members.add_column(column, justify="right" if column in ("partitions", "lag") else "left")
+        for g in lagged:
+            lags = member_lags(g.description, g.partitions)
+            for m in g.description.members:
+                members.add_row(
+                    g.description.group,
+                    m.member_id,
+                    m.client_id,
+                    m.client_host,
+                    str(len(m.assignment)),
+                    _lag(lags.get(m.member_id)),
+                )
+        print_table(members)
+
+    if any(g.partitions for g in lagged):
+        partitions = Table(title="group partitions")
+        for column in ("group", "topic", "partition", "committed", "lag", "member"):
+            partitions.add_column(column, justify="right" if column in ("partition", "committed", "lag") else "left")
+        for g in lagged:
+            for p in g.partitions:
+                partitions.add_row(
+                    g.description.group,
+                    p.topic,
+                    str(p.partition),
+                    "-" if p.committed is None else str(p.committed),
+                    _lag(p.lag),
+                    p.member.member_id if p.member else "-",
+                )
+        print_table(partitions)
+
+
+def _lag(lag: int | None) -> Text:
+    return Text("-" if lag is None else str(lag), style="yellow" if lag else "")
 
 
 def _copied(copied: int, total: int) -> str:

@@ -14,6 +14,7 @@ from multiraft.errors import (
     UnknownTopicError,
 )
 from rpc.client._cluster import ClusterClient
+from rpc.client._group_admin import GroupAdmin
 from rpc.client._records import TopicPartition
 from rpc.client._security_admin import SecurityAdmin
 from rpc.client._tls import TlsSettings
@@ -161,7 +162,7 @@ def _only_offset(response: pb.ListOffsetsResponse, partition: int) -> int:
     )
 
 
-class Admin(SecurityAdmin):
+class Admin(GroupAdmin, SecurityAdmin):
     """Create, delete, list, describe and alter topics; describe the cluster; list offsets and consumer groups.
 
     >>> admin = Admin("127.0.0.1:7000")                        # doctest: +SKIP
@@ -350,7 +351,8 @@ class Admin(SecurityAdmin):
     # ----------------------------------------------------------------------------------- consumer groups
 
     def list_groups(self) -> list[str]:
-        """The consumer groups that have committed offsets, sorted."""
+        """The consumer groups that have committed offsets (or members), sorted; see also
+        :meth:`list_group_listings` and :meth:`describe_groups`."""
         response = self._client.call_any(lambda stub, timeout: stub.ListGroups(pb.ListGroupsRequest(), timeout=timeout))
         return sorted(response.groups)
 

@@ -109,3 +109,19 @@ def test_the_admin_client_gives_up_on_a_dead_bootstrap_after_its_connect_timeout
         Admin(f"{CLOSED},127.0.0.1:2", connect_timeout_s=0.3) as admin,
     ):
         admin.list_topics()
+
+
+@pytest.mark.parametrize("kafka_name", ["kafka.group.id", "groupIdPrefix"])
+def test_kafka_group_options_are_refused_pointing_to_monitoring_group_id(kafka_name: str) -> None:
+    with pytest.raises(ConfigError, match="set monitoringGroupId=GROUP"):
+        parse_source_options({"bootstrap": "h:1", "subscribe": "t", kafka_name: "g"}, streaming=True)
+
+
+def test_monitoring_group_id_names_a_group_for_streaming_queries_only() -> None:
+    options = parse_source_options({"bootstrap": "h:1", "subscribe": "t", "monitoringGroupId": " etl "}, streaming=True)
+    assert options.monitoring_group_id == "etl"
+    assert parse_source_options({"bootstrap": "h:1", "subscribe": "t"}, streaming=True).monitoring_group_id is None
+    with pytest.raises(ConfigError, match=r"^monitoringGroupId: is for streaming queries"):
+        parse_source_options({"bootstrap": "h:1", "subscribe": "t", "monitoringGroupId": "etl"}, streaming=False)
+    with pytest.raises(ConfigError, match=r"^monitoringGroupId: must name a consumer group"):
+        parse_source_options({"bootstrap": "h:1", "subscribe": "t", "monitoringgroupid": " "}, streaming=True)
