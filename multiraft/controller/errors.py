@@ -227,19 +227,29 @@ class NodeNotFoundError(ControllerArgumentError):
 
 
 class NotEnoughNodesError(ControllerError):
-    """Fewer live, active nodes than the replication factor: retrying after nodes join may succeed."""
+    """Fewer live, active nodes than the replication factor, or ``hosts`` (machines) they run on when that is
+    what falls short: retrying after nodes join may succeed."""
 
     reason = "NOT_ENOUGH_REPLICAS"
     status = "UNAVAILABLE"
 
-    def __init__(self, required: int, available: int) -> None:
-        super().__init__(f"{required} replicas need {required} live active nodes; {available} available")
+    def __init__(self, required: int, available: int, *, hosts: int | None = None) -> None:
+        if hosts is None:
+            message = f"{required} replicas need {required} live active nodes; {available} available"
+        else:
+            message = (
+                f"{required} replicas need {required} live active nodes on distinct hosts (two replicas of a "
+                f"partition never share a host); {available} available on {hosts} host(s)"
+            )
+        super().__init__(message)
         self.required = required
         self.available = available
+        self.hosts = hosts
 
     @property
     def metadata(self) -> dict[str, str]:
-        return {"required": str(self.required), "available": str(self.available)}
+        hosts = {} if self.hosts is None else {"hosts": str(self.hosts)}
+        return {"required": str(self.required), "available": str(self.available), **hosts}
 
 
 class NotEnoughStorageError(ControllerError):
