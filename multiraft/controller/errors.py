@@ -298,21 +298,26 @@ class NodeNotDrainedError(ControllerError):
 
 
 class DrainUnderReplicatesError(ControllerError):
-    """Draining a node would leave fewer active nodes than a topic's replication factor (Redpanda refuses such
-    a decommission too): its replicas would have nowhere to go. ``force`` drains anyway."""
+    """Draining a node would leave fewer active nodes than a topic's replication factor, or fewer ``hosts``
+    (machines) they run on (Redpanda refuses such a decommission too): its replicas would have nowhere to go.
+    ``force`` drains anyway."""
 
     reason = "DRAIN_REFUSED"
     status = "FAILED_PRECONDITION"
 
-    def __init__(self, node_id: int, topic: str, replication_factor: int, remaining: int) -> None:
+    def __init__(
+        self, node_id: int, topic: str, replication_factor: int, remaining: int, *, hosts: int | None = None
+    ) -> None:
+        left = f"{remaining} active node(s)" if hosts is None else f"{remaining} active node(s) on {hosts} host(s)"
         super().__init__(
-            f"draining node {node_id} would leave {remaining} active node(s), fewer than topic {topic!r}'s "
-            f"replication factor {replication_factor}; undrain another node, or drain with force"
+            f"draining node {node_id} would leave {left}, fewer than topic {topic!r}'s replication factor "
+            f"{replication_factor}; undrain another node, or drain with force"
         )
         self.node_id = node_id
         self.topic = topic
         self.replication_factor = replication_factor
         self.remaining = remaining
+        self.hosts = hosts
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -321,6 +326,7 @@ class DrainUnderReplicatesError(ControllerError):
             "topic": self.topic,
             "replication_factor": str(self.replication_factor),
             "remaining": str(self.remaining),
+            **({} if self.hosts is None else {"hosts": str(self.hosts)}),
         }
 
 
