@@ -20,11 +20,14 @@ __all__ = [
     "split_host_port",
     "MAX_NODE_ID",
     "MAX_TEXT_BYTES",
+    "MAX_HOST_BYTES",
 ]
 
 MAX_NODE_ID = 2**64 - 1
 # Every text field travels with a one-byte length.
 MAX_TEXT_BYTES = 255
+# Short enough that the largest alive message, host included, still fits the smallest packet allowed.
+MAX_HOST_BYTES = 64
 
 
 _WHITESPACE = re.compile(r"\s")
@@ -82,6 +85,9 @@ class MemberMeta:
     """Failure domain for replica placement; may be empty."""
     capacity: float = 1.0
     """Relative weight for placement (> 0): a node with 2.0 should get about twice the replicas of 1.0."""
+    host: str = ""
+    """The machine the member runs on, shared by the nodes of one machine; empty when unknown. At most 64
+    bytes of UTF-8."""
 
     def __post_init__(self) -> None:
         if isinstance(self.node_id, bool) or not isinstance(self.node_id, int):
@@ -90,10 +96,12 @@ class MemberMeta:
             raise MetadataError("node_id", f"must be in [1, 2**64 - 1], got {self.node_id}")
         check_address("client_addr", self.client_addr)
         check_address("peer_addr", self.peer_addr)
-        if not isinstance(self.rack, str):
-            raise MetadataError("rack", f"must be a string, got {self.rack!r}")
-        if len(self.rack.encode()) > MAX_TEXT_BYTES:
-            raise MetadataError("rack", f"must be at most {MAX_TEXT_BYTES} bytes of UTF-8")
+        for name, limit in (("rack", MAX_TEXT_BYTES), ("host", MAX_HOST_BYTES)):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise MetadataError(name, f"must be a string, got {value!r}")
+            if len(value.encode()) > limit:
+                raise MetadataError(name, f"must be at most {limit} bytes of UTF-8")
         if isinstance(self.capacity, bool) or not isinstance(self.capacity, int | float):
             raise MetadataError("capacity", f"must be a number, got {self.capacity!r}")
         if not (math.isfinite(self.capacity) and self.capacity > 0):

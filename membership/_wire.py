@@ -11,13 +11,19 @@ that has to go (ping, ack, ...) comes first and gossip is piggybacked behind it 
     ACK, NACK     seq (u32)
     SUSPECT, DEAD incarnation (u32) | node id (u64) | accuser node id (u64)
     ALIVE         incarnation (u32) | node id (u64) | gossip, client, peer addresses, rack (text) | capacity (f64)
+                  [| host (text)]
     text    = length (u8) | UTF-8 bytes
+
+The host is written only when it is not empty, so members without one send the bytes of the first format and
+older members still read them; a body that ends after the capacity has the host ``""``.
 
 A push-pull state (TCP, framed by the transport with a u32 length) lists every member this node knows::
 
     state   = magic 'P' (u8) | version (u8) | cluster tag (u32) | sender (u64) | flags (u8, bit 0: join,
-              informational) | count (u32) | entry*
-    entry   = member state (u8) | ALIVE body
+              informational; bit 1: entries carry a host) | count (u32) | entry*
+    entry   = member state (u8) | ALIVE body (with the host when bit 1 is set, without it otherwise)
+
+Bit 1 is set only when some entry has a host; older members refuse such a state as having unknown flags.
 
 Decoders check every length, range and string and raise :class:`MembershipCodecError`; they never raise anything else.
 """
@@ -78,6 +84,7 @@ FRAME_HEADER_BYTES = _FRAME.size
 _SMALLEST_ENTRY = 1 + _ALIVE_HEAD.size + 4 + _CAPACITY.size
 _WANT_NACK = 0x01
 _JOIN = 0x01
+_WITH_HOSTS = 0x02
 
 
 class MessageType(enum.IntEnum):
@@ -189,7 +196,7 @@ def _text(value: str) -> bytes:
     return bytes((len(raw),)) + raw
 
 
-def _member_body(incarnation: int, meta: MemberMeta, gossip_addr: str) -> bytes:
+def _member_body(incarnation: int, meta: MemberMeta, gossip_addr: str, with_host: bool) -> bytes:
     return b"".join(
         (
             _ALIVE_HEAD.pack(incarnation, meta.node_id),
@@ -198,6 +205,7 @@ def _member_body(incarnation: int, meta: MemberMeta, gossip_addr: str) -> bytes:
             _text(meta.peer_addr),
             _text(meta.rack),
             _CAPACITY.pack(meta.capacity),
+            _text(meta.host) if with_host else b"",
         )
     )
 
@@ -220,7 +228,7 @@ def encode_message(message: Message) -> bytes:
             case Dead(incarnation, node, accuser):
                 kind, body = MessageType.DEAD, _ACCUSE.pack(incarnation, node, accuser)
             case Alive(incarnation, meta, gossip_addr):
-                kind, body = MessageType.ALIVE, _member_body(incarnation, meta, gossip_addr)
+                kind, body = MessageType.ALIVE, _member_body(incarnation, meta, gossip_addr, bool(meta.host))
             case _:
                 raise MembershipCodecError(f"not a message: {message!r}")
     except struct.error as exc:
@@ -239,13 +247,15 @@ def encode_packet(tag: int, sender: int, sender_members: int, frames: Iterable[b
 
 def encode_push_pull(state: PushPull) -> bytes:
     try:
+        with_hosts = any(entry.meta.host for entry in state.entries)
+        flags = (_JOIN if state.join else 0) | (_WITH_HOSTS if with_hosts else 0)
         head = _HEADER.pack(_STATE_MAGIC, VERSION, state.cluster_tag, state.sender) + _STATE_HEAD.pack(
-            _JOIN if state.join else 0, len(state.entries)
+            flags, len(state.entries)
         )
         parts = [head]
         for entry in state.entries:
             parts.append(_STATE_BYTE.pack(entry.state))
-            parts.append(_member_body(entry.incarnation, entry.meta, entry.gossip_addr))
+            parts.append(_member_body(entry.incarnation, entry.meta, entry.gossip_addr, with_hosts))
     except struct.error as exc:
         raise MembershipCodecError(f"field out of range in push-pull state: {exc}") from exc
     return b"".join(parts)
@@ -267,7 +277,9 @@ def _read_text(data: bytes, offset: int, end: int) -> tuple[str, int]:
         raise MembershipCodecError("text is not UTF-8") from exc
 
 
-def _read_member(data: bytes, offset: int, end: int) -> tuple[int, MemberMeta, str, int]:
+def _read_member(data: bytes, offset: int, end: int, with_host: bool) -> tuple[int, MemberMeta, str, int]:
+    """One member record; ``with_host``: it ends with a host (a push-pull entry whose state says so, or an
+    alive body longer than the first format's)."""
     if offset + _ALIVE_HEAD.size > end:
         raise MembershipCodecError("member record truncated")
     incarnation, node = _ALIVE_HEAD.unpack_from(data, offset)
@@ -280,8 +292,11 @@ def _read_member(data: bytes, offset: int, end: int) -> tuple[int, MemberMeta, s
         raise MembershipCodecError("member record truncated")
     (capacity,) = _CAPACITY.unpack_from(data, offset)
     offset += _CAPACITY.size
+    host = ""
+    if with_host:
+        host, offset = _read_text(data, offset, end)
     try:
-        meta = MemberMeta(node, client_addr, peer_addr, rack, capacity)
+        meta = MemberMeta(node, client_addr, peer_addr, rack, capacity, host)
         split_host_port(gossip_addr)
     except (MetadataError, ValueError) as exc:
         raise MembershipCodecError(f"bad member record: {exc}") from exc
@@ -297,7 +312,9 @@ def _nonzero(node: int, what: str) -> int:
 # Cached: the same alive message reaches a member many times while it spreads. Errors are not cached.
 @functools.lru_cache(maxsize=4096)
 def _decode_alive(body: bytes) -> Alive:
-    incarnation, meta, gossip_addr, offset = _read_member(body, 0, len(body))
+    incarnation, meta, gossip_addr, offset = _read_member(body, 0, len(body), with_host=False)
+    if offset != len(body):  # a host follows the first format's fields
+        incarnation, meta, gossip_addr, offset = _read_member(body, 0, len(body), with_host=True)
     if offset != len(body):
         raise MembershipCodecError("trailing bytes in alive message")
     return Alive(incarnation, meta, gossip_addr)
@@ -385,7 +402,7 @@ def decode_push_pull(data: bytes | bytearray | memoryview) -> PushPull:
         raise MembershipCodecError("push-pull state truncated")
     flags, count = _STATE_HEAD.unpack_from(data, offset)
     offset += _STATE_HEAD.size
-    if flags & ~_JOIN:
+    if flags & ~(_JOIN | _WITH_HOSTS):
         raise MembershipCodecError(f"unknown push-pull flags {flags:#x}")
     if count * _SMALLEST_ENTRY > total - offset:
         raise MembershipCodecError(f"push-pull state claims {count} members in {total - offset} bytes")
@@ -396,7 +413,7 @@ def decode_push_pull(data: bytes | bytearray | memoryview) -> PushPull:
             state = MemberState(raw_state)
         except ValueError as exc:
             raise MembershipCodecError(f"unknown member state {raw_state}") from exc
-        incarnation, meta, gossip_addr, offset = _read_member(data, offset + 1, total)
+        incarnation, meta, gossip_addr, offset = _read_member(data, offset + 1, total, bool(flags & _WITH_HOSTS))
         entries.append(StateEntry(incarnation, meta, gossip_addr, state))
     if offset != total:
         raise MembershipCodecError("trailing bytes after push-pull state")

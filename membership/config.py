@@ -124,7 +124,7 @@ class MembershipConfig:
         "bytes",
         "Largest UDP datagram sent or accepted; piggybacked gossip fills packets up to it (a keyring adds 29 "
         "bytes: version, nonce, tag). Must fit the path MTU. At least 1200, so the largest alive message "
-        "(about 1070 bytes) always fits. Default 1400.",
+        "(about 1140 bytes) always fits. Default 1400.",
     )
     max_push_pull_bytes: int = _setting(
         16 * MiB,

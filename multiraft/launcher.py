@@ -1,4 +1,5 @@
-"""Local clusters on 127.0.0.1: ``scripts/cluster up|down|status|kill|start`` and ``multiraft cluster``.
+"""Local clusters on 127.0.0.1: ``scripts/cluster up|down|status|kill|start`` and ``multiraft cluster``
+(the command line is in :mod:`multiraft.cli._cluster`).
 
 A cluster lives in one directory::
 
@@ -28,9 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import typer
-from rich.console import Console
-from rich.table import Table
 
 from multiraft.tls import node_name, write_cluster_certificates
 
@@ -46,7 +44,6 @@ __all__ = [
     "add_node",
     "stop_node",
     "load_cluster",
-    "cluster_app",
 ]
 
 _STATE_FILE = "cluster.json"
@@ -78,28 +75,36 @@ class ClusterInfo:
     settings: dict[str, Any] = field(default_factory=dict)
     # With --secure: how a client connects (ca_file, cert_file, key_file), and the certificates' directory.
     tls: dict[str, str] = field(default_factory=dict)
+    # With --nodes-per-host N: nodes 1..N get host "host-1", N+1..2N "host-2", ... (0: no hosts).
+    nodes_per_host: int = 0
 
     @property
     def secure(self) -> bool:
         return bool(self.tls)
 
     def node_settings(self, node_id: int) -> dict[str, Any]:
-        """Every node's settings plus this node's own TLS files (a new node gets its certificate here)."""
+        """Every node's settings plus this node's own host and TLS files (a new node gets its certificate here)."""
+        host = {"host": host_name(node_id, self.nodes_per_host)} if self.nodes_per_host else {}
         if not self.secure:
-            return dict(self.settings)
+            return {**host, **self.settings}
         directory = Path(self.tls["directory"])
         cert, key = directory / f"{node_name(node_id)}.pem", directory / f"{node_name(node_id)}-key.pem"
         if not cert.exists():
             write_cluster_certificates(directory, [node_id], clients=())
         files = {"tls_cert_file": str(cert), "tls_key_file": str(key), "tls_ca_file": self.tls["ca_file"]}
-        return {**files, "tls_client_auth": "requested", **self.settings}
+        return {**files, "tls_client_auth": "requested", **host, **self.settings}
 
     @property
     def bootstrap(self) -> str:
         return ",".join(node.client_address for node in self.nodes.values())
 
     def save(self) -> None:
-        document = {"nodes": [asdict(n) for n in self.nodes.values()], "settings": self.settings, "tls": self.tls}
+        document = {
+            "nodes": [asdict(n) for n in self.nodes.values()],
+            "settings": self.settings,
+            "tls": self.tls,
+            "nodes_per_host": self.nodes_per_host,
+        }
         path = Path(self.directory) / _STATE_FILE
         temporary = path.with_suffix(".tmp")
         temporary.write_text(json.dumps(document, indent=2))
@@ -112,7 +117,18 @@ def load_cluster(directory: str | os.PathLike[str]) -> ClusterInfo:
         raise FileNotFoundError(f"no cluster in {directory} (missing {_STATE_FILE})")
     document = json.loads(path.read_text())
     nodes = {int(n["node_id"]): NodeProcess(**n) for n in document["nodes"]}
-    return ClusterInfo(str(Path(directory).resolve()), nodes, document.get("settings", {}), document.get("tls", {}))
+    return ClusterInfo(
+        str(Path(directory).resolve()),
+        nodes,
+        document.get("settings", {}),
+        document.get("tls", {}),
+        int(document.get("nodes_per_host", 0)),
+    )
+
+
+def host_name(node_id: int, nodes_per_host: int) -> str:
+    """The pretend machine of ``node_id`` when every ``nodes_per_host`` consecutive nodes share one."""
+    return f"host-{(node_id - 1) // nodes_per_host + 1}"
 
 
 def free_ports(count: int) -> list[int]:
@@ -299,13 +315,18 @@ def cluster_up(
     *,
     secure: bool = False,
     auth: bool = False,
+    nodes_per_host: int = 0,
 ) -> ClusterInfo:
     """Start a fresh ``nodes``-node cluster in ``directory`` and wait until it serves. ``secure``: with a new
     CA, node certificates and an ``admin`` client certificate under ``DIR/tls``, TLS on the client port, mutual
     TLS on the peer port and an encrypted gossip keyring. ``auth`` (with ``secure``): SCRAM authentication and
-    ACLs, with ``admin`` as the one super user (its password in ``DIR/tls/admin.password``)."""
+    ACLs, with ``admin`` as the one super user (its password in ``DIR/tls/admin.password``).
+    ``nodes_per_host``: pretend every that many consecutive nodes share a machine (config ``host``
+    ``host-1``, ``host-2``, ...), so placement keeps a partition's replicas on distinct ones; 0: no hosts."""
     if auth and not secure:
         raise ValueError("auth needs secure: tokens and passwords must not cross plaintext")
+    if nodes_per_host < 0:
+        raise ValueError(f"nodes_per_host must be >= 0, got {nodes_per_host}")
     root = Path(directory).resolve()
     if (root / _STATE_FILE).exists():
         existing = load_cluster(root)
@@ -313,7 +334,7 @@ def cluster_up(
             raise RuntimeError(f"a cluster is already running in {root}; run `down` first")
     root.mkdir(parents=True, exist_ok=True)
     ports = free_ports(3 * nodes)
-    cluster = ClusterInfo(str(root), settings=dict(settings or {}))
+    cluster = ClusterInfo(str(root), settings=dict(settings or {}), nodes_per_host=nodes_per_host)
     if secure:
         tls_dir = write_cluster_certificates(root / "tls", [], clients=("admin",))
         cluster.tls = {
@@ -370,12 +391,14 @@ def _write_secret(path: Path, text: str) -> None:
         file.write(text)
 
 
-def add_node(cluster: ClusterInfo, node_id: int | None = None, *, wait: bool = True, rack: str = "") -> NodeProcess:
+def add_node(
+    cluster: ClusterInfo, node_id: int | None = None, *, wait: bool = True, rack: str = "", host: str = ""
+) -> NodeProcess:
     """Start a new node that joins the running cluster through the member-list (no initial_cluster).
 
     Its seeds are the gossip addresses of every node recorded so far; it registers with the controller,
     which makes it a learner of the metadata group, and the controller's rebalancing then moves replicas to
-    it. ``node_id`` defaults to one above the highest recorded id.
+    it. ``node_id`` defaults to one above the highest recorded id; ``host`` to the cluster's grouping.
     """
     new_id = node_id if node_id is not None else max(cluster.nodes, default=0) + 1
     if new_id in cluster.nodes:
@@ -391,7 +414,7 @@ def add_node(cluster: ClusterInfo, node_id: int | None = None, *, wait: bool = T
         directory=str(node_dir),
     )
     seeds = [n.gossip_address for n in cluster.nodes.values()]
-    settings = {**cluster.node_settings(new_id), **({"rack": rack} if rack else {})}
+    settings = {**cluster.node_settings(new_id), **({"rack": rack} if rack else {}), **({"host": host} if host else {})}
     _write_config(node, [], settings, seeds)
     cluster.nodes[new_id] = node
     cluster.save()
@@ -443,142 +466,8 @@ def cluster_status(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 # ----------------------------------------------------------------------------------------------------- CLI
 
-cluster_app = typer.Typer(help="Local clusters on 127.0.0.1 (data, logs and PIDs under --dir).")
-_console = Console()
 
+if __name__ == "__main__":  # scripts/cluster; the command line lives with the CLI, which imports this module
+    from importlib import import_module
 
-def _settings(values: list[str]) -> dict[str, Any]:
-    settings: dict[str, Any] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--set")
-        settings[key.strip()] = value.split(",") if key.strip() in ("seeds",) else _number_or_text(value)
-    return settings
-
-
-def _number_or_text(value: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            continue
-    if value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    return value
-
-
-@cluster_app.command("up")
-def up(
-    directory: Path = typer.Option(..., "--dir", help="Directory for the cluster's data, logs and PIDs."),
-    nodes: int = typer.Option(3, "--nodes", min=1, max=9, help="Number of nodes."),
-    set_: list[str] = typer.Option([], "--set", help="A node setting KEY=VALUE for every node (repeatable)."),
-    secure: bool = typer.Option(
-        False,
-        "--secure",
-        help="TLS on every port (a new CA and certificates in DIR/tls), encrypted gossip, SCRAM authentication "
-        "and ACLs with an admin user (its password in DIR/tls/admin.password).",
-    ),
-) -> None:
-    """Start a cluster on free loopback ports, wait until it serves, print the bootstrap address (with
-    --secure, how to connect follows on stderr)."""
-    cluster = cluster_up(directory, nodes, _settings(set_), secure=secure, auth=secure)
-    typer.echo(cluster.bootstrap)
-    if cluster.secure:
-        typer.echo(connect_instructions(cluster), err=True)
-
-
-def connect_instructions(cluster: ClusterInfo) -> str:
-    """How a client reaches a secure cluster: the CLI's variables and the client library's settings."""
-    tls = cluster.tls
-    return (
-        f"TLS is on; certificates are in {tls['directory']}. Connect with:\n"
-        f"  export MULTIRAFT_BOOTSTRAP={cluster.bootstrap}\n"
-        f"  export MULTIRAFT_TLS_CA={tls['ca_file']}\n"
-        f"  export MULTIRAFT_TLS_CERT={tls['cert_file']}\n"
-        f"  export MULTIRAFT_TLS_KEY={tls['key_file']}\n"
-        + (
-            f"  export MULTIRAFT_USER={tls['user']}\n  export MULTIRAFT_PASSWORD_FILE={tls['password_file']}\n"
-            if "password_file" in tls
-            else ""
-        )
-        + f"or, in Python: TlsSettings(ca_file={tls['ca_file']!r}, cert_file={tls['cert_file']!r}, "
-        f"key_file={tls['key_file']!r})"
-        + (
-            f", with user={tls['user']!r} and password=<the contents of {tls['password_file']}>"
-            if "password_file" in tls
-            else ""
-        )
-    )
-
-
-@cluster_app.command("down")
-def down(directory: Path = typer.Option(..., "--dir")) -> None:
-    """Stop every node of the cluster (SIGTERM, then SIGKILL after 15 s)."""
-    stopped = cluster_down(directory)
-    _console.print(f"stopped nodes {stopped}" if stopped else "no node was running")
-
-
-@cluster_app.command("status")
-def status(directory: Path = typer.Option(..., "--dir"), as_json: bool = typer.Option(False, "--json")) -> None:
-    """One line per node: pid, running, serving, addresses."""
-    rows = cluster_status(directory)
-    if as_json:
-        typer.echo(json.dumps(rows))
-        return
-    table = Table()
-    for column in ("node", "pid", "running", "serving", "client address", "peer address"):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(
-            str(row["node_id"]),
-            str(row["pid"] or "-"),
-            "yes" if row["running"] else "[red]no",
-            "yes" if row["serving"] else "[red]no",
-            row["client_address"],
-            row["peer_address"],
-        )
-    _console.print(table)
-
-
-@cluster_app.command("kill")
-def kill(node_id: int = typer.Argument(...), directory: Path = typer.Option(..., "--dir")) -> None:
-    """SIGKILL one node."""
-    if not kill_node(load_cluster(directory), node_id):
-        raise typer.Exit(1)
-
-
-@cluster_app.command("start")
-def start(
-    node_id: int = typer.Argument(...),
-    directory: Path = typer.Option(..., "--dir"),
-    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the node serves again."),
-) -> None:
-    """Start one node again with the same arguments and data."""
-    cluster = load_cluster(directory)
-    start_node(cluster, node_id)
-    if wait:
-        wait_serving(cluster, [node_id])
-
-
-@cluster_app.command("add")
-def add(
-    directory: Path = typer.Option(..., "--dir"),
-    node_id: int = typer.Option(0, "--node-id", help="Id of the new node (default: one above the highest)."),
-    rack: str = typer.Option("", "--rack", help="The new node's rack."),
-    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the node serves."),
-) -> None:
-    """Start a new node that joins the running cluster through its seeds."""
-    node = add_node(load_cluster(directory), node_id or None, wait=wait, rack=rack)
-    typer.echo(f"node {node.node_id} at {node.client_address}")
-
-
-@cluster_app.command("stop")
-def stop(node_id: int = typer.Argument(...), directory: Path = typer.Option(..., "--dir")) -> None:
-    """Stop one node cleanly (SIGTERM)."""
-    if not stop_node(load_cluster(directory), node_id):
-        raise typer.Exit(1)
-
-
-if __name__ == "__main__":
-    cluster_app()
+    import_module("multiraft.cli._cluster").cluster_app()

@@ -56,6 +56,9 @@ def test_lists_come_comma_separated_from_variables_and_flags() -> None:
         ('node_id = 1\ndata_dir = "d"\ntls_client_auth = "always"\n', "tls_client_auth"),
         ('node_id = 1\ndata_dir = "d"\nauthentication = ["kerberos"]\n', "authentication"),
         ('node_id = 1\ndata_dir = "d"\nsuper_users = ["admin"]\n', "super_users"),
+        (f'node_id = 1\ndata_dir = "d"\nhost = "{"m" * 65}"\n', "host"),  # more than the member-list carries
+        ('node_id = 1\ndata_dir = "d"\nhost = "a\\tb"\n', "host"),
+        (f'node_id = 1\ndata_dir = "d"\nrack = "{"r" * 256}"\n', "rack"),
     ],
 )
 def test_a_wrong_key_or_value_is_named(tmp_path: Path, toml: str, key: str) -> None:

@@ -14,6 +14,7 @@ import typer
 
 from multiraft import __version__
 from multiraft.cli._bench import bench_app
+from multiraft.cli._cluster import cluster_app
 from multiraft.cli._common import state
 from multiraft.cli._consume import consume
 from multiraft.cli._gossip import gossip_app
@@ -25,7 +26,6 @@ from multiraft.cli._security import acl_app, user_app
 from multiraft.cli._status import status
 from multiraft.cli._storage import storage_app
 from multiraft.cli._topic import topic_app
-from multiraft.launcher import cluster_app
 from multiraft.logging import configure_logging
 
 __all__ = ["app", "main"]

@@ -10,7 +10,9 @@ Other tags: ``register_node`` (``node``), ``delete_topic`` (``name``, ``internal
 ``learners``, ``preferred_leader``, ``expected_replicas``, ``expected_learners``: a list or null),
 ``set_node_state`` (``node_id``, ``state``) and ``allocate_producer_ids`` (``count``, and ``principal`` when it
 is bound to one); the security commands are in :mod:`._security_codec`. A node is
-``{"id","client","peer","gossip","rack","capacity","state"}`` with the state in lower case.
+``{"id","client","peer","gossip","rack","capacity","state"}`` with the state in lower case, and ``"host"`` when
+the node has one (absent when empty, so that logs and snapshots written before hosts existed still load and
+clusters without hosts write the same bytes as before).
 
 A snapshot is a 9-byte header, ``b"MRCS"``, format version (u8) and the CRC-32 of the body (u32, little
 endian), then the body: zlib-compressed JSON of the whole state with nodes sorted by id, topics by name, and
@@ -106,6 +108,7 @@ def _node_obj(node: NodeInfo) -> dict[str, Any]:
         "rack": node.rack,
         "capacity": node.capacity,
         "state": NodeState(node.state).value,
+        **({"host": node.host} if node.host else {}),
     }
 
 
@@ -260,7 +263,8 @@ def _ints(value: Any, path: str) -> tuple[int, ...]:
 
 
 def _decode_node(value: Any, path: str) -> NodeInfo:
-    obj = _Obj(value, path, ("id", "client", "peer", "gossip", "rack", "capacity", "state"))
+    keys = ("id", "client", "peer", "gossip", "rack", "capacity", "state")
+    obj = _Obj(value, path, (*keys, "host") if isinstance(value, dict) and "host" in value else keys)
     capacity = obj.value["capacity"]
     if type(capacity) not in (int, float) or not math.isfinite(capacity):
         _fail(f"{path}.capacity", "is not a finite number")
@@ -272,6 +276,7 @@ def _decode_node(value: Any, path: str) -> NodeInfo:
         rack=obj.string("rack"),
         capacity=float(capacity),
         state=obj.node_state("state"),
+        host=obj.string("host") if "host" in obj.value else "",
     )
 
 

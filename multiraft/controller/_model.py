@@ -45,6 +45,7 @@ MAX_PRODUCER_ID = 2**62 - 1
 MAX_NODE_ID = 2**31 - 1  # node ids are int32 on the wire, where 0 means "no node"
 _MAX_ADDRESS_LENGTH = 255
 _MAX_RACK_LENGTH = 255
+_MAX_HOST_LENGTH = 64
 # Capacities are relative weights; the bounds keep count / capacity far from overflow and underflow.
 MIN_CAPACITY, MAX_CAPACITY = 1e-6, 1e6
 
@@ -59,7 +60,11 @@ class NodeState(StrEnum):
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """A registered node: its addresses, rack, relative capacity and administrative state."""
+    """A registered node: its addresses, rack, relative capacity, administrative state and host.
+
+    Nodes that share a non-empty ``host`` run on one machine: placement never puts two replicas of a
+    partition on them. An empty host is unknown: the node counts as a host of its own.
+    """
 
     node_id: int
     client_address: str
@@ -68,6 +73,7 @@ class NodeInfo:
     rack: str = ""
     capacity: float = 1.0  # relative weight for placement: a node of capacity 2 receives twice the replicas
     state: NodeState = NodeState.ACTIVE
+    host: str = ""
 
 
 def check_node_info(node: NodeInfo) -> None:
@@ -78,6 +84,8 @@ def check_node_info(node: NodeInfo) -> None:
         _check_address(name, getattr(node, name))
     if len(node.rack) > _MAX_RACK_LENGTH or not node.rack.isprintable():
         raise InvalidNodeError("rack", f"must be printable and at most {_MAX_RACK_LENGTH} characters")
+    if len(node.host) > _MAX_HOST_LENGTH or not node.host.isprintable():
+        raise InvalidNodeError("host", f"must be printable and at most {_MAX_HOST_LENGTH} characters")
     if not (math.isfinite(node.capacity) and MIN_CAPACITY <= node.capacity <= MAX_CAPACITY):
         raise InvalidNodeError("capacity", f"must be in [{MIN_CAPACITY}, {MAX_CAPACITY}], got {node.capacity}")
 
@@ -255,7 +263,7 @@ class ClusterState:
 
 @dataclass(frozen=True)
 class RegisterNode:
-    """Add a node, or update a registered node's addresses, rack and capacity (a restarted node re-registers).
+    """Add a node, or update a registered node's addresses, rack, host and capacity (a restarted node re-registers).
 
     The state of a registered node is left alone (use :class:`SetNodeState`), except that a removed node
     comes back in ``node.state``.

@@ -227,19 +227,29 @@ class NodeNotFoundError(ControllerArgumentError):
 
 
 class NotEnoughNodesError(ControllerError):
-    """Fewer live, active nodes than the replication factor: retrying after nodes join may succeed."""
+    """Fewer live, active nodes than the replication factor, or ``hosts`` (machines) they run on when that is
+    what falls short: retrying after nodes join may succeed."""
 
     reason = "NOT_ENOUGH_REPLICAS"
     status = "UNAVAILABLE"
 
-    def __init__(self, required: int, available: int) -> None:
-        super().__init__(f"{required} replicas need {required} live active nodes; {available} available")
+    def __init__(self, required: int, available: int, *, hosts: int | None = None) -> None:
+        if hosts is None:
+            message = f"{required} replicas need {required} live active nodes; {available} available"
+        else:
+            message = (
+                f"{required} replicas need {required} live active nodes on distinct hosts (two replicas of a "
+                f"partition never share a host); {available} available on {hosts} host(s)"
+            )
+        super().__init__(message)
         self.required = required
         self.available = available
+        self.hosts = hosts
 
     @property
     def metadata(self) -> dict[str, str]:
-        return {"required": str(self.required), "available": str(self.available)}
+        hosts = {} if self.hosts is None else {"hosts": str(self.hosts)}
+        return {"required": str(self.required), "available": str(self.available), **hosts}
 
 
 class NotEnoughStorageError(ControllerError):
@@ -288,21 +298,26 @@ class NodeNotDrainedError(ControllerError):
 
 
 class DrainUnderReplicatesError(ControllerError):
-    """Draining a node would leave fewer active nodes than a topic's replication factor (Redpanda refuses such
-    a decommission too): its replicas would have nowhere to go. ``force`` drains anyway."""
+    """Draining a node would leave fewer active nodes than a topic's replication factor, or fewer ``hosts``
+    (machines) they run on (Redpanda refuses such a decommission too): its replicas would have nowhere to go.
+    ``force`` drains anyway."""
 
     reason = "DRAIN_REFUSED"
     status = "FAILED_PRECONDITION"
 
-    def __init__(self, node_id: int, topic: str, replication_factor: int, remaining: int) -> None:
+    def __init__(
+        self, node_id: int, topic: str, replication_factor: int, remaining: int, *, hosts: int | None = None
+    ) -> None:
+        left = f"{remaining} active node(s)" if hosts is None else f"{remaining} active node(s) on {hosts} host(s)"
         super().__init__(
-            f"draining node {node_id} would leave {remaining} active node(s), fewer than topic {topic!r}'s "
-            f"replication factor {replication_factor}; undrain another node, or drain with force"
+            f"draining node {node_id} would leave {left}, fewer than topic {topic!r}'s replication factor "
+            f"{replication_factor}; undrain another node, or drain with force"
         )
         self.node_id = node_id
         self.topic = topic
         self.replication_factor = replication_factor
         self.remaining = remaining
+        self.hosts = hosts
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -311,6 +326,7 @@ class DrainUnderReplicatesError(ControllerError):
             "topic": self.topic,
             "replication_factor": str(self.replication_factor),
             "remaining": str(self.remaining),
+            **({} if self.hosts is None else {"hosts": str(self.hosts)}),
         }
 
 

@@ -8,18 +8,36 @@ Load is weighted by capacity: a node of capacity 2 is as loaded with 20 replicas
 ``(count[v] + 1) / capacity[v] < count[u] / capacity[u]``; with equal capacities that is
 ``count[u] - count[v] >= 2``, so a balanced cluster has counts within 1 of each other.
 
+Hosts are a constraint: two replicas of a partition are never placed on nodes that share a non-empty host
+(one machine running several nodes), whether a topic is created, a lost replica replaced, a node drained or
+the load balanced, so a machine's loss costs at most one replica of each partition. A node with no host is a
+host of its own. A topic that needs more hosts than its candidates are on is refused; a replica with nowhere
+to go stays where it is. The one exception is a move's own transition: a replica may move to another node of
+the same machine, and both are members until the move completes. Partitions placed before their nodes named
+hosts are spread by balancing moves.
+
 Racks are a preference that outranks load: replicas of a partition go to distinct racks while unused racks
 remain, and a balancing move never lowers the number of racks a partition spans. A node with no rack counts
 as being in the rack ``""``.
+
+The nodes a plan may use are in :mod:`._placement_pool`, preferred leadership in :mod:`._placement_leaders`.
 """
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ._model import ClusterState, NodeInfo, NodeState, PartitionState, SetPartitionReplicas
+from ._placement_leaders import (
+    PreferredLeaderChange,
+    balance_leaders,
+    plan_preferred_leaders,
+    preferred_leader_moves,
+)
+from ._placement_pool import NodePool, NodeRoom, Room, distinct_hosts
+from ._placement_pool import candidates as _candidates
 from .errors import (
     InvalidPartitionCountError,
     InvalidReplicationFactorError,
@@ -42,15 +60,6 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class NodeRoom:
-    """How many more new replicas a node can store (its free segment slots above its reserve, or 0 when its
-    disk or map is below the low-water mark), and what limits it, for the refusal's message."""
-
-    replicas: int
-    reason: str = ""
-
-
-@dataclass(frozen=True)
 class ReplicaMove:
     """Move a partition's replica from ``from_node`` to ``to_node``; ``from_node=None`` only adds a replica.
 
@@ -64,92 +73,6 @@ class ReplicaMove:
     from_node: int | None
     to_node: int
     replaces: int | None = None
-
-
-@dataclass(frozen=True)
-class PreferredLeaderChange:
-    """Make ``to_node`` (already a voter) the preferred leader of a partition instead of ``from_node``."""
-
-    topic: str
-    partition: int
-    from_node: int
-    to_node: int
-
-
-class _Nodes:
-    """Racks and capacities of the nodes a plan may use, and a running count of what each holds."""
-
-    def __init__(self, state: ClusterState, eligible: Iterable[int], counts: Mapping[int, int]) -> None:
-        self.state = state
-        self.ids = sorted(set(eligible))
-        self.eligible = set(self.ids)
-        self.count = {n: counts.get(n, 0) for n in self.ids}
-
-    def rack(self, node_id: int) -> str:
-        node = self.state.nodes.get(node_id)
-        return node.rack if node is not None else ""
-
-    def capacity(self, node_id: int) -> float:
-        return self.state.nodes[node_id].capacity
-
-    def load(self, node_id: int, extra: int = 0) -> float:
-        return (self.count[node_id] + extra) / self.capacity(node_id)
-
-    def improves(self, source: int, target: int) -> bool:
-        """Moving one unit from ``source`` to ``target`` lowers the imbalance."""
-        return self.load(target, 1) < self.load(source)
-
-    def most_loaded_first(self) -> list[int]:
-        return sorted(self.ids, key=lambda n: (-self.load(n), n))
-
-    def best_target(
-        self, members: Iterable[int], *, exclude: Iterable[int] = (), tiebreak: Mapping[int, int] | None = None
-    ) -> int | None:
-        """The eligible node outside ``members`` and ``exclude`` in the least used rack, then least loaded,
-        then with the least ``tiebreak`` (weighted by capacity too)."""
-        taken = set(members) | set(exclude)
-        rack_uses = Counter(self.rack(m) for m in members)
-        options = [n for n in self.ids if n not in taken]
-        if not options:
-            return None
-        second = tiebreak or {}
-        return min(
-            options,
-            key=lambda n: (rack_uses[self.rack(n)], self.load(n, 1), second.get(n, 0) / self.capacity(n), n),
-        )
-
-    def racks_in_use(self) -> bool:
-        return len({self.rack(n) for n in self.state.nodes}) > 1
-
-    def keeps_racks(self, p: PartitionState, source: int, target: int) -> bool:
-        """Replacing ``source`` by ``target`` leaves ``p`` on at least as many racks."""
-        before = {self.rack(m) for m in p.members}
-        after = {self.rack(m) for m in p.members if m != source} | {self.rack(target)}
-        return len(after) >= len(before)
-
-
-class _Room:
-    """What each node may still receive while a plan is made (nodes not listed: no limit)."""
-
-    def __init__(self, room: Mapping[int, NodeRoom] | None) -> None:
-        self.left = {n: r.replicas for n, r in (room or {}).items()}
-
-    def full(self) -> set[int]:
-        return {n for n, free in self.left.items() if free <= 0}
-
-    def take(self, node_id: int) -> None:
-        if node_id in self.left:
-            self.left[node_id] -= 1
-
-
-def _candidates(state: ClusterState, nodes: Iterable[NodeInfo]) -> list[int]:
-    """Ids of ``nodes`` that are registered and ACTIVE in ``state`` (what apply will accept as targets)."""
-    ids = set()
-    for node in nodes:
-        registered = state.nodes.get(node.node_id)
-        if node.state is NodeState.ACTIVE and registered is not None and registered.state is NodeState.ACTIVE:
-            ids.add(node.node_id)
-    return sorted(ids)
 
 
 # ------------------------------------------------------------------------------------------- new topics
@@ -166,12 +89,12 @@ def place_new_topic(
 
     ``nodes`` are the candidates: the ACTIVE nodes the proposer believes alive. Replica counts per node,
     existing topics included, stay as even as capacities allow; a partition's replicas are on distinct nodes
-    and on distinct racks while unused racks remain; preferred leaders are balanced the same way. Each
-    partition's replicas start with its preferred leader.
+    of distinct hosts, and on distinct racks while unused racks remain; preferred leaders are balanced the
+    same way. Each partition's replicas start with its preferred leader.
 
     Raises :class:`InvalidPartitionCountError` for ``partitions < 1``, :class:`InvalidReplicationFactorError`
     when ``replication_factor`` is below 1 or above the number of registered nodes, and
-    :class:`NotEnoughNodesError` when it is above the number of candidates.
+    :class:`NotEnoughNodesError` when it is above the number of candidates or of the hosts they are on.
 
     ``room`` limits how many replicas each node may receive (nodes it does not list are not limited); when
     the replicas cannot all be placed within it, :class:`NotEnoughStorageError` names what each short node
@@ -182,21 +105,24 @@ def place_new_topic(
     registered = len(state.nodes_in_state(NodeState.ACTIVE, NodeState.DRAINING))
     if replication_factor < 1 or replication_factor > registered:
         raise InvalidReplicationFactorError(replication_factor, registered)
-    candidates = _candidates(state, nodes)
-    if len(candidates) < replication_factor:
-        raise NotEnoughNodesError(replication_factor, len(candidates))
+    eligible = _candidates(state, nodes)
+    if len(eligible) < replication_factor:
+        raise NotEnoughNodesError(replication_factor, len(eligible))
+    hosts = distinct_hosts(state, eligible)
+    if hosts < replication_factor:
+        raise NotEnoughNodesError(replication_factor, len(eligible), hosts=hosts)
 
-    leaders = _Nodes(state, candidates, state.preferred_leader_counts())
-    replica_sets = _place_replicas(state, candidates, leaders, partitions, replication_factor, room or {}, False)
+    leaders = NodePool(state, eligible, state.preferred_leader_counts())
+    replica_sets = _place_replicas(state, eligible, leaders, partitions, replication_factor, room or {}, False)
     if replica_sets is None:  # the balanced order ran out of room: fill the roomiest nodes first
-        replica_sets = _place_replicas(state, candidates, leaders, partitions, replication_factor, room or {}, True)
+        replica_sets = _place_replicas(state, eligible, leaders, partitions, replication_factor, room or {}, True)
     if replica_sets is None:
         assert room is not None
         needed = partitions * replication_factor
-        short = {n: room[n].reason or f"room for {room[n].replicas} more replica(s)" for n in candidates if n in room}
+        short = {n: room[n].reason or f"room for {room[n].replicas} more replica(s)" for n in eligible if n in room}
         raise NotEnoughStorageError(f"{partitions} partition(s) x {replication_factor} replica(s) ({needed})", short)
 
-    chosen_leaders = _balance_leaders(leaders, replica_sets, [None] * partitions)
+    chosen_leaders = balance_leaders(leaders, replica_sets, [None] * partitions)
     return [
         ((leader, *(r for r in replicas if r != leader)), leader)
         for replicas, leader in zip(replica_sets, chosen_leaders, strict=True)
@@ -205,16 +131,16 @@ def place_new_topic(
 
 def _place_replicas(
     state: ClusterState,
-    candidates: list[int],
-    leaders: _Nodes,
+    eligible: list[int],
+    leaders: NodePool,
     partitions: int,
     replication_factor: int,
     room: Mapping[int, NodeRoom],
     roomiest_first: bool,
 ) -> list[tuple[int, ...]] | None:
     """Replica sets for a new topic within ``room``, or None when they do not fit this way."""
-    pool = _Nodes(state, candidates, state.replica_counts())
-    left = {n: room[n].replicas for n in candidates if n in room}
+    pool = NodePool(state, eligible, state.replica_counts())
+    left = {n: room[n].replicas for n in eligible if n in room}
     # Where replica counts tie, the first replica (the likely leader) goes to a node with few preferred
     # leaders and the others to nodes with many, keeping the least-led nodes free to lead: that leaves the
     # leader balancing below little to do.
@@ -227,7 +153,7 @@ def _place_replicas(
         for slot in range(replication_factor):
             tiebreak = followers if slot else tentative
             if roomiest_first and left:
-                options = [n for n in candidates if n not in chosen and n not in full]
+                options = [n for n in eligible if n not in chosen and n not in full and pool.free_host(chosen, n)]
                 target = min(options, key=lambda n: (-left.get(n, 1 << 62), n)) if options else None
             else:
                 target = pool.best_target(chosen, exclude=full, tiebreak=tiebreak)
@@ -243,114 +169,6 @@ def _place_replicas(
     return replica_sets
 
 
-def _balance_leaders(pool: _Nodes, options: list[tuple[int, ...]], current: list[int | None]) -> list[int]:
-    """One leader per entry of ``options``, from those options, as evenly spread over ``pool`` as possible.
-
-    ``current`` leaders are kept where they are eligible unless moving them improves the balance;
-    ``pool.count`` must already include every leader not in ``options`` (and none of those in it).
-    Greedy start, then cost-reducing paths (leadership shifted along a chain of partitions) until none is
-    left: with equal capacities that leaves no node 2 above another that could take one of its partitions.
-    """
-    leaders: list[int] = []
-    for choices, leader in zip(options, current, strict=True):
-        eligible = [n for n in choices if n in pool.eligible]
-        chosen = leader if leader in eligible else min(eligible, key=lambda n: (pool.load(n, 1), n))
-        leaders.append(chosen)
-        pool.count[chosen] += 1
-    led: dict[int, set[int]] = {n: set() for n in pool.ids}
-    for index, leader in enumerate(leaders):
-        led[leader].add(index)
-    while True:
-        path = _find_cost_reducing_path(pool, options, led)
-        if path is None:
-            return leaders
-        for index, old, new in path:
-            leaders[index] = new
-            led[old].discard(index)
-            led[new].add(index)
-        pool.count[path[0][1]] -= 1
-        pool.count[path[-1][2]] += 1
-
-
-def _find_cost_reducing_path(
-    pool: _Nodes, options: list[tuple[int, ...]], led: dict[int, set[int]]
-) -> list[tuple[int, int, int]] | None:
-    """A chain of (partition index, from, to) leadership hand-overs that improves the balance, or None.
-
-    Searches breadth-first from the most loaded node down. A node reached by a search that failed cannot
-    start or extend a successful one (whatever it reaches, a more loaded node reached too), so each node is
-    explored at most once per call.
-    """
-    explored: set[int] = set()
-    for start in pool.most_loaded_first():
-        if start in explored:
-            continue
-        parent: dict[int, tuple[int, int, int]] = {}
-        queue = deque([start])
-        explored.add(start)
-        while queue:
-            node = queue.popleft()
-            for index in sorted(led[node]):
-                for other in options[index]:
-                    if other in explored or other not in pool.eligible:
-                        continue
-                    explored.add(other)
-                    parent[other] = (index, node, other)
-                    if pool.improves(start, other):
-                        path = [parent[other]]
-                        while path[-1][1] != start:
-                            path.append(parent[path[-1][1]])
-                        return path[::-1]
-                    queue.append(other)
-    return None
-
-
-# ------------------------------------------------------------------------------------------- leadership
-
-
-def preferred_leader_moves(state: ClusterState, leaders: Mapping[int, int], healthy: set[int]) -> list[tuple[int, int]]:
-    """(group id, preferred leader) for each partition of ``leaders`` (group id -> current leader) led by another
-    node while its preferred leader is a healthy, ACTIVE voter: the leadership transfers to ask for, by group
-    id. Groups with no known leader (0) or unknown to ``state`` are skipped, since only a leader can hand over
-    leadership. A node passes the groups it leads (``multiraft.node.node``, every ``leader_balance_ms``).
-    """
-    moves = []
-    for group_id, current in sorted(leaders.items()):
-        p = state.group(group_id)
-        if p is None or not current or current == p.preferred_leader:
-            continue
-        preferred = state.nodes.get(p.preferred_leader)
-        if (
-            p.preferred_leader in healthy
-            and p.preferred_leader in p.replicas
-            and preferred is not None
-            and preferred.state is NodeState.ACTIVE
-        ):
-            moves.append((group_id, p.preferred_leader))
-    return moves
-
-
-def plan_preferred_leaders(state: ClusterState, active_nodes: Sequence[NodeInfo]) -> list[PreferredLeaderChange]:
-    """Preferred-leader changes that spread preferred leadership evenly over ``active_nodes``.
-
-    A partition whose preferred leader is not an active node (draining, dead) gets one that is, when any of
-    its voters is. Changes are only made where they improve the balance. Apply each as a
-    SetPartitionReplicas with the same replicas, then :func:`preferred_leader_moves` moves actual leadership.
-    """
-    candidates = _candidates(state, active_nodes)
-    eligible = set(candidates)
-    movable = [p for p in state.groups().values() if not eligible.isdisjoint(p.replicas)]
-    fixed = Counter(p.preferred_leader for p in state.groups().values() if eligible.isdisjoint(p.replicas))
-    pool = _Nodes(state, candidates, fixed)
-    current: list[int | None] = [p.preferred_leader for p in movable]
-    leaders = _balance_leaders(pool, [p.replicas for p in movable], current)
-    return [
-        PreferredLeaderChange(p.topic, p.partition, p.preferred_leader, leader)
-        for p, leader in zip(movable, leaders, strict=True)
-        if leader != p.preferred_leader
-    ]
-
-
 # ---------------------------------------------------------------------------------------------- moves
 
 
@@ -360,12 +178,13 @@ def plan_rebalance(
     max_moves: int,
     room: Mapping[int, NodeRoom] | None = None,
 ) -> list[ReplicaMove]:
-    """Up to ``max_moves`` replica moves: first off DRAINING nodes, then from the most to the least loaded.
+    """Up to ``max_moves`` replica moves: first off DRAINING nodes, then off hosts a partition uses twice
+    (placed before their nodes named hosts), then from the most to the least loaded.
 
     ``active_nodes`` are the live ACTIVE nodes that may receive replicas; replicas on other nodes (dead or
     unknown liveness) are neither counted nor moved here (see :func:`plan_repair`). Partitions with learners
     (a move in flight) are left alone; no partition gets two moves; no move puts two replicas of a partition
-    on one node or lowers the number of racks a partition spans.
+    on one node or one host, or lowers the number of racks a partition spans.
 
     Once replica counts are balanced, a plan may instead move replicas so that preferred leaders can be
     balanced too (a node holding many single-replica partitions leads them all): one move where that keeps
@@ -376,8 +195,8 @@ def plan_rebalance(
     ``room`` limits the replicas each node may receive, as for :func:`place_new_topic`: a node without room
     receives none (a replica may still move off it).
     """
-    left = _Room(room)
-    pool = _Nodes(state, _candidates(state, active_nodes), state.replica_counts())
+    left = Room(room)
+    pool = NodePool(state, _candidates(state, active_nodes), state.replica_counts())
     moves: list[ReplicaMove] = []
     moved: set[int] = set()
     settled = [p for p in state.groups().values() if not p.learners]
@@ -398,6 +217,19 @@ def plan_rebalance(
                 moved.add(p.group_id)
                 break
 
+    for p in settled:
+        if len(moves) >= max_moves:
+            return moves
+        if p.group_id not in moved:
+            spread = _host_spreading_move(pool, p, left.full())
+            if spread is not None:
+                source, target = spread
+                moves.append(ReplicaMove(p.topic, p.partition, source, target))
+                pool.count[source] -= 1
+                pool.count[target] += 1
+                left.take(target)
+                moved.add(p.group_id)
+
     use_racks = pool.racks_in_use()
     while len(moves) < max_moves:
         move = _balancing_move(pool, [p for p in settled if p.group_id not in moved], use_racks, left.full())
@@ -414,8 +246,19 @@ def plan_rebalance(
     return moves
 
 
+def _host_spreading_move(pool: NodePool, p: PartitionState, full: set[int]) -> tuple[int, int] | None:
+    """(source, target): one of ``p``'s live replicas that shares a host with another of its members (not the
+    preferred leader where another can go) and a node on a host ``p`` is not on; or None."""
+    crowded = [n for n in p.replicas if n in pool.eligible and not pool.free_host(p.members, n)]
+    for source in sorted(crowded, key=lambda n: (n == p.preferred_leader, -pool.load(n), n)):
+        target = pool.best_target([m for m in p.members if m != source], exclude=[source, *full])
+        if target is not None:
+            return source, target
+    return None
+
+
 def _balancing_move(
-    pool: _Nodes, partitions: list[PartitionState], use_racks: bool, full: set[int]
+    pool: NodePool, partitions: list[PartitionState], use_racks: bool, full: set[int]
 ) -> tuple[PartitionState, int, int] | None:
     by_node: dict[int, list[PartitionState]] = {}
     for p in partitions:
@@ -429,7 +272,7 @@ def _balancing_move(
             options = [
                 n
                 for n in pool.ids
-                if n not in p.members
+                if pool.may_replace(p, source, n)
                 and n not in full
                 and pool.improves(source, n)
                 and (not use_racks or pool.keeps_racks(p, source, n))
@@ -440,7 +283,7 @@ def _balancing_move(
 
 
 def _leader_balancing_moves(
-    state: ClusterState, pool: _Nodes, settled: list[PartitionState], max_moves: int, use_racks: bool, left: _Room
+    state: ClusterState, pool: NodePool, settled: list[PartitionState], max_moves: int, use_racks: bool, left: Room
 ) -> list[ReplicaMove]:
     """Replica moves that let preferred leaders balance when changing preferred leaders alone cannot.
 
@@ -453,8 +296,8 @@ def _leader_balancing_moves(
     movable = [p for p in settled if not pool.eligible.isdisjoint(p.replicas)]
     movable_ids = {p.group_id for p in movable}
     fixed = Counter(p.preferred_leader for p in state.groups().values() if p.group_id not in movable_ids)
-    lead = _Nodes(state, pool.ids, fixed)
-    leaders = _balance_leaders(lead, [p.replicas for p in movable], [p.preferred_leader for p in movable])
+    lead = NodePool(state, pool.ids, fixed)
+    leaders = balance_leaders(lead, [p.replicas for p in movable], [p.preferred_leader for p in movable])
     leader_of = {p.group_id: leader for p, leader in zip(movable, leaders, strict=True)}
     moves: list[ReplicaMove] = []
     moved: set[int] = set()
@@ -462,7 +305,7 @@ def _leader_balancing_moves(
     def can_move(p: PartitionState, source: int, target: int) -> bool:
         return (
             p.group_id not in moved
-            and target not in p.members
+            and pool.may_replace(p, source, target)
             and target not in left.full()
             and (not use_racks or pool.keeps_racks(p, source, target))
         )
@@ -513,17 +356,18 @@ def plan_repair(
 ) -> list[ReplicaMove]:
     """One added replica (``from_node=None``, ``replaces`` = the dead node) per voter lost to a dead node.
 
-    Targets are live ACTIVE ``candidates`` outside the partition, in an unused rack where one remains, least
-    loaded first. Live learners count as replacements already under way. Partitions whose live voters are not
-    a majority are skipped: their group cannot change membership (see :func:`partitions_without_quorum`).
+    Targets are live ACTIVE ``candidates`` outside the partition and off the hosts of its live members, in an
+    unused rack where one remains, least loaded first. Live learners count as replacements already under way.
+    Partitions whose live voters are not a majority are skipped: their group cannot change membership (see
+    :func:`partitions_without_quorum`).
     When no target is left, the partition is repaired as far as possible. Targets stay within ``room``.
 
     ``stranded`` (node id -> group ids) are replicas a live node was assigned but could not store: each is
     moved (``from_node`` = that node) to a node with room, as a lost one is replaced.
     """
     live = [n for n in _candidates(state, candidates) if n not in dead]
-    pool = _Nodes(state, live, state.replica_counts())
-    left = _Room(room)
+    pool = NodePool(state, live, state.replica_counts())
+    left = Room(room)
     unstored = {(node, group) for node, groups in (stranded or {}).items() for group in groups}
     moves: list[ReplicaMove] = []
     for p in state.groups().values():

@@ -1,7 +1,7 @@
 """A node's seat in the SWIM member-list: who is alive, suspect, dead or gone, as gossip says.
 
 The node embeds one :class:`membership.MemberList` (UDP probes and gossip on ``gossip_address``, TCP push-pull)
-whose metadata carries the node's id, client and peer addresses, rack and capacity. Liveness everywhere in
+whose metadata carries the node's id, client and peer addresses, rack, capacity and host. Liveness everywhere in
 the node (DescribeCluster's node state, the in-sync replica set, the controller's live nodes and its repair
 timer) is read from here. Transport connections are not a liveness signal: a quiescent cluster sends
 nothing for long stretches, and a connection can stay up to a node whose event loop is stuck.
@@ -76,7 +76,7 @@ class NodeMembership:
         self._keyring_text: str | None = None
         keyring = self._load_keyring() if config.gossip_keyring_file else None
         self._members = MemberList(
-            MemberMeta(config.node_id, client_address, peer_address, config.rack, config.capacity),
+            MemberMeta(config.node_id, client_address, peer_address, config.rack, config.capacity, config.host),
             self.swim_config,
             host=host,
             port=port,

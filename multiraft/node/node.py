@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -435,18 +435,22 @@ class Node(LoopOwned):
 
     # ---------------------------------------------------------------------------------------- registration
 
-    async def _register(self, controller: RemoteController) -> None:
-        """Register (or re-register) this node's addresses with the controller until it sticks."""
-        delay = 0.1
+    def _registration(self) -> ctl.NodeInfo:
         config = self.config
-        node = ctl.NodeInfo(
+        return ctl.NodeInfo(
             node_id=self.node_id,
             client_address=self.advertised_client(),
             peer_address=self.advertised_peer(),
             gossip_address=config.gossip_address,
             rack=config.rack,
             capacity=config.capacity,
+            host=config.host,
         )
+
+    async def _register(self, controller: RemoteController) -> None:
+        """Register (or re-register) this node's addresses, rack, host and capacity until they stick."""
+        delay = 0.1
+        node = self._registration()
         while not self._check_registered():
             try:
                 await controller.call(ctl.RegisterNode(node), timeout_s=_REGISTER_TIMEOUT_S)
@@ -457,7 +461,8 @@ class Node(LoopOwned):
 
     def _check_registered(self) -> bool:
         node = self.directory.cluster.nodes.get(self.node_id)
-        registered = node is not None and node.client_address == self.advertised_client()
+        # Any difference re-registers: a node restarted with another host must not keep the old one.
+        registered = node is not None and replace(node, state=ctl.NodeState.ACTIVE) == self._registration()
         if registered and not self.registered.is_set():
             self.registered.set()
             for callback in self._on_registered:

@@ -21,9 +21,18 @@ from multiraft.controller import (
 )
 
 
-def node(node_id: int, *, rack: str = "", capacity: float = 1.0, state: NodeState = NodeState.ACTIVE) -> NodeInfo:
+def node(
+    node_id: int, *, rack: str = "", capacity: float = 1.0, state: NodeState = NodeState.ACTIVE, host: str = ""
+) -> NodeInfo:
     return NodeInfo(
-        node_id, f"10.0.0.{node_id}:9092", f"10.0.0.{node_id}:9093", f"10.0.0.{node_id}:9094", rack, capacity, state
+        node_id,
+        f"10.0.0.{node_id}:9092",
+        f"10.0.0.{node_id}:9093",
+        f"10.0.0.{node_id}:9094",
+        rack,
+        capacity,
+        state,
+        host,
     )
 
 
@@ -40,10 +49,21 @@ def run(state: ClusterState, *commands: Command) -> ClusterState:
     return state
 
 
-def cluster(count: int, *, racks: Sequence[str] = (), capacities: Mapping[int, float] | None = None) -> ClusterState:
-    """Nodes 1..count, racks assigned round-robin when given."""
+def cluster(
+    count: int,
+    *,
+    racks: Sequence[str] = (),
+    capacities: Mapping[int, float] | None = None,
+    hosts: Sequence[str] = (),
+) -> ClusterState:
+    """Nodes 1..count, racks assigned round-robin when given; ``hosts[i - 1]`` is node i's host (default "")."""
     nodes = [
-        node(i, rack=racks[(i - 1) % len(racks)] if racks else "", capacity=(capacities or {}).get(i, 1.0))
+        node(
+            i,
+            rack=racks[(i - 1) % len(racks)] if racks else "",
+            capacity=(capacities or {}).get(i, 1.0),
+            host=hosts[i - 1] if i <= len(hosts) else "",
+        )
         for i in range(1, count + 1)
     ]
     return run(ClusterState(), *(RegisterNode(n) for n in nodes))

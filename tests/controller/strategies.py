@@ -29,7 +29,7 @@ CAPACITY = st.floats(allow_nan=False, allow_infinity=False)
 
 
 def node_infos(ids: st.SearchStrategy[int] = NODE_IDS) -> st.SearchStrategy[NodeInfo]:
-    return st.builds(NodeInfo, ids, TEXT, TEXT, TEXT, TEXT, CAPACITY, st.sampled_from(NodeState))
+    return st.builds(NodeInfo, ids, TEXT, TEXT, TEXT, TEXT, CAPACITY, st.sampled_from(NodeState), TEXT)
 
 
 def any_commands() -> st.SearchStrategy[Command]:
@@ -88,9 +88,9 @@ _ANY_NODES = st.lists(st.integers(0, 7), max_size=4).map(tuple)
 _ASSIGNMENTS = st.one_of(_SPLITS, _SPLITS, _SPLITS, st.tuples(_ANY_NODES, _ANY_NODES))
 
 
-def _small_node(node_id: int, rack: str, capacity: float, state: NodeState, port: int) -> NodeInfo:
+def _small_node(node_id: int, rack: str, capacity: float, state: NodeState, port: int, host: str) -> NodeInfo:
     return NodeInfo(
-        node_id, f"n{node_id}:{port}", f"n{node_id}:{port + 1}", f"n{node_id}:{port + 2}", rack, capacity, state
+        node_id, f"n{node_id}:{port}", f"n{node_id}:{port + 1}", f"n{node_id}:{port + 2}", rack, capacity, state, host
     )
 
 
@@ -109,6 +109,7 @@ def small_commands() -> st.SearchStrategy[Command]:
         st.sampled_from([1.0, 1.0, 2.0, 0.0]),
         st.sampled_from([NodeState.ACTIVE, NodeState.ACTIVE, NodeState.DRAINING, NodeState.REMOVED]),
         st.sampled_from([9000, 9000, 70000]),
+        st.sampled_from(["", "", "h1", "h2", "\n"]),
     )
     set_replicas = st.tuples(TOPIC_NAMES, st.integers(-1, 3), _ASSIGNMENTS, st.booleans()).flatmap(
         lambda t: st.builds(

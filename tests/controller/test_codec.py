@@ -74,6 +74,33 @@ def test_the_command_format_is_stable() -> None:
         b'"peer":"10.0.0.3:9093","rack":"r1","state":"active"},"t":"register_node","v":1}'
     )
 
+    assert encode_command(RegisterNode(node(3, host="m1"))) == (
+        b'{"node":{"capacity":1.0,"client":"10.0.0.3:9092","gossip":"10.0.0.3:9094","host":"m1","id":3,'
+        b'"peer":"10.0.0.3:9093","rack":"","state":"active"},"t":"register_node","v":1}'
+    )
+
+
+def test_a_node_registered_before_hosts_existed_decodes_with_no_host() -> None:
+    old = (
+        b'{"node":{"capacity":1.0,"client":"10.0.0.3:9092","gossip":"10.0.0.3:9094","id":3,'
+        b'"peer":"10.0.0.3:9093","rack":"r1","state":"active"},"t":"register_node","v":1}'
+    )
+    assert decode_command(old) == RegisterNode(node(3, rack="r1"))
+    with pytest.raises(CommandDecodeError, match=r"node\.host is not a string"):
+        decode_command(old.replace(b'"id":3', b'"host":7,"id":3'))
+    with pytest.raises(CommandDecodeError, match="unexpected keys"):
+        decode_command(old.replace(b'"id":3', b'"hosts":"m1","id":3'))
+
+
+def test_a_snapshot_written_before_hosts_existed_loads_and_hosts_survive_a_snapshot() -> None:
+    state = sample_state()
+    body = json.loads(zlib.decompress(encode_snapshot(state)[9:]))
+    assert all("host" not in n for n in body["nodes"])  # no hosts: the bytes of the first format
+    assert decode_snapshot(_snapshot_of(body)) == state
+    hosted = run(state, RegisterNode(node(5, host="m1")), RegisterNode(node(6, host="m1")))
+    restored = decode_snapshot(encode_snapshot(hosted))
+    assert restored == hosted and restored.nodes[6].host == "m1"
+
 
 @pytest.mark.parametrize(
     "command",

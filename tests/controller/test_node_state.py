@@ -1,8 +1,8 @@
 """An operator's drain, undrain and removal of a node, as the controller leader judges them.
 
-Draining is refused while it would leave fewer active nodes than a topic's replication factor (Redpanda refuses
-such a decommission), unless forced; undraining brings a draining node back to active; a removed node stays
-removed until it registers again.
+Draining is refused while it would leave fewer active nodes, or hosts they run on, than a topic's replication
+factor (Redpanda refuses such a decommission), unless forced; undraining brings a draining node back to active;
+a removed node stays removed until it registers again.
 """
 
 from __future__ import annotations
@@ -34,6 +34,16 @@ def test_a_drain_that_leaves_fewer_active_nodes_than_a_topics_replication_factor
     with pytest.raises(DrainUnderReplicatesError) as raised:
         node_state_change(state, 3, NodeState.DRAINING)
     assert raised.value.metadata == {"node_id": "3", "topic": "wide", "replication_factor": "3", "remaining": "2"}
+
+
+def test_a_drain_that_leaves_fewer_hosts_than_a_topics_replication_factor_is_refused() -> None:
+    state = create_topic(cluster(6, hosts=["m1", "m1", "m2", "m2", "m3", "m3"]), "wide", 1, 3)
+    state = run(state, node_state_change(state, 1, NodeState.DRAINING))  # node 2 still serves machine m1
+    with pytest.raises(DrainUnderReplicatesError) as raised:
+        node_state_change(state, 2, NodeState.DRAINING)
+    assert "4 active node(s) on 2 host(s)" in str(raised.value)
+    assert raised.value.metadata["hosts"] == "2"
+    assert node_state_change(state, 2, NodeState.DRAINING, force=True) == SetNodeState(2, NodeState.DRAINING)
 
 
 def test_a_forced_drain_is_accepted_and_a_draining_node_may_be_drained_again() -> None:

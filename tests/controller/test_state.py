@@ -67,9 +67,9 @@ def test_registering_a_node_adds_it() -> None:
     assert state.version == 1 and state.applied_index == 1
 
 
-def test_a_restarted_node_re_registers_with_new_addresses_and_stays_draining() -> None:
+def test_a_restarted_node_re_registers_with_new_addresses_rack_and_host_and_stays_draining() -> None:
     state = run(cluster(2), SetNodeState(1, NodeState.DRAINING))
-    moved = replace(node(1), client_address="10.9.9.9:9092", rack="b")
+    moved = replace(node(1), client_address="10.9.9.9:9092", rack="b", host="m2")
     state = run(state, RegisterNode(moved))
     assert state.nodes[1] == replace(moved, state=NodeState.DRAINING)
 
@@ -101,6 +101,8 @@ def test_a_removed_node_that_registers_again_comes_back_active() -> None:
         (replace(node(1), capacity=float("nan")), "capacity"),
         (replace(node(1), capacity=1e7), "capacity"),
         (replace(node(1), rack="a\nb"), "rack"),
+        (replace(node(1), host="m\t1"), "host"),
+        (replace(node(1), host="m" * 65), "host"),
         (replace(node(1), state=NodeState.REMOVED), "state"),
     ],
 )

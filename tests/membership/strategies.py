@@ -18,11 +18,12 @@ _host = st.one_of(
 )
 ADDRESS = st.builds(lambda host, port: f"{host}:{port}", _host, st.integers(1, 65535))
 RACK = st.text(max_size=40)
+HOST = st.one_of(st.just(""), st.text(min_size=1, max_size=16))
 CAPACITY = st.floats(min_value=1e-6, max_value=1e6, allow_nan=False, allow_infinity=False)
 
 
 def metas(node_ids: st.SearchStrategy[int] = NODE_ID) -> st.SearchStrategy[MemberMeta]:
-    return st.builds(MemberMeta, node_ids, ADDRESS, ADDRESS, RACK, CAPACITY)
+    return st.builds(MemberMeta, node_ids, ADDRESS, ADDRESS, RACK, CAPACITY, HOST)
 
 
 def alives(node_ids: st.SearchStrategy[int] = NODE_ID) -> st.SearchStrategy[Alive]:

@@ -326,7 +326,7 @@ def test_metadata_cannot_change_node_id() -> None:
 
 def test_the_largest_metadata_fits_in_the_smallest_packet_allowed() -> None:
     longest = "h" * 249 + ":65535"
-    meta = MemberMeta(2**64 - 1, longest, longest, "r" * 255, 1.0)
+    meta = MemberMeta(2**64 - 1, longest, longest, "r" * 255, 1.0, host="k" * 64)
     packet = _packet(2**64 - 1, Alive(2**32 - 1, meta, longest))
     assert len(packet) <= 1200
     with pytest.raises(MembershipConfigError, match="max_packet_bytes"):

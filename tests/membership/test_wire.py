@@ -13,6 +13,7 @@ from membership._wire import (
     Alive,
     Dead,
     Message,
+    MessageType,
     Ping,
     PushPull,
     StateEntry,
@@ -132,3 +133,70 @@ def test_a_ping_is_small_and_an_alive_fits_many_times_in_a_packet() -> None:
 def test_the_cluster_tag_depends_on_the_name() -> None:
     assert cluster_tag("multiraft") == cluster_tag("multiraft")
     assert cluster_tag("multiraft") != cluster_tag("staging")
+
+
+# The first format had no host: members without one still send exactly those bytes, and packets and states
+# of the first format still decode (to host "").
+_FIRST_FORMAT_ALIVE = bytes.fromhex(
+    "00000001"
+    "0000000000000005"
+    "0e"
+    + b"127.0.0.1:7946".hex()
+    + "0e"
+    + b"127.0.0.1:9092".hex()
+    + "0e"
+    + b"127.0.0.1:9093".hex()
+    + "06"
+    + b"rack-a".hex()
+    + "3ff8000000000000"
+)
+
+
+def _alive_frame(body: bytes) -> bytes:
+    return bytes((MessageType.ALIVE,)) + len(body).to_bytes(2) + body
+
+
+def test_an_alive_without_a_host_is_encoded_in_the_first_format() -> None:
+    assert encode_message(Alive(1, META, "127.0.0.1:7946")) == _alive_frame(_FIRST_FORMAT_ALIVE)
+
+
+def test_a_first_format_alive_decodes_with_an_empty_host() -> None:
+    raw = encode_packet(7, 5, 3, [_alive_frame(_FIRST_FORMAT_ALIVE)])
+    (alive,) = decode_packet(raw).messages
+    assert alive == Alive(1, META, "127.0.0.1:7946") and META.host == ""
+
+
+def test_an_alive_carries_the_host_after_the_capacity() -> None:
+    meta = MemberMeta(5, "127.0.0.1:9092", "127.0.0.1:9093", "rack-a", 1.5, host="machine-1")
+    frame = encode_message(Alive(1, meta, "127.0.0.1:7946"))
+    assert frame.endswith(_FIRST_FORMAT_ALIVE + b"\x09machine-1")
+    assert decode_packet(encode_packet(7, 5, 3, [frame])).messages == (Alive(1, meta, "127.0.0.1:7946"),)
+
+
+@pytest.mark.parametrize(
+    ("tail", "reason"),
+    [
+        (b"\x0amachine-1", "text runs past its message"),
+        (b"\x02\xff\xfe", "UTF-8"),
+        (b"\x41" + b"h" * 65, "bad member record: host"),
+        (b"\x01h\x00", "trailing bytes in alive message"),
+    ],
+)
+def test_a_bad_host_is_refused_precisely(tail: bytes, reason: str) -> None:
+    body = _FIRST_FORMAT_ALIVE + tail
+    with pytest.raises(MembershipCodecError, match=reason):
+        decode_packet(encode_packet(7, 5, 3, [_alive_frame(body)]))
+
+
+def test_a_push_pull_state_carries_hosts_only_when_a_member_has_one() -> None:
+    hosted = MemberMeta(6, "127.0.0.1:9094", "127.0.0.1:9095", "", 1.0, host="machine-1")
+    without = PushPull(7, 5, False, (StateEntry(1, META, "127.0.0.1:7946", MemberState.ALIVE),))
+    first_format = bytes.fromhex("5001000000070000000000000005000000000100") + _FIRST_FORMAT_ALIVE
+    assert encode_push_pull(without) == first_format
+    assert decode_push_pull(first_format) == without
+    mixed = PushPull(7, 5, True, (*without.entries, StateEntry(2, hosted, "127.0.0.1:7947", MemberState.SUSPECT)))
+    raw = encode_push_pull(mixed)
+    assert raw[14] == 0x03  # join, and entries carry hosts (META's as "")
+    assert decode_push_pull(raw) == mixed
+    with pytest.raises(MembershipCodecError, match="unknown push-pull flags 0x4"):
+        decode_push_pull(raw[:14] + b"\x04" + raw[15:])
