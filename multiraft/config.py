@@ -25,6 +25,7 @@ from typing import Any, Self
 
 from multiraft.config_env import DEBUG_PREFIX, ENV_PREFIX, IGNORED_VARIABLES
 from multiraft.config_groups import GroupConfig
+from multiraft.config_placement import PlacementConfig
 from multiraft.config_security import SecuritySettings, setting
 from multiraft.errors import ConfigError
 from storage import ENTRY_OVERHEAD_BYTES, StorageConfig
@@ -45,8 +46,6 @@ _REQUEST_OVERHEAD_BYTES = 64 * KiB
 # A coalesced heartbeat waits up to one heartbeat interval in the transport: a leader's CheckQuorum must still
 # hear a round trip within an election timeout, and a follower a heartbeat, with an interval to spare.
 _MIN_ELECTION_HEARTBEATS = 3
-# What the member-list carries (membership.MAX_TEXT_BYTES, MAX_HOST_BYTES).
-_MAX_RACK_BYTES, _MAX_HOST_BYTES = 255, 64
 
 
 _setting = setting
@@ -104,15 +103,6 @@ class _NodeSettings:
         "Member-list timings: lan (probe every 1 s, a crash is declared within about 10 s) or local (one "
         "host: probe every 200 ms, declared within about 2 s). See membership.MembershipConfig.",
     )
-    rack: str = _setting("", "name", "Failure domain; replicas of a partition go to different racks when possible.")
-    host: str = _setting(
-        "",
-        "name",
-        "The machine this node runs on, the same for every node of one machine (several nodes per machine use "
-        "more than one core). Two replicas of a partition are never placed on one host. Empty: unknown, the "
-        "node is a host of its own. At most 64 bytes.",
-    )
-    capacity: float = _setting(1.0, "weight", "Relative capacity used when placing replicas; > 0.")
     controller_replicas: int = _setting(
         3, "nodes", "Voters of the cluster metadata group (odd, 1..7); other nodes follow it as learners."
     )
@@ -375,12 +365,6 @@ class _NodeSettings:
             )
         if not self.cluster_id or len(self.cluster_id) > 64:
             raise ConfigError("cluster_id", "must be 1..64 characters")
-        if self.capacity <= 0:
-            raise ConfigError("capacity", f"must be > 0, got {self.capacity}")
-        for key, limit in (("rack", _MAX_RACK_BYTES), ("host", _MAX_HOST_BYTES)):
-            value = getattr(self, key)
-            if len(value.encode()) > limit or not value.isprintable():
-                raise ConfigError(key, f"must be printable and at most {limit} bytes of UTF-8, got {value[:80]!r}")
         if self.controller_replicas not in (1, 3, 5, 7):
             raise ConfigError("controller_replicas", f"must be 1, 3, 5 or 7, got {self.controller_replicas}")
         for key in ("max_batch_bytes", "max_offsets_commit_bytes"):
@@ -499,13 +483,14 @@ class _NodeSettings:
 
 
 @dataclass(frozen=True)
-class NodeConfig(SecuritySettings, GroupConfig, _NodeSettings):
+class NodeConfig(SecuritySettings, GroupConfig, PlacementConfig, _NodeSettings):
     """Everything a node needs to start. Only ``node_id`` and ``data_dir`` have no usable default."""
 
     def validate(self) -> Self:
         """Return self, or raise :class:`ConfigError` naming the first wrong key."""
         super().validate()
         self.validate_groups()
+        self.validate_placement()
         self.validate_security(
             {
                 key: parse_address(getattr(self, key), key)[0]
