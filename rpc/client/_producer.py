@@ -34,6 +34,7 @@ from rpc.client._accumulator import RecordAccumulator, record_size
 from rpc.client._bulk import BulkBatch, BulkCall, BulkColumns
 from rpc.client._bulk_split import chunk_bounds, partition_records, record_sizes
 from rpc.client._cluster import ClusterClient, TopicMetadata
+from rpc.client._futures import Callback
 from rpc.client._partitioner import partition_for_key
 from rpc.client._producer_ids import replay_identity
 from rpc.client._record_input import (
@@ -70,8 +71,6 @@ DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 MAX_IN_FLIGHT_IDEMPOTENT = 5
 
 _COMPRESSION = {"none": Compression.NONE, "zstd": Compression.ZSTD, "lz4": Compression.LZ4}
-
-Callback = Callable[[RecordMetadata | None, BaseException | None], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +308,7 @@ class Producer:
                     f"of topic {topic!r}",
                     max_bytes=info.max_bytes,
                 )
-            _, future = self._accumulator.append(
+            return self._accumulator.append(
                 topic,
                 partition,
                 info.partitions,
@@ -319,16 +318,17 @@ class Producer:
                 header_items,
                 timestamp_ms,
                 size,
-            )
+                callback,
+            )[1]
         except RequestTimeoutError:
             raise
         except MultiraftError as exc:
-            future = Future()
-            future.set_running_or_notify_cancel()
-            future.set_exception(exc)
-        if callback is not None:
-            future.add_done_callback(_adapt(callback))
-        return future
+            failed: Future[RecordMetadata] = Future()
+            failed.set_running_or_notify_cancel()
+            failed.set_exception(exc)
+            if callback is not None:
+                failed.add_done_callback(_adapt(callback))
+            return failed
 
     def send_batch(
         self,
