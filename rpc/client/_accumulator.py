@@ -51,12 +51,16 @@ def record_size(value: bytes | None, key: bytes | None, headers: Sequence[Header
 
 
 class BufferPool:
-    """Bytes of records waiting in the producer; ``reserve`` blocks while the pool is exhausted."""
+    """Bytes of records waiting in the producer; ``reserve`` blocks while the pool is exhausted.
 
-    def __init__(self, capacity: int) -> None:
+    ``lock``: the lock that guards it (the accumulator's own, so that ``send()`` reserves and appends under one
+    lock); the ``*_locked`` methods are called with it held.
+    """
+
+    def __init__(self, capacity: int, lock: threading.Lock | None = None) -> None:
         self.capacity = capacity
         self._available = capacity
-        self._lock = threading.Lock()  # taken directly on the fast path: a Condition's own methods cost more
+        self._lock = lock or threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._waiters: deque[object] = deque()  # first come, first served: a large send_batch() is not starved
         self._closed = False
@@ -65,48 +69,59 @@ class BufferPool:
     def available(self) -> int:
         return self._available
 
-    def reserve(self, size: int, timeout_s: float) -> None:
-        """Take ``size`` bytes, waiting up to ``timeout_s`` for other records to be acknowledged. Waiters are
-        served in arrival order."""
+    def check(self, size: int) -> None:
         if size > self.capacity:
             raise RecordTooLargeError(
                 f"a record of {size} bytes does not fit the producer's buffer_bytes={self.capacity}",
                 max_bytes=self.capacity,
             )
+
+    def reserve(self, size: int, timeout_s: float) -> None:
+        """Take ``size`` bytes, waiting up to ``timeout_s`` for other records to be acknowledged. Waiters are
+        served in arrival order."""
+        self.check(size)
         with self._lock:
-            if self._closed:
-                raise ProducerError("the producer is closed")
-            if self._available >= size and not self._waiters:
-                self._available -= size
-                return
-            deadline = time.monotonic() + timeout_s
-            ticket = object()
-            self._waiters.append(ticket)
-            try:
-                while self._waiters[0] is not ticket or self._available < size:
-                    if self._closed:
-                        raise ProducerError("the producer closed while send() waited for buffer space")
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise RequestTimeoutError(
-                            f"the producer's buffer ({self.capacity} bytes) stayed full for "
-                            f"max_block_s={timeout_s:g}s: records are produced faster than the cluster "
-                            "acknowledges them"
-                        )
-                    self._cond.wait(remaining)
-                self._available -= size
-            finally:
-                self._waiters.remove(ticket)
-                self._cond.notify_all()  # the next waiter's turn
+            self.reserve_locked(size, timeout_s)
+
+    def reserve_locked(self, size: int, timeout_s: float) -> None:
+        """``reserve()`` with the lock held (and ``size`` checked); the lock is let go while it waits."""
+        if self._closed:
+            raise ProducerError("the producer is closed")
+        if self._available >= size and not self._waiters:
+            self._available -= size
+            return
+        deadline = time.monotonic() + timeout_s
+        ticket = object()
+        self._waiters.append(ticket)
+        try:
+            while self._waiters[0] is not ticket or self._available < size:
+                if self._closed:
+                    raise ProducerError("the producer closed while send() waited for buffer space")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RequestTimeoutError(
+                        f"the producer's buffer ({self.capacity} bytes) stayed full for "
+                        f"max_block_s={timeout_s:g}s: records are produced faster than the cluster "
+                        "acknowledges them"
+                    )
+                self._cond.wait(remaining)
+            self._available -= size
+        finally:
+            self._waiters.remove(ticket)
+            self._cond.notify_all()  # the next waiter's turn
 
     def release(self, size: int) -> None:
         if size:
-            with self._cond:
-                self._available += size
-                self._cond.notify_all()
+            with self._lock:
+                self.release_locked(size)
+
+    def release_locked(self, size: int) -> None:
+        self._available += size
+        if self._waiters:
+            self._cond.notify_all()
 
     def close(self) -> None:
-        with self._cond:
+        with self._lock:
             self._closed = True
             self._cond.notify_all()
 
@@ -297,10 +312,10 @@ class RecordAccumulator:
         self.linger_s = linger_s
         self.delivery_timeout_s = delivery_timeout_s
         self.max_block_s = max_block_s
-        self.pool = BufferPool(buffer_bytes)
+        self._lock = threading.Lock()
+        self.pool = BufferPool(buffer_bytes, self._lock)
         self.wake = wake
         self._rng = rng or random.Random()
-        self._lock = threading.Lock()
         self._queues: dict[TopicPartition, _Queue] = {}
         self._by_topic: dict[str, dict[int, _Queue]] = {}  # the same queues
         self._sticky: dict[str, tuple[int, ProducerBatch]] = {}
@@ -328,13 +343,13 @@ class RecordAccumulator:
 
         Blocks while the buffer is full (up to ``max_block_s``), then raises :class:`RequestTimeoutError`.
         """
-        self.pool.reserve(size, self.max_block_s)
+        self.pool.check(size)
         wake = False
-        try:
-            with self._lock:
+        with self._lock:
+            self.pool.reserve_locked(size, self.max_block_s)
+            try:
                 if self._closed:
                     raise ProducerError("the producer is closed")
-                limit = min(self.batch_bytes, max_batch_bytes)
                 batch = None
                 sticky = partition is None
                 if partition is not None:
@@ -357,20 +372,21 @@ class RecordAccumulator:
                         wake = True
                     if batch is None:
                         now = time.monotonic()
+                        limit = min(self.batch_bytes, max_batch_bytes)
                         batch = queue.open = ProducerBatch(queue.tp, limit, now, now + self.delivery_timeout_s)
                         self._incomplete.add(batch)
                         wake = True
                     if sticky:
                         self._sticky[topic] = (chosen, batch)
                 future = batch.append(value, key, headers, timestamp_ms, size, callback)
-                if batch.size >= limit:
+                if batch.size >= batch.limit:
                     batch.closed = True
                     queue.full.append(batch)
                     queue.open = None
                     wake = True
-        except BaseException:
-            self.pool.release(size)
-            raise
+            except BaseException:
+                self.pool.release_locked(size)
+                raise
         if wake:
             self.wake()
         return chosen, future
@@ -549,7 +565,7 @@ class RecordAccumulator:
         """A batch was acknowledged or failed: give its memory back."""
         with self._lock:
             self._incomplete.discard(batch)
-        self.pool.release(batch.reserved)
+            self.pool.release_locked(batch.reserved)
         batch.reserved = 0
 
     def replace(self, old: ProducerBatch, parts: Iterable[ProducerBatch]) -> None:
