@@ -243,13 +243,15 @@ def encode_batch(
         columns += [counts.astype("<i4").tobytes(), hkey_lengths.tobytes(), hval_lengths.tobytes()]
         data += [hkey_data, hval_data]
 
-    body = b"".join(columns + data)
-    if len(body) > MAX_BODY:
-        raise ValueError(f"batch body of {len(body)} bytes exceeds {MAX_BODY}")
-    stored = _compress(compression, body)
+    pieces = columns + data
+    body_size = sum(map(len, pieces))
+    if body_size > MAX_BODY:
+        raise ValueError(f"batch body of {body_size} bytes exceeds {MAX_BODY}")
+    # Uncompressed, the body's pieces go straight into the batch: one copy of the data, not three.
+    stored = pieces if compression is Compression.NONE else [_compress(compression, b"".join(pieces))]
     header_tail = HEADER_STRUCT.pack(
         base_offset,
-        HEADER_SIZE + len(stored),
+        HEADER_SIZE + sum(map(len, stored)),
         BATCH_VERSION,
         0,
         attributes,
@@ -259,13 +261,14 @@ def encode_batch(
         producer_id,
         producer_epoch,
         base_sequence,
-        len(body),
+        body_size,
     )
-    crc = crc32c.crc32c(stored, crc32c.crc32c(memoryview(header_tail)[CRC_START:]))
-    out = bytearray(header_tail)
-    struct.pack_into("<I", out, 13, crc)
-    out += stored
-    return bytes(out)
+    crc = crc32c.crc32c(memoryview(header_tail)[CRC_START:])
+    for piece in stored:
+        crc = crc32c.crc32c(piece, crc)
+    header = bytearray(header_tail)
+    struct.pack_into("<I", header, 13, crc)
+    return b"".join([header, *stored])
 
 
 def _headers_column(

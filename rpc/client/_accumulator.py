@@ -15,12 +15,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from multiraft.errors import MultiraftError, ProducerError, RecordTooLargeError, RequestTimeoutError
-from rpc.client._futures import RecordFuture
-from rpc.client._records import RecordMetadata, TopicPartition
+from rpc.client._futures import BatchOutcome, Callback, RecordFuture
+from rpc.client._records import TopicPartition
 from storage.batch import HEADER_SIZE, Compression, encode_batch
 
 if TYPE_CHECKING:
@@ -52,12 +51,17 @@ def record_size(value: bytes | None, key: bytes | None, headers: Sequence[Header
 
 
 class BufferPool:
-    """Bytes of records waiting in the producer; ``reserve`` blocks while the pool is exhausted."""
+    """Bytes of records waiting in the producer; ``reserve`` blocks while the pool is exhausted.
 
-    def __init__(self, capacity: int) -> None:
+    ``lock``: the lock that guards it (the accumulator's own, so that ``send()`` reserves and appends under one
+    lock); the ``*_locked`` methods are called with it held.
+    """
+
+    def __init__(self, capacity: int, lock: threading.Lock | None = None) -> None:
         self.capacity = capacity
         self._available = capacity
-        self._cond = threading.Condition()
+        self._lock = lock or threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._waiters: deque[object] = deque()  # first come, first served: a large send_batch() is not starved
         self._closed = False
 
@@ -65,48 +69,59 @@ class BufferPool:
     def available(self) -> int:
         return self._available
 
-    def reserve(self, size: int, timeout_s: float) -> None:
-        """Take ``size`` bytes, waiting up to ``timeout_s`` for other records to be acknowledged. Waiters are
-        served in arrival order."""
+    def check(self, size: int) -> None:
         if size > self.capacity:
             raise RecordTooLargeError(
                 f"a record of {size} bytes does not fit the producer's buffer_bytes={self.capacity}",
                 max_bytes=self.capacity,
             )
+
+    def reserve(self, size: int, timeout_s: float) -> None:
+        """Take ``size`` bytes, waiting up to ``timeout_s`` for other records to be acknowledged. Waiters are
+        served in arrival order."""
+        self.check(size)
+        with self._lock:
+            self.reserve_locked(size, timeout_s)
+
+    def reserve_locked(self, size: int, timeout_s: float) -> None:
+        """``reserve()`` with the lock held (and ``size`` checked); the lock is let go while it waits."""
+        if self._closed:
+            raise ProducerError("the producer is closed")
+        if self._available >= size and not self._waiters:
+            self._available -= size
+            return
         deadline = time.monotonic() + timeout_s
-        with self._cond:
-            if self._closed:
-                raise ProducerError("the producer is closed")
-            if self._available >= size and not self._waiters:
-                self._available -= size
-                return
-            ticket = object()
-            self._waiters.append(ticket)
-            try:
-                while self._waiters[0] is not ticket or self._available < size:
-                    if self._closed:
-                        raise ProducerError("the producer closed while send() waited for buffer space")
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise RequestTimeoutError(
-                            f"the producer's buffer ({self.capacity} bytes) stayed full for "
-                            f"max_block_s={timeout_s:g}s: records are produced faster than the cluster "
-                            "acknowledges them"
-                        )
-                    self._cond.wait(remaining)
-                self._available -= size
-            finally:
-                self._waiters.remove(ticket)
-                self._cond.notify_all()  # the next waiter's turn
+        ticket = object()
+        self._waiters.append(ticket)
+        try:
+            while self._waiters[0] is not ticket or self._available < size:
+                if self._closed:
+                    raise ProducerError("the producer closed while send() waited for buffer space")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RequestTimeoutError(
+                        f"the producer's buffer ({self.capacity} bytes) stayed full for "
+                        f"max_block_s={timeout_s:g}s: records are produced faster than the cluster "
+                        "acknowledges them"
+                    )
+                self._cond.wait(remaining)
+            self._available -= size
+        finally:
+            self._waiters.remove(ticket)
+            self._cond.notify_all()  # the next waiter's turn
 
     def release(self, size: int) -> None:
         if size:
-            with self._cond:
-                self._available += size
-                self._cond.notify_all()
+            with self._lock:
+                self.release_locked(size)
+
+    def release_locked(self, size: int) -> None:
+        self._available += size
+        if self._waiters:
+            self._cond.notify_all()
 
     def close(self) -> None:
-        with self._cond:
+        with self._lock:
             self._closed = True
             self._cond.notify_all()
 
@@ -114,25 +129,24 @@ class BufferPool:
 class ProducerBatch:
     """Records for one partition, sent and acknowledged together.
 
-    The accumulator fills the lists; once the sender takes the batch it gets a producer id and sequence
-    and is encoded once. A retry sends the same bytes again, so the leader can recognise it.
+    The accumulator fills the lists (keys and headers only once a record has some); once the sender takes the
+    batch it gets a producer id and sequence and is encoded once. A retry sends the same bytes again, so the
+    leader can recognise it. Its records' futures and callbacks share one :class:`BatchOutcome`.
     """
 
     __slots__ = (
         "attempts",
         "base_sequence",
         "closed",
-        "condition",
         "created",
         "deadline",
         "done",
-        "futures",
-        "has_headers",
-        "has_keys",
+        "first",
         "headers",
         "keys",
         "limit",
         "maybe_written",
+        "outcome",
         "outcome_unknown",
         "payload",
         "producer_epoch",
@@ -151,16 +165,14 @@ class ProducerBatch:
         self.created = created
         self.deadline = deadline
         self.values: list[bytes | None] = []
-        self.keys: list[bytes | None] = []
-        self.headers: list[Sequence[Header] | None] = []
+        self.keys: list[bytes | None] | None = None  # None while no record has a key
+        self.headers: list[Sequence[Header] | None] | None = None  # None while no record has headers
         self.timestamps: list[int] = []
-        self.futures: list[Future[RecordMetadata]] = []
-        self.has_keys = False
-        self.has_headers = False
+        self.outcome = BatchOutcome(tp.topic, tp.partition, self.timestamps)
+        self.first = 0  # the index of this batch's first record in its outcome (a split's second part: > 0)
         self.size = HEADER_SIZE
         self.reserved = 0
         self.closed = False
-        self.condition = threading.Condition()  # shared by the records' futures (see _futures.py)
         self.done = threading.Event()
         # Set by the sender.
         self.producer_id = -1
@@ -195,20 +207,24 @@ class ProducerBatch:
         headers: Sequence[Header] | None,
         timestamp_ms: int,
         size: int,
+        callback: Callback | None = None,
     ) -> RecordFuture:
-        future = RecordFuture(self.condition)
+        index = len(self.values)
         self.values.append(value)
-        self.keys.append(key)
-        self.headers.append(headers)
         self.timestamps.append(timestamp_ms)
-        self.futures.append(future)
-        if key is not None:
-            self.has_keys = True
-        if headers:
-            self.has_headers = True
+        if key is not None or self.keys is not None:
+            if self.keys is None:
+                self.keys = [None] * index
+            self.keys.append(key)
+        if headers or self.headers is not None:
+            if self.headers is None:
+                self.headers = [None] * index
+            self.headers.append(headers)
+        if callback is not None:
+            self.outcome.callbacks.append((index, callback))
         self.size += size
         self.reserved += size
-        return future
+        return RecordFuture(self.outcome, index)
 
     def set_producer(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         if (producer_id, producer_epoch, base_sequence) != (self.producer_id, self.producer_epoch, self.base_sequence):
@@ -221,8 +237,8 @@ class ProducerBatch:
             self.payload = encode_batch(
                 self.values,
                 timestamps_ms=self.timestamps,
-                keys=self.keys if self.has_keys else None,
-                headers=self.headers if self.has_headers else None,
+                keys=self.keys,
+                headers=self.headers,
                 compression=compression,
                 producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch,
@@ -239,12 +255,12 @@ class ProducerBatch:
         parts = []
         for lo, hi in ((0, half), (half, len(self.values))):
             part = ProducerBatch(self.tp, self.limit, self.created, self.deadline)
-            part.condition = self.condition
-            part.values, part.keys = self.values[lo:hi], self.keys[lo:hi]
-            part.headers, part.timestamps = self.headers[lo:hi], self.timestamps[lo:hi]
-            part.futures = self.futures[lo:hi]
-            part.has_keys = any(k is not None for k in part.keys)
-            part.has_headers = any(part.headers)
+            part.outcome, part.first = self.outcome, self.first + lo
+            part.values, part.timestamps = self.values[lo:hi], self.timestamps[lo:hi]
+            if self.keys is not None and any(k is not None for k in self.keys[lo:hi]):
+                part.keys = self.keys[lo:hi]
+            if self.headers is not None and any(self.headers[lo:hi]):
+                part.headers = self.headers[lo:hi]
             part.attempts, part.outcome_unknown = self.attempts, self.outcome_unknown
             parts.append(part)
         first, second = parts
@@ -258,28 +274,22 @@ class ProducerBatch:
         return first, second
 
     def complete(self, base_offset: int, duplicate: bool, append_time_ms: int | None) -> None:
-        topic, partition = self.tp
-        step = 1 if base_offset >= 0 else 0  # -1: written, at offsets no longer known (see the sender)
-        if append_time_ms is not None:
-            for i, future in enumerate(self.futures):
-                future.set_result(RecordMetadata(topic, partition, base_offset + i * step, append_time_ms, duplicate))
-        else:
-            for i, (future, timestamp) in enumerate(zip(self.futures, self.timestamps, strict=True)):
-                future.set_result(RecordMetadata(topic, partition, base_offset + i * step, timestamp, duplicate))
+        """Written at ``base_offset`` onwards (-1: written, at offsets no longer known; see the sender)."""
+        self.outcome.complete(self.first, self.first + len(self.values), base_offset, duplicate, append_time_ms)
         self.done.set()
 
     def fail(self, error: MultiraftError) -> None:
-        for future in self.futures:
-            future.set_exception(error)
+        self.outcome.fail(self.first, self.first + len(self.values), error)
         self.done.set()
 
 
 class _Queue:
     """One partition's batches waiting in the accumulator: full ones first, then the one still filling."""
 
-    __slots__ = ("full", "open")
+    __slots__ = ("full", "open", "tp")
 
-    def __init__(self) -> None:
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
         self.full: deque[ProducerBatch] = deque()
         self.open: ProducerBatch | None = None
 
@@ -302,11 +312,12 @@ class RecordAccumulator:
         self.linger_s = linger_s
         self.delivery_timeout_s = delivery_timeout_s
         self.max_block_s = max_block_s
-        self.pool = BufferPool(buffer_bytes)
+        self._lock = threading.Lock()
+        self.pool = BufferPool(buffer_bytes, self._lock)
         self.wake = wake
         self._rng = rng or random.Random()
-        self._lock = threading.Lock()
         self._queues: dict[TopicPartition, _Queue] = {}
+        self._by_topic: dict[str, dict[int, _Queue]] = {}  # the same queues
         self._sticky: dict[str, tuple[int, ProducerBatch]] = {}
         self._incomplete: set[ProducerBatch] = set()
         self._flushing = 0
@@ -325,51 +336,71 @@ class RecordAccumulator:
         headers: Sequence[Header] | None,
         timestamp_ms: int,
         size: int,
-    ) -> tuple[int, Future[RecordMetadata]]:
+        callback: Callback | None = None,
+    ) -> tuple[int, RecordFuture]:
         """Append one record; ``partition=None`` uses the sticky partition of ``topic``. Returns the partition
-        and the record's future.
+        and the record's future; ``callback`` is called with its metadata or error once its batch is done.
 
         Blocks while the buffer is full (up to ``max_block_s``), then raises :class:`RequestTimeoutError`.
         """
-        self.pool.reserve(size, self.max_block_s)
+        self.pool.check(size)
         wake = False
-        try:
-            with self._lock:
+        with self._lock:
+            self.pool.reserve_locked(size, self.max_block_s)
+            try:
                 if self._closed:
                     raise ProducerError("the producer is closed")
-                limit = min(self.batch_bytes, max_batch_bytes)
+                batch = None
                 sticky = partition is None
-                if partition is None:
-                    partition = self._sticky_partition(topic, partitions, size)
-                tp = TopicPartition(topic, partition)
-                queue = self._queues.get(tp)
-                if queue is None:
-                    queue = self._queues[tp] = _Queue()
-                batch = queue.open
-                if batch is not None and not batch.fits(size):
-                    batch.closed = True
-                    queue.full.append(batch)
-                    batch = queue.open = None
-                    wake = True
+                if partition is not None:
+                    chosen = partition
+                else:
+                    current = self._sticky.get(topic)
+                    if current is not None and current[0] < partitions:
+                        open_batch = current[1]  # not closed: still its partition's open batch
+                        if not open_batch.closed and open_batch.fits(size):
+                            chosen, batch = current
+                    if batch is None:
+                        chosen = self._sticky_partition(topic, partitions, size)
+                queue = self._queue(topic, chosen)
                 if batch is None:
-                    now = time.monotonic()
-                    batch = queue.open = ProducerBatch(tp, limit, now, now + self.delivery_timeout_s)
-                    self._incomplete.add(batch)
-                    wake = True
-                future = batch.append(value, key, headers, timestamp_ms, size)
-                if sticky:
-                    self._sticky[topic] = (partition, batch)
-                if batch.size >= limit:
+                    batch = queue.open
+                    if batch is not None and not batch.fits(size):
+                        batch.closed = True
+                        queue.full.append(batch)
+                        batch = queue.open = None
+                        wake = True
+                    if batch is None:
+                        now = time.monotonic()
+                        limit = min(self.batch_bytes, max_batch_bytes)
+                        batch = queue.open = ProducerBatch(queue.tp, limit, now, now + self.delivery_timeout_s)
+                        self._incomplete.add(batch)
+                        wake = True
+                    if sticky:
+                        self._sticky[topic] = (chosen, batch)
+                future = batch.append(value, key, headers, timestamp_ms, size, callback)
+                if batch.size >= batch.limit:
                     batch.closed = True
                     queue.full.append(batch)
                     queue.open = None
                     wake = True
-        except BaseException:
-            self.pool.release(size)
-            raise
+            except BaseException:
+                self.pool.release_locked(size)
+                raise
         if wake:
             self.wake()
-        return partition, future
+        return chosen, future
+
+    def _queue(self, topic: str, partition: int) -> _Queue:
+        """The partition's queue (by topic, then partition: no TopicPartition built per record)."""
+        by_partition = self._by_topic.get(topic)
+        if by_partition is None:
+            by_partition = self._by_topic[topic] = {}
+        queue = by_partition.get(partition)
+        if queue is None:
+            tp = TopicPartition(topic, partition)
+            queue = by_partition[partition] = self._queues[tp] = _Queue(tp)
+        return queue
 
     def sticky_partition(self, topic: str, partitions: int) -> int:
         """The partition a ``send_batch()`` without keys writes to: the current sticky partition, if its batch
@@ -416,9 +447,7 @@ class RecordAccumulator:
                 raise ProducerError("the producer is closed")
             now = time.monotonic()
             for batch in batches:
-                queue = self._queues.get(batch.tp)
-                if queue is None:
-                    queue = self._queues[batch.tp] = _Queue()
+                queue = self._queue(*batch.tp)
                 if queue.open is not None:  # earlier records of the partition go first
                     queue.open.closed = True
                     queue.full.append(queue.open)
@@ -536,7 +565,7 @@ class RecordAccumulator:
         """A batch was acknowledged or failed: give its memory back."""
         with self._lock:
             self._incomplete.discard(batch)
-        self.pool.release(batch.reserved)
+            self.pool.release_locked(batch.reserved)
         batch.reserved = 0
 
     def replace(self, old: ProducerBatch, parts: Iterable[ProducerBatch]) -> None:

@@ -1,51 +1,238 @@
-"""The futures ``Producer.send()`` returns: :class:`concurrent.futures.Future` objects that share one
-condition per batch.
+"""What ``Producer.send()`` hands back: one shared outcome per batch, and per record a light
+:class:`concurrent.futures.Future` that is only a view of it.
 
-A stock Future builds its own ``threading.Condition`` (an RLock and bookkeeping, in Python), which was the
-largest single cost of ``send()``. The records of one batch complete together, so they share the batch's
-condition. A stock ``result()`` waits on its condition once and takes any wake-up for its own result, so
-:class:`RecordFuture` waits in a loop until its own outcome is set: a sibling's completion only wakes it
-up to check. Everything else (``add_done_callback``, ``concurrent.futures.wait``, ``as_completed``) is the
-stock implementation, which uses the condition only as a lock.
+A stock Future builds its own ``threading.Condition`` and is completed one by one (a lock, a notify and a
+:class:`RecordMetadata` per record), which made up most of ``send()``'s cost. The records of one batch are
+acknowledged together, so the batch keeps one :class:`BatchOutcome`: completing it records the batch's base
+offset once, under one lock, and wakes its waiters once. A :class:`RecordFuture` holds only the outcome and its
+record's index; its :class:`RecordMetadata` is built when asked for (``result()``, a callback). Per-record state
+(done callbacks, ``concurrent.futures.wait`` waiters) is created only for the futures a caller watches.
+
+``send(callback=...)`` callbacks are kept per batch in record order and called in that order, with the
+record's metadata or error, once its batch is done.
+
+A batch split after a leader refused it as too large shares its outcome with its parts, each completing its
+own range of records, so a future may see its siblings finish before it does: it waits in a loop until its
+own range is done.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FuturesTimeoutError
 from concurrent.futures._base import FINISHED, RUNNING
+from typing import Any, NamedTuple
 
+from multiraft.logging import get_logger
 from rpc.client._records import RecordMetadata
 
-__all__ = ["RecordFuture"]
+__all__ = ["BatchOutcome", "Callback", "RecordFuture", "record_metadata"]
+
+log = get_logger(__name__)
+
+Callback = Callable[[RecordMetadata | None, BaseException | None], object]
+
+# RecordMetadata is a frozen dataclass; its __init__ sets each field through object.__setattr__, twice the cost
+# of its slots' own setters, and acknowledging send() records builds one per record.
+_new = object.__new__
+_fields: dict[str, Any] = dict(vars(RecordMetadata))  # its slots' descriptors
+_set_topic = _fields["topic"].__set__
+_set_partition = _fields["partition"].__set__
+_set_offset = _fields["offset"].__set__
+_set_timestamp = _fields["timestamp_ms"].__set__
+_set_duplicate = _fields["duplicate"].__set__
+
+
+def record_metadata(topic: str, partition: int, offset: int, timestamp_ms: int, duplicate: bool) -> RecordMetadata:
+    """``RecordMetadata(topic, partition, offset, timestamp_ms, duplicate)``, built faster."""
+    metadata: RecordMetadata = _new(RecordMetadata)
+    _set_topic(metadata, topic)
+    _set_partition(metadata, partition)
+    _set_offset(metadata, offset)
+    _set_timestamp(metadata, timestamp_ms)
+    _set_duplicate(metadata, duplicate)
+    return metadata
+
+
+class _Done(NamedTuple):
+    """Records ``[lo, hi)`` of an outcome: written from ``base_offset`` (-1: where is unknown), or failed."""
+
+    lo: int
+    hi: int
+    base_offset: int
+    duplicate: bool
+    append_time_ms: int | None
+    error: BaseException | None
+
+
+class BatchOutcome:
+    """The results of one batch's records (and of the parts it may be split into)."""
+
+    __slots__ = ("callbacks", "condition", "done", "partition", "timestamps", "topic", "watched")
+
+    def __init__(self, topic: str, partition: int, timestamps: list[int]) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.timestamps = timestamps  # the batch's own list: every record's CreateTime, by index
+        self.condition = threading.Condition()
+        self.done: list[_Done] = []  # the ranges completed so far (one, unless the batch was split)
+        self.callbacks: list[tuple[int, Callback]] = []  # send(callback=...), in record order
+        self.watched: dict[int, RecordFuture] = {}  # futures with done callbacks or waiters, by record index
+
+    def range_of(self, index: int) -> _Done | None:
+        for done in self.done:
+            if done.lo <= index < done.hi:
+                return done
+        return None
+
+    def metadata(self, index: int, done: _Done) -> RecordMetadata:
+        base = done.base_offset
+        offset = base + index - done.lo if base >= 0 else -1
+        timestamp = done.append_time_ms if done.append_time_ms is not None else self.timestamps[index]
+        return record_metadata(self.topic, self.partition, offset, timestamp, done.duplicate)
+
+    def complete(self, lo: int, hi: int, base_offset: int, duplicate: bool, append_time_ms: int | None) -> None:
+        """Records ``[lo, hi)`` were written at ``base_offset`` onwards (-1: at offsets no longer known)."""
+        self._finish(_Done(lo, hi, base_offset, duplicate, append_time_ms, None))
+
+    def fail(self, lo: int, hi: int, error: BaseException) -> None:
+        self._finish(_Done(lo, hi, -1, False, None, error))
+
+    def _finish(self, done: _Done) -> None:
+        lo, hi = done.lo, done.hi
+        with self.condition:
+            self.done.append(done)
+            self.condition.notify_all()
+            watched = [self.watched.pop(i) for i in sorted(self.watched) if lo <= i < hi] if self.watched else []
+            for future in watched:
+                for waiter in future.waiters:
+                    if done.error is None:
+                        waiter.add_result(future)
+                    else:
+                        waiter.add_exception(future)
+        error = done.error
+        topic, partition, timestamps = self.topic, self.partition, self.timestamps
+        for index, callback in self.callbacks:
+            if not lo <= index < hi:
+                continue
+            try:
+                if error is None:
+                    base, append_time = done.base_offset, done.append_time_ms
+                    callback(
+                        record_metadata(
+                            topic,
+                            partition,
+                            base + index - lo if base >= 0 else -1,
+                            timestamps[index] if append_time is None else append_time,
+                            done.duplicate,
+                        ),
+                        None,
+                    )
+                else:
+                    callback(None, error)
+            except Exception as exc:
+                log.exception("a send() callback raised", error=repr(exc))
+        for future in watched:
+            for fn in future.done_callbacks:
+                try:
+                    fn(future)
+                except Exception as exc:
+                    log.exception("a future's done callback raised", error=repr(exc))
 
 
 class RecordFuture(Future[RecordMetadata]):
-    """Running from the start (a sent record cannot be cancelled); completed by the producer's sender."""
+    """One record's view of its batch's outcome: running from the start (a sent record cannot be cancelled),
+    completed by the producer's sender thread. ``set_result``/``set_exception`` belong to the producer."""
 
-    def __init__(self, condition: threading.Condition) -> None:
-        self._condition = condition
-        self._state = RUNNING
-        self._result = None
-        self._exception = None
-        self._waiters = []
-        self._done_callbacks: list[Callable[[Future[RecordMetadata]], object]] = []
+    # Placeholders until a caller watches the future (_watch() gives it lists of its own).
+    waiters: Sequence[Any] = ()
+    done_callbacks: Sequence[Callable[[Future[RecordMetadata]], object]] = ()
 
-    def _wait(self, timeout: float | None) -> None:
+    def __init__(self, outcome: BatchOutcome, index: int) -> None:  # no super(): no Condition of its own
+        self._outcome = outcome
+        self._index = index
+
+    def _watch(self) -> list[Any]:
+        """Lists of its own, and while the record is not done, a place among the watched (under the condition)."""
+        if not isinstance(self.waiters, list):
+            self.waiters, self.done_callbacks = [], []
+        if self._outcome.range_of(self._index) is None:
+            self._outcome.watched[self._index] = self
+        return self.waiters
+
+    # The attributes concurrent.futures.wait() and as_completed() read and lock.
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        return self._outcome.condition
+
+    @property
+    def _state(self) -> str:  # type: ignore[override]
+        return FINISHED if self._outcome.range_of(self._index) is not None else RUNNING
+
+    @property
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
+        return self._watch()  # wait() and as_completed() read it under the condition, then append
+
+    def __repr__(self) -> str:
+        done = self._outcome.range_of(self._index)
+        state = "running" if done is None else "failed" if done.error is not None else "finished"
+        return f"<RecordFuture {self._outcome.topic}/{self._outcome.partition} record {self._index} {state}>"
+
+    def cancel(self) -> bool:
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return self._outcome.range_of(self._index) is None
+
+    def done(self) -> bool:
+        return self._outcome.range_of(self._index) is not None
+
+    def _wait(self, timeout: float | None) -> _Done:
+        outcome, index = self._outcome, self._index
+        done = outcome.range_of(index)
+        if done is not None:
+            return done
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._condition:
-            while self._state != FINISHED:
+        with outcome.condition:
+            while (done := outcome.range_of(index)) is None:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    return
-                self._condition.wait(remaining)
+                    raise FuturesTimeoutError()
+                outcome.condition.wait(remaining)
+        return done
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
-        self._wait(timeout)
-        return super().result(0)
+        done = self._wait(timeout)
+        if done.error is not None:
+            raise done.error
+        return self._outcome.metadata(self._index, done)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        self._wait(timeout)
-        return super().exception(0)
+        return self._wait(timeout).error
+
+    def add_done_callback(self, fn: Callable[[Future[RecordMetadata]], object]) -> None:
+        outcome = self._outcome
+        with outcome.condition:
+            if outcome.range_of(self._index) is None:
+                self._watch()
+                self.done_callbacks.append(fn)  # type: ignore[attr-defined]
+                return
+        try:
+            fn(self)
+        except Exception as exc:
+            log.exception("a future's done callback raised", error=repr(exc))
+
+    def set_running_or_notify_cancel(self) -> bool:
+        raise RuntimeError("a record's future is already running")
+
+    def set_result(self, result: RecordMetadata) -> None:
+        raise RuntimeError("a record's future is completed by its producer")
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        raise RuntimeError("a record's future is completed by its producer")

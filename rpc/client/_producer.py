@@ -30,10 +30,11 @@ from multiraft.errors import (
     UnknownPartitionError,
 )
 from multiraft.logging import get_logger
-from rpc.client._accumulator import RecordAccumulator, record_size
+from rpc.client._accumulator import RECORD_OVERHEAD, RecordAccumulator, record_size
 from rpc.client._bulk import BulkBatch, BulkCall, BulkColumns
 from rpc.client._bulk_split import chunk_bounds, partition_records, record_sizes
 from rpc.client._cluster import ClusterClient, TopicMetadata
+from rpc.client._futures import Callback
 from rpc.client._partitioner import partition_for_key
 from rpc.client._producer_ids import replay_identity
 from rpc.client._record_input import (
@@ -69,17 +70,20 @@ DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 # batch in flight only if at most five are.
 MAX_IN_FLIGHT_IDEMPOTENT = 5
 
+# send() reuses what it knows of a topic for this long before it asks the client's metadata cache again (which
+# refreshes it when older than metadata_max_age_s); the per-record look-up was a tenth of send()'s cost.
+_TOPIC_RECHECK_S = 1.0
+
 _COMPRESSION = {"none": Compression.NONE, "zstd": Compression.ZSTD, "lz4": Compression.LZ4}
 
-Callback = Callable[[RecordMetadata | None, BaseException | None], object]
 
-
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _TopicInfo:
     source: TopicMetadata
     partitions: int
     max_bytes: int
     append_time: bool
+    recheck_at: float  # monotonic: send() looks at the client's metadata again after this
 
 
 def _adapt(callback: Callback) -> Callable[[Future[RecordMetadata]], None]:
@@ -233,6 +237,7 @@ class Producer:
         metadata = self._client.topic(topic)
         info = self._topics.get(topic)
         if info is not None and info.source is metadata:
+            info.recheck_at = time.monotonic() + _TOPIC_RECHECK_S
             return info
         max_bytes = int(metadata.configs.get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES))
         learned = self._learned_max_bytes.get(topic)
@@ -241,6 +246,7 @@ class Producer:
             len(metadata.partitions),
             min(max_bytes, learned) if learned else max_bytes,
             metadata.configs.get("message.timestamp.type", "CreateTime") == "LogAppendTime",
+            time.monotonic() + _TOPIC_RECHECK_S,
         )
         self._topics[topic] = info
         return info
@@ -287,12 +293,15 @@ class Producer:
             raise fatal
         if self._closed:
             raise ProducerError("the producer is closed")
-        value_bytes = to_bytes(value, "value")
-        key_bytes = to_bytes(key, "key")
+        # The common cases (bytes, no key or a bytes key, no headers, now) without a call each.
+        value_bytes = value if type(value) is bytes else to_bytes(value, "value")
+        key_bytes = key if key is None or type(key) is bytes else to_bytes(key, "key")
         header_items = to_headers(headers) if headers is not None else None
-        timestamp_ms = to_timestamp_ms(timestamp)
+        timestamp_ms = time.time_ns() // 1_000_000 if timestamp is None else to_timestamp_ms(timestamp)
         try:
-            info = self._topic(topic)
+            info = self._topics.get(topic)
+            if info is None or time.monotonic() >= info.recheck_at:
+                info = self._topic(topic)
             if partition is not None:
                 if not 0 <= partition < info.partitions:
                     raise UnknownPartitionError(
@@ -302,14 +311,19 @@ class Producer:
                     )
             elif key_bytes is not None:
                 partition = partition_for_key(key_bytes, info.partitions)
-            size = record_size(value_bytes, key_bytes, header_items)
+            if header_items is None:
+                size = RECORD_OVERHEAD + (0 if value_bytes is None else len(value_bytes))
+                if key_bytes is not None:
+                    size += len(key_bytes)
+            else:
+                size = record_size(value_bytes, key_bytes, header_items)
             if HEADER_SIZE + size > info.max_bytes:
                 raise RecordTooLargeError(
                     f"a record of {HEADER_SIZE + size} bytes (batched) exceeds max.message.bytes={info.max_bytes} "
                     f"of topic {topic!r}",
                     max_bytes=info.max_bytes,
                 )
-            _, future = self._accumulator.append(
+            return self._accumulator.append(
                 topic,
                 partition,
                 info.partitions,
@@ -319,16 +333,17 @@ class Producer:
                 header_items,
                 timestamp_ms,
                 size,
-            )
+                callback,
+            )[1]
         except RequestTimeoutError:
             raise
         except MultiraftError as exc:
-            future = Future()
-            future.set_running_or_notify_cancel()
-            future.set_exception(exc)
-        if callback is not None:
-            future.add_done_callback(_adapt(callback))
-        return future
+            failed: Future[RecordMetadata] = Future()
+            failed.set_running_or_notify_cancel()
+            failed.set_exception(exc)
+            if callback is not None:
+                failed.add_done_callback(_adapt(callback))
+            return failed
 
     def send_batch(
         self,
