@@ -131,6 +131,9 @@ class PartitionMachine:
     high_watermark: int = 0
     producers: ProducerStates = field(default_factory=ProducerStates)
     _retention_proposed_at: float = 0.0
+    # While the leader is quiescent: (policy, applied index) it was last checked under, and when a time-based
+    # action (age retention, segment roll) can next fire; until then checking again finds nothing to do.
+    _quiet_until: tuple[RetentionPolicy, int, tuple[int, int], int] | None = None
     _applied_index: int = 0
     _last_entry_ms: int = 0
     _producers_saved_at: int = 0  # the applied index the persisted producer checkpoint covers
@@ -345,10 +348,34 @@ class PartitionMachine:
             self.save_producers()
         if not group.is_leader:
             return
-        self._maybe_enforce_retention(group, now_ms)
+        quiet = group.raw.quiescent
+        until = self._quiet_until
+        key = (self.retention, self._applied_index, self.log.segment_limits)
+        if quiet and until is not None and until[:3] == key and now_ms < until[3]:
+            return  # idle since the last check, and nothing comes due before until[3]
+        dropping = self._maybe_enforce_retention(group, now_ms)
         self._maybe_roll(group, now_ms)
+        due = self._next_due_ms(now_ms) if quiet and not dropping else None
+        self._quiet_until = (*key, due) if due is not None else None
 
-    def _maybe_enforce_retention(self, group: Group, now_ms: int) -> None:
+    def _next_due_ms(self, now_ms: int) -> int:
+        """The earliest time at which retention by age or a segment roll could act on this log as it is now
+        (a later append, config change or roll changes the applied index or the policy, and so the answer)."""
+        segments = self.log.segments()
+        due = _NEVER
+        if self.retention.retention_ms >= 0:
+            cutoff = now_ms - self.retention.retention_ms
+            # The expired prefix grows when its first sealed segment that has not expired does.
+            waiting = next((seg for seg in segments[:-1] if seg.max_timestamp_ms > cutoff), None)
+            if waiting is not None:
+                due = waiting.max_timestamp_ms + self.retention.retention_ms
+        active = segments[-1]
+        if active.next_offset > active.base_offset and active.first_timestamp_ms > 0:
+            due = min(due, active.first_timestamp_ms + self.log.segment_limits[1])
+        return due
+
+    def _maybe_enforce_retention(self, group: Group, now_ms: int) -> int:
+        """Propose dropping the expired prefix; the index it drops before (0: nothing expired to drop)."""
         policy = self.retention
         drop_until = 0
         if policy.retention_ms >= 0:
@@ -359,6 +386,7 @@ class PartitionMachine:
         if drop_until and time.monotonic() - self._retention_proposed_at > 1.0:
             self._retention_proposed_at = time.monotonic()
             self.scheduler.propose(group, encode_drop_before(drop_until), _ignore, kind=raft.EntryKind.CONTROL)
+        return drop_until
 
     def _maybe_roll(self, group: Group, now_ms: int) -> None:
         active = self.log.segments()[-1]
@@ -395,6 +423,9 @@ def forget_producers_after(log_: SegmentedLog, index: int) -> None:
     saved = log_.attribute(_PRODUCERS_ATTRIBUTE)
     if saved is not None and int(saved.partition(b"\n")[0]) > index:
         log_.set_attribute(_PRODUCERS_ATTRIBUTE, None)
+
+
+_NEVER = 2**63 - 1  # ms: no time-based action comes due
 
 
 def _drop_point(expired: Sequence[SegmentInfo]) -> int:
