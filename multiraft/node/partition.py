@@ -74,12 +74,17 @@ class PartitionView:
         self.catchup: Any = None  # multiraft.node.catchup.CatchupProgress while segments are copied here
         # Set by the store: a read that found a damaged entry hands (group id, index) to the repair (any thread).
         self.damage_hook: Callable[[int, int], None] | None = None
+        # Set by the directory: told when this node starts or stops leading the partition, or its term changes.
+        self.on_leadership: Callable[[PartitionView], None] | None = None
         self._advanced = asyncio.Event()
 
     def update(
         self, *, high_watermark: int, log_start_offset: int, leader_id: int, term: int, leader: bool, current: bool
     ) -> None:
+        changed = leader != self.is_leader or (leader and term != self.leader_term)
         self.leader_id, self.leader_term, self.is_leader, self.current = leader_id, term, leader, current
+        if changed and self.on_leadership is not None:
+            self.on_leadership(self)
         self.log_start_offset = log_start_offset
         if high_watermark != self.high_watermark:
             self.high_watermark = high_watermark
@@ -131,9 +136,9 @@ class PartitionMachine:
     high_watermark: int = 0
     producers: ProducerStates = field(default_factory=ProducerStates)
     _retention_proposed_at: float = 0.0
-    # While the leader is quiescent: (policy, applied index) it was last checked under, and when a time-based
-    # action (age retention, segment roll) can next fire; until then checking again finds nothing to do.
-    _quiet_until: tuple[RetentionPolicy, int, tuple[int, int], int] | None = None
+    # While the group is quiescent: ((policy, applied index, leading) it was last checked under, when a
+    # time-based action (age retention, segment roll) can next fire); until then a check finds nothing to do.
+    _quiet_until: tuple[tuple[RetentionPolicy, int, bool], int] | None = None
     _applied_index: int = 0
     _last_entry_ms: int = 0
     _producers_saved_at: int = 0  # the applied index the persisted producer checkpoint covers
@@ -344,19 +349,20 @@ class PartitionMachine:
 
     def housekeeping(self, group: Group, now_ms: int) -> None:
         """Checkpoint the producers (every replica); retention and segment age (the leader, by proposing)."""
+        quiet = group.raw.quiescent
+        leading = group.is_leader
+        key = (self.retention, self._applied_index, leading)
+        until = self._quiet_until
+        if quiet and until is not None and until[0] == key and now_ms < until[1]:
+            return  # idle since the last check, and nothing comes due before until[1]
         if self._applied_index != self._producers_saved_at and len(self.producers):
             self.save_producers()
-        if not group.is_leader:
-            return
-        quiet = group.raw.quiescent
-        until = self._quiet_until
-        key = (self.retention, self._applied_index, self.log.segment_limits)
-        if quiet and until is not None and until[:3] == key and now_ms < until[3]:
-            return  # idle since the last check, and nothing comes due before until[3]
-        dropping = self._maybe_enforce_retention(group, now_ms)
-        self._maybe_roll(group, now_ms)
-        due = self._next_due_ms(now_ms) if quiet and not dropping else None
-        self._quiet_until = (*key, due) if due is not None else None
+        due = _NEVER
+        if leading:
+            dropping = self._maybe_enforce_retention(group, now_ms)
+            self._maybe_roll(group, now_ms)
+            due = now_ms if dropping else self._next_due_ms(now_ms)
+        self._quiet_until = (key, due) if quiet else None
 
     def _next_due_ms(self, now_ms: int) -> int:
         """The earliest time at which retention by age or a segment roll could act on this log as it is now

@@ -286,7 +286,7 @@ class Store(SchedulerOwned):
         scheduler = self.scheduler
         store = scheduler.store
         assert store is not None
-        if configs is not None and (topic, partition) in set(store.logs()):
+        if configs is not None and store.has_log(topic, partition):
             existing = store.log(topic, partition).attribute(_GROUP_ATTRIBUTE)
             if existing is not None and int(json.loads(existing)["group_id"]) != group_id:
                 # A topic deleted while this node was away and created again under the same name.

@@ -333,6 +333,21 @@ def test_deleting_a_log_removes_it_and_frees_its_segments(tmp_path: Path) -> Non
         assert store.log("t", 0).last_index() == 0
 
 
+def test_a_log_exists_once_created_until_deleted_or_rolled_back_and_across_a_restart(tmp_path: Path) -> None:
+    with LogStore.open(tmp_path, SMALL) as store:
+        assert not store.has_log("t", 0)
+        store.log("t", 0)
+        assert store.has_log("t", 0) and not store.has_log("t", 1)
+        store.sync()
+        store.log("t", 1)
+        store.rollback()
+        assert store.has_log("t", 0) and not store.has_log("t", 1)
+    with LogStore.open(tmp_path, SMALL) as store:
+        assert store.has_log("t", 0)  # known from the file alone, before anything opened it
+        store.delete_log("t", 0)
+        assert not store.has_log("t", 0)
+
+
 @pytest.mark.parametrize(
     ("bad", "error", "message"),
     [
