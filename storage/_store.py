@@ -319,6 +319,13 @@ class LogStore:
             self._txn_released = False
             self._release_pages()
 
+    def hold_transaction(self) -> None:
+        """Begin the write transaction now (the next sync() commits it, rollback() drops it): until then the
+        owner's reads share it instead of each beginning a read transaction, which LMDB makes cost time in
+        proportion to the named databases open, one per segment (opening 10,000 logs with a dozen reads each
+        would be quadratic)."""
+        self._write_txn()
+
     def rollback(self) -> None:
         """Discard everything appended since the last sync, in every log."""
         self._check_open()

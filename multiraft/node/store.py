@@ -115,11 +115,11 @@ class Store(SchedulerOwned):
 
     @on_owner_thread
     def load(self) -> None:
-        """At start: the controller group (bootstrapped on a fresh initial member), then every partition
-        group on disk."""
+        """At start: the controller group (bootstrapped on a fresh initial member), then every replica on disk."""
         scheduler = self.scheduler
         store = scheduler.store
         assert store is not None
+        store.hold_transaction()  # every replica's reads in one transaction; the scheduler commits it after
         controller_log = store.log(CONTROLLER_TOPIC, 0)
         storage = self._raft_storage(controller_log, ctl.CONTROLLER_GROUP_ID)
         members = self.config.initial_members()
