@@ -8,11 +8,12 @@ N-partition topic needs: max_topic_partitions, max_request_items and max_concurr
 N is above them). Then, in order:
 
   baseline   each node's CPU (share of one core) over --window seconds and its USS, with no user topic
-  create     CreateTopic of N partitions at RF 3 (N replicas on every node): the call's time, then the time
-             until DescribeTopic reports a leader for every partition (each leader answers for itself)
+  create     CreateTopic of N partitions at RF 3 (N replicas on every node): the call's time, the time
+             until DescribeTopic reports a leader for every partition (each leader answers for itself), and
+             until leadership is balanced (leaders per node steady and within 0.1 % of an even share)
   at rest    after --settle seconds: CPU over --window seconds and USS, per node
-  restart    every node stopped (SIGTERM), then all started again: the time until every node serves and
-             until every partition has a leader again
+  restart    every node stopped (SIGTERM), then all started again: the time until every node serves, until
+             every partition has a leader again, and until leadership is balanced again
   at rest    after the restart, as above
 
 CPU is utime + stime from /proc/<pid>/stat; USS is Private_Clean + Private_Dirty of /proc/<pid>/smaps_rollup
@@ -123,6 +124,25 @@ def leaders_per_node(bootstrap: str) -> dict[str, int]:
     return {f"node{load.node_id}": load.leaders for load in cluster.loads}
 
 
+def wait_balanced(bootstrap: str, partitions: int, began: float, timeout_s: float) -> dict[str, Any]:
+    """Wait until leadership has settled: the leaders per node unchanged over two polls and within 0.1 % of
+    an even share (partition leaders hand leadership back to the preferred leaders every few seconds, and a
+    group moving its leader is not at rest). Seconds since ``began``."""
+    previous: dict[str, int] = {}
+    deadline = began + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            leaders = leaders_per_node(bootstrap)
+        except Exception:  # a node busy past the call's deadline: poll again
+            leaders = {}
+        spread = max(leaders.values()) - min(leaders.values()) if leaders else partitions
+        if leaders and leaders == previous and spread <= partitions // 1000 + 1:
+            return {"balanced_s": round(time.monotonic() - began, 2), "leaders": leaders}
+        previous = leaders
+        time.sleep(2 * _POLL_S)
+    return {"balanced_s": None, "leaders": previous}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
@@ -155,6 +175,7 @@ def main() -> None:
         create: dict[str, Any] = {"create_call_s": 0.0, "create_retried": create_topic(info.bootstrap, args)}
         create["create_call_s"] = round(time.monotonic() - started, 2)
         create.update(wait_all_leaders(info.bootstrap, "idle", started, args.timeout))
+        create.update(wait_balanced(info.bootstrap, args.partitions, started, args.timeout))
         result["create"] = create
         print(f"create: {create}", file=sys.stderr)
         time.sleep(args.settle)
@@ -172,6 +193,7 @@ def main() -> None:
             wait_serving(info, timeout_s=args.timeout)
             restart["serving_s"] = round(time.monotonic() - started, 2)
             restart.update(wait_all_leaders(info.bootstrap, "idle", started, args.timeout))
+            restart.update(wait_balanced(info.bootstrap, args.partitions, started, args.timeout))
             result["restart"] = restart
             print(f"restart: {restart}", file=sys.stderr)
             time.sleep(args.settle)
