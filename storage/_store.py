@@ -232,6 +232,16 @@ class LogStore:
         self._logs[name] = segmented
         return segmented
 
+    def has_log(self, topic: str, partition: int) -> bool:
+        """Whether the log of ``topic``/``partition`` exists (synced or not): one lookup, where testing
+        membership in :meth:`logs` reads every name (creating 10,000 logs that way is quadratic)."""
+        self._check_open()
+        name = _name_of(topic, partition)
+        if name in self._logs:
+            return True
+        with self._read_txn() as txn, lmdb_errors(self._data_file):
+            return txn.get(fmt.log_name_key(name), db=self._meta) is not None
+
     def logs(self) -> list[tuple[str, int]]:
         """(topic, partition) of every log in the store (synced or not)."""
         self._check_open()
@@ -308,6 +318,13 @@ class LogStore:
         if self._txn_released:
             self._txn_released = False
             self._release_pages()
+
+    def hold_transaction(self) -> None:
+        """Begin the write transaction now (the next sync() commits it, rollback() drops it): until then the
+        owner's reads share it instead of each beginning a read transaction, which LMDB makes cost time in
+        proportion to the named databases open, one per segment (opening 10,000 logs with a dozen reads each
+        would be quadratic)."""
+        self._write_txn()
 
     def rollback(self) -> None:
         """Discard everything appended since the last sync, in every log."""

@@ -130,7 +130,7 @@ class Topic:
     internal: bool = False
     created_ms: int = 0
 
-    @property
+    @cached_property  # a Topic never changes; callers ask it once per partition (10,000 partitions: O(N^2))
     def replication_factor(self) -> int:
         """The most common voter count of its partitions (a partition in the middle of a move has one more)."""
         counts = Counter(len(p.replicas) for p in self.partitions)

@@ -43,6 +43,7 @@ class Directory(LoopOwned):
         self.views: dict[tuple[str, int], PartitionView] = {}
         self.views_by_group: dict[int, PartitionView] = {}
         self._leaders = _LeaderCache()
+        self._led: dict[int, int] = {}  # group id -> term of the partitions led here, kept as views change
         self._on_cluster: list[Callable[[ctl.ClusterState], None]] = []
 
     def on_cluster(self, listener: Callable[[ctl.ClusterState], None]) -> None:
@@ -55,12 +56,25 @@ class Directory(LoopOwned):
     def add_view(self, view: PartitionView) -> None:
         self.views[(view.topic, view.partition)] = view
         self.views_by_group[view.group_id] = view
+        view.on_leadership = self._leadership_changed
+        self._leadership_changed(view)
 
     @on_owner_thread
     def remove_view(self, view: PartitionView) -> None:
         view.mark_removed()
+        view.on_leadership = None
         self.views.pop((view.topic, view.partition), None)
         self.views_by_group.pop(view.group_id, None)
+        self._led.pop(view.group_id, None)
+
+    def _leadership_changed(self, view: PartitionView) -> None:
+        if self.views_by_group.get(view.group_id) is not view:
+            return  # replaced by a newer view of the same group
+        if view.is_leader:
+            self._led[view.group_id] = view.leader_term
+            self._leaders.learn(view.group_id, self.node_id, view.leader_term)
+        else:
+            self._led.pop(view.group_id, None)
 
     @on_owner_thread
     def set_cluster(self, state: ctl.ClusterState) -> None:
@@ -87,11 +101,9 @@ class Directory(LoopOwned):
             self._leaders.learn(a.group_id, a.leader, a.term)
 
     def led_here(self) -> dict[int, int]:
-        """Group id -> term of every partition this node leads (and remembered as such)."""
-        led = {v.group_id: v.leader_term for v in self.views.values() if v.is_leader}
-        for group_id, term in led.items():
-            self._leaders.learn(group_id, self.node_id, term)
-        return led
+        """Group id -> term of every partition this node leads (and remembered as such): kept up to date as
+        views change, so asking costs a copy, not a walk over every view (10,000 replicas, 4 times a second)."""
+        return dict(self._led)
 
     def leader_of(self, group_id: int) -> int:
         view = self.views_by_group.get(group_id)

@@ -37,7 +37,7 @@ from multiraft.node.catchup import CatchupManager
 from multiraft.node.controller_client import RemoteController
 from multiraft.node.debug import CUTS_FILE, DEBUG_GC_MS, DEBUG_ISOLATION, Isolation, record_gc_pauses
 from multiraft.node.directory import Directory
-from multiraft.node.groups_local import GROUP_TICK_S, LocalGroups, tick_group_hosts
+from multiraft.node.groups_local import GROUP_TICK_S, LocalGroups, offsets_group_ids, tick_group_hosts
 from multiraft.node.leader_broadcast import LeaderBroadcaster
 from multiraft.node.membership import NodeMembership
 from multiraft.node.peer_messages import STATUS_ERROR, encode_error
@@ -243,7 +243,7 @@ class Node(LoopOwned):
         catchup.start(loop)
         scheduler.every(config.retention_check_ms / 1000, lambda: store.housekeeping(catchup.leader_check))
         scheduler.every(config.leader_balance_ms / 1000, store.hand_back_leadership)
-        scheduler.every(GROUP_TICK_S, lambda: tick_group_hosts(scheduler))
+        scheduler.every(GROUP_TICK_S, lambda: tick_group_hosts(scheduler, offsets_group_ids(store.cluster_state())))
         self.scrubber = Scrubber(scheduler, config.scrub_bytes_per_s)
         if config.scrub_bytes_per_s > 0:
             scheduler.every(SCRUB_SLICE_S, self.scrubber.run_slice)

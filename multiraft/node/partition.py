@@ -74,12 +74,17 @@ class PartitionView:
         self.catchup: Any = None  # multiraft.node.catchup.CatchupProgress while segments are copied here
         # Set by the store: a read that found a damaged entry hands (group id, index) to the repair (any thread).
         self.damage_hook: Callable[[int, int], None] | None = None
+        # Set by the directory: told when this node starts or stops leading the partition, or its term changes.
+        self.on_leadership: Callable[[PartitionView], None] | None = None
         self._advanced = asyncio.Event()
 
     def update(
         self, *, high_watermark: int, log_start_offset: int, leader_id: int, term: int, leader: bool, current: bool
     ) -> None:
+        changed = leader != self.is_leader or (leader and term != self.leader_term)
         self.leader_id, self.leader_term, self.is_leader, self.current = leader_id, term, leader, current
+        if changed and self.on_leadership is not None:
+            self.on_leadership(self)
         self.log_start_offset = log_start_offset
         if high_watermark != self.high_watermark:
             self.high_watermark = high_watermark
@@ -131,6 +136,9 @@ class PartitionMachine:
     high_watermark: int = 0
     producers: ProducerStates = field(default_factory=ProducerStates)
     _retention_proposed_at: float = 0.0
+    # While the group is quiescent: ((policy, applied index, leading) it was last checked under, when a
+    # time-based action (age retention, segment roll) can next fire); until then a check finds nothing to do.
+    _quiet_until: tuple[tuple[RetentionPolicy, int, bool], int] | None = None
     _applied_index: int = 0
     _last_entry_ms: int = 0
     _producers_saved_at: int = 0  # the applied index the persisted producer checkpoint covers
@@ -341,14 +349,39 @@ class PartitionMachine:
 
     def housekeeping(self, group: Group, now_ms: int) -> None:
         """Checkpoint the producers (every replica); retention and segment age (the leader, by proposing)."""
+        quiet = group.raw.quiescent
+        leading = group.is_leader
+        key = (self.retention, self._applied_index, leading)
+        until = self._quiet_until
+        if quiet and until is not None and until[0] == key and now_ms < until[1]:
+            return  # idle since the last check, and nothing comes due before until[1]
         if self._applied_index != self._producers_saved_at and len(self.producers):
             self.save_producers()
-        if not group.is_leader:
-            return
-        self._maybe_enforce_retention(group, now_ms)
-        self._maybe_roll(group, now_ms)
+        due = _NEVER
+        if leading:
+            dropping = self._maybe_enforce_retention(group, now_ms)
+            self._maybe_roll(group, now_ms)
+            due = now_ms if dropping else self._next_due_ms(now_ms)
+        self._quiet_until = (key, due) if quiet else None
 
-    def _maybe_enforce_retention(self, group: Group, now_ms: int) -> None:
+    def _next_due_ms(self, now_ms: int) -> int:
+        """The earliest time at which retention by age or a segment roll could act on this log as it is now
+        (a later append, config change or roll changes the applied index or the policy, and so the answer)."""
+        segments = self.log.segments()
+        due = _NEVER
+        if self.retention.retention_ms >= 0:
+            cutoff = now_ms - self.retention.retention_ms
+            # The expired prefix grows when its first sealed segment that has not expired does.
+            waiting = next((seg for seg in segments[:-1] if seg.max_timestamp_ms > cutoff), None)
+            if waiting is not None:
+                due = waiting.max_timestamp_ms + self.retention.retention_ms
+        active = segments[-1]
+        if active.next_offset > active.base_offset and active.first_timestamp_ms > 0:
+            due = min(due, active.first_timestamp_ms + self.log.segment_limits[1])
+        return due
+
+    def _maybe_enforce_retention(self, group: Group, now_ms: int) -> int:
+        """Propose dropping the expired prefix; the index it drops before (0: nothing expired to drop)."""
         policy = self.retention
         drop_until = 0
         if policy.retention_ms >= 0:
@@ -359,6 +392,7 @@ class PartitionMachine:
         if drop_until and time.monotonic() - self._retention_proposed_at > 1.0:
             self._retention_proposed_at = time.monotonic()
             self.scheduler.propose(group, encode_drop_before(drop_until), _ignore, kind=raft.EntryKind.CONTROL)
+        return drop_until
 
     def _maybe_roll(self, group: Group, now_ms: int) -> None:
         active = self.log.segments()[-1]
@@ -395,6 +429,9 @@ def forget_producers_after(log_: SegmentedLog, index: int) -> None:
     saved = log_.attribute(_PRODUCERS_ATTRIBUTE)
     if saved is not None and int(saved.partition(b"\n")[0]) > index:
         log_.set_attribute(_PRODUCERS_ATTRIBUTE, None)
+
+
+_NEVER = 2**63 - 1  # ms: no time-based action comes due
 
 
 def _drop_point(expired: Sequence[SegmentInfo]) -> int:

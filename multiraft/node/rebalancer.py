@@ -116,6 +116,20 @@ class Rebalancer:
         self._clock = clock
         self._stalled_until: dict[int, float] = {}  # group id -> when a stalled move's partition may move again
         self._was_leader = False
+        # What the last idle round looked at (the state by identity, the rest by value), per step: planning
+        # is pure, so the same inputs plan nothing again, and 10,000 partitions cost a walk each per round.
+        self._idle: dict[str, tuple[ctl.ClusterState, object]] = {}
+
+    def _unchanged(self, step: str, state: ctl.ClusterState, inputs: object) -> bool:
+        """True if ``step`` found nothing to do in a round with this very state and these inputs."""
+        last = self._idle.get(step)
+        return last is not None and last[0] is state and last[1] == inputs
+
+    def _note(self, step: str, state: ctl.ClusterState, inputs: object, idle: bool) -> None:
+        if idle:
+            self._idle[step] = (state, inputs)
+        else:
+            self._idle.pop(step, None)
 
     async def run(self) -> None:
         interval = self.settings.rebalance_interval_ms / 1000
@@ -149,8 +163,15 @@ class Rebalancer:
         self._plan(state, dead, live_active)
         if self.moves:
             await self._advance(view.cluster, dead)
-        elif not any(p.learners for p in view.cluster.groups().values()):
+        elif not self._any_learners(view.cluster):
             await self._balance_preferred_leaders(view.cluster, live_active)
+
+    def _any_learners(self, state: ctl.ClusterState) -> bool:
+        if self._unchanged("learners", state, None):
+            return False
+        found = any(p.learners for p in state.groups().values())
+        self._note("learners", state, None, not found)
+        return found
 
     def dead_nodes(self, state: ctl.ClusterState) -> set[int]:
         """Registered nodes the member-list has declared dead, or seen leave, at least replace_after ago."""
@@ -174,6 +195,10 @@ class Rebalancer:
         now = self._clock()
         for group_id in [g for g, until in self._stalled_until.items() if until <= now]:
             del self._stalled_until[group_id]
+        suspect = any(self._liveness.is_suspect(n) for n in state.nodes)
+        inputs = (dead, live_active, room, stranded, set(self._stalled_until), set(self.moves), suspect)
+        if self._unchanged("plan", state, inputs):
+            return
         busy = set(self.moves) | set(self._stalled_until) | {p.group_id for p in state.groups().values() if p.learners}
         planned: list[ctl.ReplicaMove] = []
         for move in ctl.plan_repair(state, dead, live_active, room, stranded):
@@ -181,13 +206,14 @@ class Rebalancer:
             if group_id not in busy and len(planned) < budget:
                 planned.append(move)
                 busy.add(group_id)
-        if len(planned) < budget and not any(self._liveness.is_suspect(n) for n in state.nodes):
+        if len(planned) < budget and not suspect:
             # Balancing waits while a node is suspect: its replicas may be about to need repair instead.
             for move in ctl.plan_rebalance(state, live_active, budget - len(planned), room):
                 group_id = state.partition(move.topic, move.partition).group_id
                 if group_id not in busy:
                     planned.append(move)
                     busy.add(group_id)
+        self._note("plan", state, inputs, not planned)
         for move in planned:
             group_id = state.partition(move.topic, move.partition).group_id
             self.moves[group_id] = MoveProgress(move, group_id, progressed_at=self._clock())
@@ -203,6 +229,10 @@ class Rebalancer:
 
     async def _adopt(self, state: ctl.ClusterState, dead: set[int]) -> None:
         """Finish what a previous controller leader (or a cut-short move) left half done."""
+        inputs = (set(self.moves), dead)
+        if self._unchanged("adopt", state, inputs):
+            return
+        adopted = False
         for p in state.groups().values():
             if p.group_id in self.moves:
                 continue
@@ -212,6 +242,7 @@ class Rebalancer:
                 move = ctl.ReplicaMove(p.topic, p.partition, leaving, learner)
                 self.moves[p.group_id] = MoveProgress(move, p.group_id, progressed_at=self._clock())
                 log.info("adopted a replica move in flight", topic=p.topic, partition=p.partition, to_node=learner)
+                adopted = True
                 continue
             wanted = state.topics[p.topic].replication_factor
             if len(p.replicas) > wanted:
@@ -219,11 +250,13 @@ class Rebalancer:
                 if leaving is not None:
                     keep = tuple(r for r in p.replicas if r != leaving)
                     preferred = p.preferred_leader if p.preferred_leader in keep else keep[0]
+                    adopted = True
                     await self._propose(
                         ctl.SetPartitionReplicas(
                             p.topic, p.partition, keep, p.learners, preferred, p.replicas, p.learners
                         )
                     )
+        self._note("adopt", state, inputs, not adopted)
 
     def _excess_replica(
         self, state: ctl.ClusterState, p: ctl.PartitionState, dead: set[int], exclude: int | None = None
@@ -329,7 +362,10 @@ class Rebalancer:
             )
 
     async def _balance_preferred_leaders(self, state: ctl.ClusterState, live_active: list[ctl.NodeInfo]) -> None:
+        if self._unchanged("leaders", state, live_active):
+            return
         changes = ctl.plan_preferred_leaders(state, live_active)
+        self._note("leaders", state, live_active, not changes)
         for change in changes[:_PREFERRED_CHANGES_PER_ROUND]:
             p = state.partition(change.topic, change.partition)
             await self._propose(

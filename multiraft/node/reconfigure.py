@@ -17,6 +17,12 @@ it into Raft membership changes:
   :data:`REMOVAL_GRACE_S`: the leader's removal entry may never reach the removed replica, and a replica of
   a dead node that comes back must not linger. The grace keeps a metadata replay at start-up (where an
   intermediate state may not list the node) from deleting data it is about to be given back.
+
+A pass is cheap when nothing changes: a group whose configuration already matches its assignment is
+*settled* and is looked at again only when the controller's state changes, or in the full pass every
+:data:`FULL_PASS_S` (a safety net for what reaches a group's configuration without a new state, such as a
+snapshot); between those, a pass visits only the unsettled groups. Ten thousand idle replicas would
+otherwise cost a walk over all of them every 200 ms.
 """
 
 from __future__ import annotations
@@ -29,11 +35,12 @@ from multiraft import raft
 from multiraft.logging import get_logger
 from multiraft.node.scheduler import Group, Scheduler
 
-__all__ = ["Reconciler", "REMOVAL_GRACE_S", "conf_change_towards"]
+__all__ = ["Reconciler", "REMOVAL_GRACE_S", "FULL_PASS_S", "conf_change_towards"]
 
 log = get_logger(__name__)
 
 REMOVAL_GRACE_S = 5.0
+FULL_PASS_S = 5.0  # every group is looked at again at least this often, settled or not
 _VOTER_CAUGHT_UP_ENTRIES = 64  # a learner this close to the leader's last index may replace a leaving voter
 
 
@@ -83,11 +90,24 @@ class Reconciler:
         self._unassigned_since: dict[int, float] = {}
         self._publish_voters = publish_voters
         self._published: tuple[int, ...] | None = None
+        self._settled_under: ctl.ClusterState | None = None  # the state the settled groups were checked against
+        self._next_full_pass = float("-inf")
+        self._unsettled: set[int] = set()  # groups to look at in the passes between full ones
 
     def __call__(self) -> None:
         state = self._state()
         now = time.monotonic()
-        for group_id, group in list(self.scheduler.groups.items()):
+        groups = self.scheduler.groups
+        if state is not self._settled_under or now >= self._next_full_pass:
+            self._settled_under, self._next_full_pass = state, now + FULL_PASS_S
+            visit: list[int] = list(groups)
+        else:
+            visit = sorted(self._unsettled | {ctl.CONTROLLER_GROUP_ID})
+        self._unsettled = set()
+        for group_id in visit:
+            group = groups.get(group_id)
+            if group is None:
+                continue
             if group_id == ctl.CONTROLLER_GROUP_ID:
                 self._publish(group)
                 if group.is_leader:
@@ -101,10 +121,18 @@ class Reconciler:
                 # keeps leading until a remaining voter takes over (see multiraft.raft.confchange).
                 self._propose(group, partition.replicas, partition.learners)
             elif self.node_id not in partition.members:
+                self._unsettled.add(group_id)
                 self._maybe_drop(group, now)
                 continue
             self._unassigned_since.pop(group_id, None)
-        for group_id in [g for g in self._unassigned_since if g not in self.scheduler.groups]:
+            conf = group.raw.conf_state
+            if (
+                self.node_id not in partition.members
+                or conf_change_towards(conf, partition.replicas, partition.learners) is not None
+                or conf.voters_outgoing
+            ):
+                self._unsettled.add(group_id)
+        for group_id in [g for g in self._unassigned_since if g not in groups]:
             del self._unassigned_since[group_id]
 
     def _publish(self, group: Group) -> None:

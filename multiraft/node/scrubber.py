@@ -1,8 +1,10 @@
 """The scrubber: a background walk over every replica's stored entries that checks their CRCs, so damage on
 disk is found (and repaired) before a read needs the entry, on followers too.
 
-It runs on the scheduler thread in small slices (about ``scrub_bytes_per_s`` / 10 bytes every 100 ms), since
-the store's owner must not race its own writes, and reads without copying entries out of the LMDB map. A
+It runs on the scheduler thread in small slices (about ``scrub_bytes_per_s`` / 10 bytes every 100 ms, and
+at most ``MAX_GROUPS_PER_SLICE`` replicas, so that thousands of nearly empty idle replicas cost a bounded
+share of the thread rather than one walk over all of them every slice), since the store's owner must not
+race its own writes, and reads without copying entries out of the LMDB map. A
 damaged entry above the Raft compaction point is handed to the scheduler's damage path
 (:meth:`multiraft.node.scheduler.Scheduler.report_damage`): the store cuts the log before it, and the replica
 gets the entries back from the leader as a follower that may not vote for a log lacking them
@@ -22,11 +24,14 @@ from multiraft.node.scheduler import Scheduler
 from multiraft.node.threads import SchedulerOwned, on_owner_thread
 from storage import CorruptionError, StorageError
 
-__all__ = ["Scrubber", "ScrubStats", "SLICE_S"]
+__all__ = ["Scrubber", "ScrubStats", "SLICE_S", "MAX_GROUPS_PER_SLICE"]
 
 log = get_logger(__name__)
 
 SLICE_S = 0.1  # how often a slice runs; each checks about bytes_per_s * SLICE_S bytes
+# Each replica visited costs a read transaction and a few lookups whatever its size: this bounds a slice's
+# cost when the replicas are many and small (10,000 idle ones: a pass every ~2 minutes, not every slice).
+MAX_GROUPS_PER_SLICE = 8
 _REPORT_EVERY_S = 600.0  # the counters go to the log at the end of a pass, at most this often
 
 
@@ -62,6 +67,7 @@ class Scrubber(SchedulerOwned):
     def run_slice(self) -> None:
         budget = self._slice_bytes
         groups = self._scheduler.groups
+        visits = 0
         for _ in range(len(groups) + 2):  # bounded: each turn checks one group or moves to the next
             if budget <= 0:
                 return
@@ -69,8 +75,9 @@ class Scrubber(SchedulerOwned):
             if group is None:
                 if self._group_id != -1:  # removed (deleted, moved away, or taken out for repair) meanwhile
                     self._finish_group()
-                if not self._next_group():
+                if visits >= MAX_GROUPS_PER_SLICE or not self._next_group():
                     return
+                visits += 1
                 continue
             storage = group.storage
             log_ = storage.log

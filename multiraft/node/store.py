@@ -115,11 +115,11 @@ class Store(SchedulerOwned):
 
     @on_owner_thread
     def load(self) -> None:
-        """At start: the controller group (bootstrapped on a fresh initial member), then every partition
-        group on disk."""
+        """At start: the controller group (bootstrapped on a fresh initial member), then every replica on disk."""
         scheduler = self.scheduler
         store = scheduler.store
         assert store is not None
+        store.hold_transaction()  # every replica's reads in one transaction; the scheduler commits it after
         controller_log = store.log(CONTROLLER_TOPIC, 0)
         storage = self._raft_storage(controller_log, ctl.CONTROLLER_GROUP_ID)
         members = self.config.initial_members()
@@ -286,7 +286,7 @@ class Store(SchedulerOwned):
         scheduler = self.scheduler
         store = scheduler.store
         assert store is not None
-        if configs is not None and (topic, partition) in set(store.logs()):
+        if configs is not None and store.has_log(topic, partition):
             existing = store.log(topic, partition).attribute(_GROUP_ATTRIBUTE)
             if existing is not None and int(json.loads(existing)["group_id"]) != group_id:
                 # A topic deleted while this node was away and created again under the same name.

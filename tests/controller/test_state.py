@@ -37,7 +37,7 @@ from multiraft.controller import (
 )
 from multiraft.controller.state import MAX_PRODUCER_ID_BLOCK, Command
 
-from ._helpers import cluster, node, run, step
+from ._helpers import cluster, create_topic, node, run, step
 
 PINNED = validate_topic_configs({}, creating=True)
 
@@ -381,3 +381,14 @@ def test_lookups_name_what_is_missing() -> None:
         state.topic("nope")
     assert state.partitions_on_node(9) == ()
     assert state.invariant_violations() == []
+
+
+def test_a_topics_replication_factor_is_that_of_most_of_its_partitions_and_follows_a_changed_topic() -> None:
+    state = create_topic(cluster(4), "t", 3, 3)
+    assert state.topics["t"].replication_factor == 3  # asked once per partition by the rebalancer: computed once
+    p = state.partition("t", 0)
+    moving = run(state, SetPartitionReplicas("t", 0, (*p.replicas, 4), (), p.preferred_leader, p.replicas, ()))
+    assert moving.topics["t"].replication_factor == 3, "a partition in the middle of a move has one more"
+    p1 = moving.partition("t", 1)
+    wider = run(moving, SetPartitionReplicas("t", 1, (1, 2, 3, 4), (), p1.preferred_leader, p1.replicas, ()))
+    assert wider.topics["t"].replication_factor == 4

@@ -311,10 +311,13 @@ class _Raw:
 
     role = raft.Role.LEADER
 
-    def __init__(self) -> None:
+    def __init__(self, *, quiescent: bool = False) -> None:
         self.reported: list[tuple[int, bool]] = []
+        self.quiescent = quiescent
+        self.statuses = 0
 
     def status(self) -> raft.Status:
+        self.statuses += 1
         return _status({1: (30, 0), 2: (0, 25), 3: (30, 0)})
 
     def report_snapshot(self, peer: int, ok: bool) -> None:
@@ -359,3 +362,24 @@ def test_a_lost_raft_snapshot_of_a_group_without_segments_is_sent_again(
     clock.now += 2.0
     manager.leader_check(group)
     assert raw.reported == [(2, False)] and touched == [0]
+
+
+def test_the_check_of_a_quiescent_leader_asks_its_core_nothing(tmp_path: Path) -> None:
+    """A quiescent group's replicas all hold its whole log: nothing to re-send or prepare, and 10,000 idle
+    groups checked every second must not each copy their status."""
+    scheduler = cast(Scheduler, type("FakeScheduler", (), {"touch": lambda self, g: None})())
+    manager = CatchupManager(
+        node_id=1,
+        data_dir=tmp_path,
+        scheduler=scheduler,
+        call=cast(Any, None),
+        disconnect=lambda node: None,
+        views_by_group={},
+        bandwidth_bytes_per_s=0,
+        snapshot_idle_s=10.0,
+    )
+    quiet, awake = _Raw(quiescent=True), _Raw()
+    for group_id, raw in ((1, quiet), (2, awake)):
+        group = type("FakeGroup", (), {"group_id": group_id, "raw": raw, "machine": object()})()
+        manager.leader_check(cast(Any, group))
+    assert (quiet.statuses, awake.statuses) == (0, 1)

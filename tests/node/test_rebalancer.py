@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from multiraft import controller as ctl
 from multiraft.node.rebalancer import CAUGHT_UP_ENTRIES, Rebalancer, RebalanceSettings
 from tests.controller._helpers import cluster, create_topic, run
@@ -200,5 +202,36 @@ def test_a_slow_move_that_keeps_copying_is_never_aborted() -> None:
             await reb.round()
             assert found.cluster.partition("t", 0).learners == (4,)
         assert [m.phase for m in reb.snapshot()] == ["catching_up"]
+
+    asyncio.run(scenario())
+
+
+def test_an_idle_round_is_not_planned_again_until_the_state_or_the_member_list_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Placement is pure: the same state and member-list plan nothing again, so 10,000 partitions are not
+    walked every round; a node declared dead has its replicas replaced in the next round as before."""
+    calls: list[str] = []
+    for name in ("plan_repair", "plan_rebalance", "plan_preferred_leaders"):
+        real = getattr(ctl, name)
+        monkeypatch.setattr(ctl, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+
+    async def scenario() -> None:
+        state = cluster(4)
+        state = create_topic(state, "t", 4, 3, nodes=list(state.nodes.values()))
+        liveness = FakeLiveness()
+        reb, _found, _, controller = rebalancer(state, liveness)
+        await reb.round()
+        assert reb.snapshot() == [] and controller.calls == [], "balanced: nothing to move"
+        planned = len(calls)
+        assert planned >= 2
+        await reb.round()
+        await reb.round()
+        assert len(calls) == planned, "nothing changed: nothing planned again"
+        liveness.states[3], liveness.gone[3] = "dead", 5.0
+        await reb.round()
+        assert len(calls) > planned
+        moves = reb.snapshot()
+        assert moves and all(m.move.to_node != 3 for m in moves), "the dead node's replicas are being replaced"
 
     asyncio.run(scenario())

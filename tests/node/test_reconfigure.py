@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from multiraft import controller as ctl
 from multiraft import raft
 from multiraft.node import reconfigure
-from multiraft.node.reconfigure import REMOVAL_GRACE_S, Reconciler, conf_change_towards
+from multiraft.node.reconfigure import FULL_PASS_S, REMOVAL_GRACE_S, Reconciler, conf_change_towards
 from multiraft.node.scheduler import Group, Scheduler
 from tests.controller._helpers import cluster, run
 
@@ -196,6 +196,40 @@ def test_a_change_raft_refuses_is_proposed_again_on_the_next_pass(clock: Clock, 
     w.reconciler()
     assert group.raw.proposed == [change((ADD_LEARNER, 4))]
     assert w.scheduler.touched == [group.group_id]
+
+
+def test_a_settled_group_is_looked_at_again_only_under_a_new_state_or_in_the_next_full_pass(clock: Clock) -> None:
+    w = world((1, 2, 3))
+    settled = w.host(w.group_of(), (1, 2, 3))
+    w.reconciler()
+    # Its configuration drifts without a new state (as a snapshot could make it): the passes in between skip it.
+    settled.raw.conf_state = raft.ConfState((1, 2, 3, 4))
+    clock.now += TICK
+    w.reconciler()
+    assert settled.raw.proposed == []
+    clock.now += FULL_PASS_S
+    w.reconciler()
+    assert settled.raw.proposed == [change((REMOVE, 4))]
+
+
+def test_a_new_controller_state_has_every_settled_group_looked_at_again(clock: Clock) -> None:
+    w = world((1, 2, 3))
+    group = w.host(w.group_of(), (1, 2, 3))
+    w.reconciler()
+    clock.now += TICK
+    w.assign((1, 2, 3), (4,))
+    w.reconciler()
+    assert group.raw.proposed == [change((ADD_LEARNER, 4))]
+
+
+def test_an_unsettled_group_is_looked_at_on_every_pass(clock: Clock) -> None:
+    w = world((1, 2, 3), (4,))
+    group = w.host(w.group_of(), (1, 2, 3), is_leader=False)  # a follower: its leader adds the learner
+    w.reconciler()
+    group.is_leader = True  # then it leads, the configuration not there yet
+    clock.now += TICK
+    w.reconciler()
+    assert group.raw.proposed == [change((ADD_LEARNER, 4))]
 
 
 def test_a_joint_configuration_is_left_alone(clock: Clock) -> None:

@@ -12,7 +12,7 @@ import pytest
 from multiraft import raft
 from multiraft.node.raftlog import RaftLogStorage, SnapshotManifest
 from multiraft.node.scheduler import Group, Scheduler
-from multiraft.node.scrubber import SLICE_S, Scrubber
+from multiraft.node.scrubber import MAX_GROUPS_PER_SLICE, SLICE_S, Scrubber
 from multiraft.node.threads import ThreadOwner
 from storage import LogStore, StorageConfig, encode_batch
 from tests.damage import flip_every_copy
@@ -63,6 +63,20 @@ def test_each_slice_checks_about_its_share_of_the_budget_and_a_pass_covers_every
         slices += 1
     assert scrubber.stats.entries == 80 and 8 <= slices <= 12
     assert scheduler.reported == [] and scrubber.stats.corruptions == 0
+
+
+def test_a_slice_visits_a_bounded_number_of_small_replicas_and_later_slices_cover_the_rest(store: LogStore) -> None:
+    replicas = 2 * MAX_GROUPS_PER_SLICE + 3
+    scheduler = FakeScheduler({g: _group(store, g, 2) for g in range(1, replicas + 1)})
+    store.sync()
+    scrubber = _scrubber(scheduler, bytes_per_s=1 << 30)  # bytes never run out: only the visits bound a slice
+    scrubber.run_slice()
+    assert scrubber.stats.entries == 2 * MAX_GROUPS_PER_SLICE and scrubber.stats.passes == 0
+    slices = 1
+    while scrubber.stats.passes < 1 and slices < 10:
+        scrubber.run_slice()
+        slices += 1
+    assert slices == 3 and 2 * replicas <= scrubber.stats.entries <= 3 * 2 * MAX_GROUPS_PER_SLICE
 
 
 def test_a_damaged_entry_is_reported_for_repair_and_counted(store: LogStore, tmp_path: Path) -> None:

@@ -496,3 +496,16 @@ def test_the_admin_service_asks_the_controller_with_typed_commands() -> None:
         assert not isinstance(controller.calls[0], CreateTopicRequest)
 
     asyncio.run(scenario())
+
+
+def test_the_partitions_led_here_follow_their_views_leadership() -> None:
+    """The leader broadcast asks this four times a second: kept as views change, never a walk over them."""
+    found = directory(cluster_with_topic(partitions=3), node_id=1)
+    views = [lead(found, "orders", p) for p in range(3)]
+    assert found.led_here() == {v.group_id: 1 for v in views}
+    first, second, third = views
+    second.update(high_watermark=0, log_start_offset=0, leader_id=1, term=4, leader=True, current=True)
+    first.update(high_watermark=0, log_start_offset=0, leader_id=2, term=2, leader=False, current=False)
+    found.remove_view(third)
+    assert found.led_here() == {second.group_id: 4}
+    assert found.leader_of(second.group_id) == 1

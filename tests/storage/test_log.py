@@ -333,6 +333,35 @@ def test_deleting_a_log_removes_it_and_frees_its_segments(tmp_path: Path) -> Non
         assert store.log("t", 0).last_index() == 0
 
 
+def test_a_held_transaction_serves_the_owners_reads_and_the_next_sync_commits_it(tmp_path: Path) -> None:
+    with LogStore.open(tmp_path, SMALL) as store:
+        store.log("t", 0).append([data(i) for i in range(1, 4)])
+        store.sync()
+        store.hold_transaction()
+        assert store.writes_pending
+        assert store.log("t", 0).last_index() == 3 and store.log("t", 0).entries(1, 4)[-1].index == 3
+        store.log("t", 1)  # written in the held transaction
+        store.sync()
+        assert not store.writes_pending
+    with LogStore.open(tmp_path, SMALL) as store:
+        assert store.logs() == [("t", 0), ("t", 1)]
+
+
+def test_a_log_exists_once_created_until_deleted_or_rolled_back_and_across_a_restart(tmp_path: Path) -> None:
+    with LogStore.open(tmp_path, SMALL) as store:
+        assert not store.has_log("t", 0)
+        store.log("t", 0)
+        assert store.has_log("t", 0) and not store.has_log("t", 1)
+        store.sync()
+        store.log("t", 1)
+        store.rollback()
+        assert store.has_log("t", 0) and not store.has_log("t", 1)
+    with LogStore.open(tmp_path, SMALL) as store:
+        assert store.has_log("t", 0)  # known from the file alone, before anything opened it
+        store.delete_log("t", 0)
+        assert not store.has_log("t", 0)
+
+
 @pytest.mark.parametrize(
     ("bad", "error", "message"),
     [

@@ -133,6 +133,13 @@ class CatchupLeader:
         group_id = group.group_id
         if group.raw.role is not raft.Role.LEADER:
             return
+        if group.raw.quiescent:
+            # Every replica held the whole log when the group went quiet (RawNode's rule), so none waits for a
+            # snapshot or is behind; skipping the status copy keeps thousands of idle groups cheap.
+            if self._pending_since:
+                for key in [key for key in self._pending_since if key[0] == group_id]:
+                    del self._pending_since[key]
+            return
         status = group.raw.status()
         now = time.monotonic()
         pending = False
