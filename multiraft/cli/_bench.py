@@ -36,7 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from multiraft import trace
 from multiraft.cli._bench_cluster import Target, bench_target, delete_topic, node_cpu_seconds, prepare_topic
-from multiraft.cli._bench_e2e import take_samples, warm_up
+from multiraft.cli._bench_e2e import Reader, warm_up
 from multiraft.cli._bench_options import (
     CLIENT_PANEL,
     WORKLOAD_PANEL,
@@ -160,12 +160,11 @@ def _run_workers(
     total: int | None,
     duration_s: float | None,
     show_progress: bool,
-    while_running: Callable[[], None] | None = None,
     finished: Callable[[list[WorkerResult]], bool] | None = None,
 ) -> _Phase:
     """Start one spawned process per spec, wait until all are ready, start them together, show progress, and
-    collect their results. ``while_running`` is called in a loop meanwhile (the e2e consumer), instead of
-    sleeping; after the workers end it keeps being called until ``finished(results)`` says so (bounded)."""
+    collect their results; then wait until ``finished(results)`` says so (bounded: the e2e consumer, on a
+    thread of its own, sees the last records)."""
     context: SpawnContext = multiprocessing.get_context("spawn")
     counter = context.Value("q", 0)
     results: multiprocessing.Queue[WorkerResult] = context.Queue()
@@ -200,18 +199,16 @@ def _run_workers(
             task = progress.add_task(description, total=total if total is not None else None, rate="")
             while len(collected) < len(processes):
                 _show(progress, task, counter.value, started, total, duration_s)
-                if while_running is not None:
-                    while_running()
                 with contextlib.suppress(queue.Empty):
-                    collected.append(results.get(timeout=0.01 if while_running else 0.1))
+                    collected.append(results.get(timeout=0.1))
                 if any(p.exitcode not in (None, 0) for p in processes) and results.empty():
                     time.sleep(0.5)  # its result may still be in the pipe
                     if results.empty():
                         raise RuntimeError("a bench worker process died; see its traceback above")
-            if while_running is not None and finished is not None:
+            if finished is not None:
                 wait_until = time.monotonic() + 30
                 while not finished(collected) and time.monotonic() < wait_until:
-                    while_running()
+                    time.sleep(0.01)
             _show(progress, task, counter.value, started, total, duration_s)
         wall = time.monotonic() - started
         nodes_after = node_cpu_seconds(target.node_pids)
@@ -336,15 +333,13 @@ def _mode_e2e(params: Params, target: Target, topic: str, partitions: int, show:
             consumer.position(tp)  # resolve "latest" now, before the first record is sent
         warm_up(consumer, target, topic, partitions)
 
-        def read() -> None:
-            take_samples(consumer.poll(timeout_s=0.02), samples)
-
         def all_seen(results: list[WorkerResult]) -> bool:
             return len(results) == len(specs) and len(samples) >= sum(r.records for r in results)
 
-        phase = _run_workers(
-            specs, target, f"end to end through {topic}", params.count, params.duration_s, show, read, all_seen
-        )
+        with Reader(consumer, samples):
+            phase = _run_workers(
+                specs, target, f"end to end through {topic}", params.count, params.duration_s, show, all_seen
+            )
     finally:
         consumer.close()
     records = sum(r.records for r in phase.results)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -10,7 +11,9 @@ from multiraft import trace
 from multiraft.cli._bench_cluster import Target
 from multiraft.cli._bench_worker import STAMP
 
-__all__ = ["take_samples", "warm_up"]
+__all__ = ["Reader", "take_samples", "warm_up"]
+
+_POLL_S = 0.05  # poll() returns as soon as a record is there; this only bounds how late stop() is seen
 
 
 def take_samples(records: Iterable[Any], samples: list[float]) -> None:
@@ -25,6 +28,35 @@ def take_samples(records: Iterable[Any], samples: list[float]) -> None:
                 samples.append((now - stamp) / 1e6)
                 if trace.ON:
                     trace.event("polled", f"r{record.topic}/{record.partition}@{record.offset}", f"s{stamp}")
+
+
+class Reader:
+    """Polls the consumer on a thread of its own from ``with`` to its end, so that a record is seen as soon as
+    the client has it: with polls taking turns with other work on one thread, a record waits for the turn."""
+
+    def __init__(self, consumer: Any, samples: list[float]) -> None:
+        self._consumer = consumer
+        self._samples = samples
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-e2e-consumer", daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                take_samples(self._consumer.poll(timeout_s=_POLL_S), self._samples)
+        except BaseException as exc:  # raised again on the main thread by __exit__
+            self.error = exc
+
+    def __enter__(self) -> Reader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self.error is not None:
+            raise self.error
 
 
 def warm_up(consumer: Any, target: Target, topic: str, partitions: int, rounds: int = 3) -> None:
