@@ -580,7 +580,9 @@ def e2e(
     trace_dir: TraceOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """End to end: from send() to a consumer in this process seeing the record, at a fixed offered --rate."""
+    """End to end: from send() to a consumer in this process seeing the record, at a fixed offered --rate.
+    Producers linger 5 ms by default: at 1,000 msg/s on 2 cores a shorter linger makes more batches, which cost
+    more than the wait they save. --trace DIR prints where the time goes, stage by stage."""
     params = Params(
         "e2e", local, topic, partitions, replication_factor, message_size, count, duration, producers,
         linger_ms, batch_bytes, max_in_flight, compression.value, rate=rate, secure=secure,
