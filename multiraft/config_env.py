@@ -18,6 +18,7 @@ IGNORED_VARIABLES = frozenset(
         "MULTIRAFT_USER",
         "MULTIRAFT_PASSWORD_FILE",
         "MULTIRAFT_BOOTSTRAP_USER",  # read by multiraft.node.security: the cluster's first user
+        "MULTIRAFT_TRACE",  # multiraft.trace: stage timestamps into this directory (nodes and clients)
     }
 )
 DEBUG_PREFIX = "MULTIRAFT_DEBUG_"  # diagnostics switches, not settings

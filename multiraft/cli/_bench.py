@@ -34,7 +34,9 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from multiraft import trace
 from multiraft.cli._bench_cluster import Target, bench_target, delete_topic, node_cpu_seconds, prepare_topic
+from multiraft.cli._bench_e2e import Reader, warm_up
 from multiraft.cli._bench_options import (
     CLIENT_PANEL,
     WORKLOAD_PANEL,
@@ -52,9 +54,11 @@ from multiraft.cli._bench_options import (
     SecureOption,
     SizeOption,
     TopicOption,
+    TraceOption,
 )
 from multiraft.cli._bench_report import ACK_GUARANTEE, machine, percentiles, print_table
-from multiraft.cli._bench_worker import STAMP, WorkerResult, WorkerSpec, cpu_seconds, run_worker
+from multiraft.cli._bench_trace import breakdown, format_breakdown, read_lines
+from multiraft.cli._bench_worker import WorkerResult, WorkerSpec, cpu_seconds, run_worker
 from multiraft.cli._common import err_console
 from multiraft.cli._options import BootstrapOption, ClusterDirOption, fail
 from multiraft.cli._produce import Compression
@@ -93,6 +97,7 @@ class Params:
     rate: float = 0.0
     fetch_max_bytes: int = 16 << 20
     secure: bool = False
+    trace_dir: str | None = None  # e2e: MULTIRAFT_TRACE for the nodes and clients (see multiraft.trace)
 
 
 @dataclass
@@ -155,12 +160,11 @@ def _run_workers(
     total: int | None,
     duration_s: float | None,
     show_progress: bool,
-    while_running: Callable[[], None] | None = None,
     finished: Callable[[list[WorkerResult]], bool] | None = None,
 ) -> _Phase:
     """Start one spawned process per spec, wait until all are ready, start them together, show progress, and
-    collect their results. ``while_running`` is called in a loop meanwhile (the e2e consumer), instead of
-    sleeping; after the workers end it keeps being called until ``finished(results)`` says so (bounded)."""
+    collect their results; then wait until ``finished(results)`` says so (bounded: the e2e consumer, on a
+    thread of its own, sees the last records)."""
     context: SpawnContext = multiprocessing.get_context("spawn")
     counter = context.Value("q", 0)
     results: multiprocessing.Queue[WorkerResult] = context.Queue()
@@ -195,18 +199,16 @@ def _run_workers(
             task = progress.add_task(description, total=total if total is not None else None, rate="")
             while len(collected) < len(processes):
                 _show(progress, task, counter.value, started, total, duration_s)
-                if while_running is not None:
-                    while_running()
                 with contextlib.suppress(queue.Empty):
-                    collected.append(results.get(timeout=0.01 if while_running else 0.1))
+                    collected.append(results.get(timeout=0.1))
                 if any(p.exitcode not in (None, 0) for p in processes) and results.empty():
                     time.sleep(0.5)  # its result may still be in the pipe
                     if results.empty():
                         raise RuntimeError("a bench worker process died; see its traceback above")
-            if while_running is not None and finished is not None:
+            if finished is not None:
                 wait_until = time.monotonic() + 30
                 while not finished(collected) and time.monotonic() < wait_until:
-                    while_running()
+                    time.sleep(0.01)
             _show(progress, task, counter.value, started, total, duration_s)
         wall = time.monotonic() - started
         nodes_after = node_cpu_seconds(target.node_pids)
@@ -329,22 +331,15 @@ def _mode_e2e(params: Params, target: Target, topic: str, partitions: int, show:
         consumer.assign([TopicPartition(topic, p) for p in range(partitions)], start="latest")
         for tp in consumer.assignment():
             consumer.position(tp)  # resolve "latest" now, before the first record is sent
-        _warm_up(consumer, target, topic, partitions)
-
-        def read() -> None:
-            for record in consumer.poll(timeout_s=0.02):
-                value = record.value
-                if value is not None and len(value) >= STAMP.size:
-                    stamp = STAMP.unpack_from(value)[0]
-                    if stamp:  # 0: a warm-up record
-                        samples.append((time.monotonic_ns() - stamp) / 1e6)
+        warm_up(consumer, target, topic, partitions)
 
         def all_seen(results: list[WorkerResult]) -> bool:
             return len(results) == len(specs) and len(samples) >= sum(r.records for r in results)
 
-        phase = _run_workers(
-            specs, target, f"end to end through {topic}", params.count, params.duration_s, show, read, all_seen
-        )
+        with Reader(consumer, samples):
+            phase = _run_workers(
+                specs, target, f"end to end through {topic}", params.count, params.duration_s, show, all_seen
+            )
     finally:
         consumer.close()
     records = sum(r.records for r in phase.results)
@@ -353,21 +348,6 @@ def _mode_e2e(params: Params, target: Target, topic: str, partitions: int, show:
     figures["offered_rate"] = params.rate
     figures["unseen"] = max(0, records - len(samples))
     return figures
-
-
-def _warm_up(consumer: Any, target: Target, topic: str, partitions: int, rounds: int = 3) -> None:
-    """A consumer's first fetches take a second or more (connections, leaders, positions), and it then catches
-    up over the next few hundred milliseconds: measured from cold, e2e would report that. So send a few
-    records (stamp 0) to every partition, one at a time, and poll until each is seen."""
-    from multiraft.client import Producer
-
-    with Producer(target.bootstrap, linger_ms=0, **target.client) as producer:
-        for _ in range(rounds):
-            for partition in range(partitions):
-                producer.send(topic, STAMP.pack(0), partition=partition).result()
-                deadline = time.monotonic() + 10
-                while not consumer.poll(timeout_s=0.2) and time.monotonic() < deadline:
-                    pass
 
 
 _MODES: dict[str, Callable[[Params, Target, str, int, bool], dict[str, Any]]] = {
@@ -419,6 +399,8 @@ def _run(params: Params, bootstrap: str | None, cluster_dir: Path | None, as_jso
         )
     if params.mode == "e2e" and params.rate <= 0:
         fail("--rate must be positive")
+    if params.trace_dir is not None:
+        trace.configure(params.trace_dir, "bench")  # before the cluster and the workers start: they inherit it
     show = err_console.is_terminal
     # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C: workers and a local cluster are stopped.
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -437,10 +419,16 @@ def _run(params: Params, bootstrap: str | None, cluster_dir: Path | None, as_jso
         fail(f"bench {params.mode} failed: {exc}")
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if params.trace_dir is not None:
+            trace.configure(None)
+    if params.trace_dir is not None:
+        figures["trace"] = breakdown(read_lines(params.trace_dir))
+        err_console.print(format_breakdown(figures["trace"]), highlight=False)
     report_params = asdict(params)
     report_params.update(topic=topic, partitions=partitions, topic_created=created)
     if params.mode != "e2e":
         report_params.pop("rate")
+        report_params.pop("trace_dir")
     if params.mode != "consume":
         report_params.pop("consumers")
         report_params.pop("fetch_max_bytes")
@@ -589,11 +577,15 @@ def e2e(
     batch_bytes: BatchBytesOption = 1 << 20,
     max_in_flight: InFlightOption = 5,
     compression: CompressionOption = Compression.NONE,
+    trace_dir: TraceOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """End to end: from send() to a consumer in this process seeing the record, at a fixed offered --rate."""
+    """End to end: from send() to a consumer in this process seeing the record, at a fixed offered --rate.
+    Producers linger 5 ms by default: at 1,000 msg/s on 2 cores a shorter linger makes more batches, which cost
+    more than the wait they save. --trace DIR prints where the time goes, stage by stage."""
     params = Params(
         "e2e", local, topic, partitions, replication_factor, message_size, count, duration, producers,
-        linger_ms, batch_bytes, max_in_flight, compression.value, rate=rate, secure=secure
+        linger_ms, batch_bytes, max_in_flight, compression.value, rate=rate, secure=secure,
+        trace_dir=str(trace_dir) if trace_dir is not None else None,
     )  # fmt: skip
     _run(params, bootstrap, cluster_dir, as_json)

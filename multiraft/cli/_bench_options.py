@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -26,6 +27,7 @@ __all__ = [
     "InFlightOption",
     "CompressionOption",
     "JsonOption",
+    "TraceOption",
 ]
 
 CLUSTER_PANEL = "Cluster"
@@ -114,4 +116,13 @@ CompressionOption = Annotated[
 ]
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print exactly one JSON object on stdout (progress stays on stderr).")
+]
+TraceOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--trace",
+        help="Trace each batch's stages into this directory (MULTIRAFT_TRACE for the local nodes and the "
+        "clients; nodes of an existing cluster must be started with it) and print where the time goes.",
+        rich_help_panel=CLIENT_PANEL,
+    ),
 ]

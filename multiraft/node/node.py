@@ -28,7 +28,7 @@ from typing import Protocol
 
 from membership import EventKind, MemberEvent
 from multiraft import controller as ctl
-from multiraft import raft
+from multiraft import raft, trace
 from multiraft.config import NodeConfig
 from multiraft.errors import MultiraftError, UnavailableError
 from multiraft.logging import get_logger
@@ -61,6 +61,7 @@ from multiraft.node.services.groups import GroupsService, GroupsSettings
 from multiraft.node.status import MoveReporter, StatusCollector, move_report
 from multiraft.node.store import Store, StoreClient
 from multiraft.node.threads import LoopHandoff, LoopOwned, SchedulerHandoff, ThreadOwner
+from multiraft.node.tracing import trace_peer_messages
 from multiraft.node.transport import PeerTransport
 from multiraft.tls import peer_tls
 from storage import (
@@ -136,6 +137,7 @@ class Node(LoopOwned):
     def __init__(self, config: NodeConfig) -> None:
         self.config = config.validate()
         self.node_id = config.node_id
+        trace.set_label(f"node{self.node_id}")
         self.owner = ThreadOwner("event loop")
         self.directory = Directory(self.node_id, self.owner)
         self.liveness = _Liveness(self.node_id)
@@ -494,6 +496,8 @@ class Node(LoopOwned):
             transport.send(to_node, messages)
 
     def _deliver(self, from_node: int, messages: list[tuple[int, raft.Message]]) -> None:
+        if trace.ON:
+            trace_peer_messages(messages)
         if self._isolation is not None and self._isolation.drop_incoming(from_node, messages):
             return
         scheduler = self._scheduler

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from multiraft import raft
+from multiraft import raft, trace
 from multiraft.errors import MultiraftError, ProducerError
 from multiraft.logging import get_logger
 from multiraft.node.control import ControlKind, decode_control, encode_drop_before, encode_roll
@@ -89,6 +89,8 @@ class PartitionView:
         if high_watermark != self.high_watermark:
             self.high_watermark = high_watermark
             self._wake_waiters()
+            if trace.ON and leader:
+                trace.upto("hw_visible", self.topic, self.partition, high_watermark)
 
     def report_damage(self, index: int | None) -> None:
         """A read of this replica found the entry at ``index`` damaged: have the store repair the replica."""
@@ -164,7 +166,9 @@ class PartitionMachine:
         """Propose a produced batch on the leader, unless it repeats one already written or in flight."""
         producer_id = header.producer_id
         if producer_id < 0:
-            self.scheduler.propose(group, batch, completion)
+            index = self.scheduler.propose(group, batch, completion)
+            if trace.ON and index is not None:
+                trace.event("proposed", trace.batch_key(batch), trace.entry_key(self.group_id, index))
             return
         try:
             verdict, original = self.producers.check(
@@ -183,6 +187,8 @@ class PartitionMachine:
         index = self.scheduler.propose(group, batch, completion)
         if index is not None:
             self.producers.track(producer_id, header.base_sequence, header.record_count, index)
+            if trace.ON:
+                trace.event("proposed", trace.batch_key(batch), trace.entry_key(self.group_id, index))
 
     def _apply_producer_batch(self, entry: raft.Entry, header: BatchHeader) -> ProduceResult:
         base_offset = self.log.offset_after(entry.index) - header.record_count
@@ -271,6 +277,8 @@ class PartitionMachine:
             self._applied_index = entry.index
             if entry.kind == data:
                 header = read_header(entry.payload)
+                if trace.ON and self._leading:
+                    self._trace_applied(entry, header)
                 result: ProduceResult | None = None
                 if header.producer_id >= 0:
                     result = self._apply_producer_batch(entry, header)
@@ -288,6 +296,11 @@ class PartitionMachine:
             self.high_watermark = self.log.offset_after(last.index)
         self._publish(group)
         return results
+
+    def _trace_applied(self, entry: raft.Entry, header: BatchHeader) -> None:
+        base = self.log.offset_after(entry.index) - header.record_count
+        position = trace.position_key(self.topic, self.partition, base, header.record_count)
+        trace.event("applied", trace.entry_key(self.group_id, entry.index), position)
 
     def on_role_change(self, group: Group, soft_state: raft.SoftState) -> None:
         leading = soft_state.role is raft.Role.LEADER

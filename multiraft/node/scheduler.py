@@ -33,13 +33,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from multiraft import raft
+from multiraft import raft, trace
 from multiraft.errors import NotLeaderError, RecordTooLargeError, StorageFailureError, UnavailableError
 from multiraft.logging import get_logger
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.reads import LinearizableReads
 from multiraft.node.term_guard import TermGuard
 from multiraft.node.threads import ThreadOwner
+from multiraft.node.tracing import trace_persisted
 from storage import CorruptionError, LogStore, StorageConfig, StorageError, StorageFullError
 
 __all__ = ["Scheduler", "Group", "StateMachine", "Completion", "Outbox", "DamageHandler", "damaged_index"]
@@ -404,6 +405,8 @@ class Scheduler:
                 return
             unsent = set() if must_sync else {id(ready) for _, ready in readies}
             written = self._persist_what_fits(written, exc, unsent)
+        if trace.ON:
+            trace_persisted(written)
         if not self._parked and self.storage_full:
             log.info("storage has room again; the writes that waited are durable")
             self.storage_full = ""

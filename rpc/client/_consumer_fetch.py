@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
+from multiraft import trace
 from multiraft.errors import (
     MultiraftError,
     NotLeaderError,
@@ -77,6 +78,8 @@ def collect(partitions: Mapping[TopicPartition, PartitionBuffer], max_poll_recor
             if response is None:
                 break
             state.take_in(response)
+            if trace.ON:
+                trace.upto("client_decoded", state.tp.topic, state.tp.partition, state.fetch_offset)
         if stream is not None and stream.done and not stream.responses:
             state.stream = None
             if stream.error is not None:

@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from multiraft import trace
 from multiraft.errors import MultiraftError, UnavailableError
 from multiraft.logging import get_logger
 from rpc.client._aio import cancel_all_tasks
@@ -103,6 +104,8 @@ class PartitionStream:
                 if self._stopped():
                     return
                 self.responses.append(response)
+                if trace.ON:
+                    trace.upto("client_received", request.topic, request.partition, response.next_offset)
                 notify()
                 while len(self.responses) >= self._window and not self._stopped():
                     self._space.clear()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import grpc
 import grpc.aio
 
+from multiraft import trace
 from multiraft.errors import ConnectionFailedError, MultiraftError, RequestTimeoutError, UnavailableError
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
@@ -105,6 +106,8 @@ class NodeStream:
                     return
                 request, batch = item
                 batch.maybe_written = True
+                if trace.ON:
+                    trace.event("produce_written", trace.batch_key(request.batch))
                 await call.write(request)
 
     async def _run(self) -> None:

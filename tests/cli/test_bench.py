@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from multiraft.cli._bench_trace import STAGES
 from tests.cli._helpers import invoke, ok, one_error_line, run_cli
 from tests.integration._helpers import Cluster
 
@@ -84,6 +86,18 @@ def test_consume_latency_and_e2e_against_one_cluster(shared_cluster: Cluster) ->
     # The topics each run created are deleted again.
     topics = ok(run_cli("topic", "list", bootstrap=shared_cluster.bootstrap))
     assert "bench-" not in topics
+
+
+def test_e2e_with_trace_breaks_each_records_time_down_by_stage_from_send_to_poll(tmp_path: Path) -> None:
+    # Every process of a local cluster and of the bench writes its stages; the report joins them per record.
+    e2e = _bench("e2e", "--local", "3", "--count", "300", "--rate", "500", "--trace", str(tmp_path), *_SMALL)
+    assert e2e["records"] == 300 and e2e["samples"] == 300 and e2e["params"]["trace_dir"] == str(tmp_path)
+    assert e2e["trace"]["records"] == 300
+    rows = {row["stage"]: row for row in e2e["trace"]["stages"]}
+    assert list(rows) == list(STAGES)
+    assert all(row["samples"] == 300 for row in rows.values()), rows
+    assert rows["polled"]["since_send_p50_ms"] >= rows["leader_received"]["since_send_p50_ms"] > 0
+    assert {path.name.split("-")[0] for path in tmp_path.glob("*.trace")} >= {"bench", "node1", "node2", "node3"}
 
 
 @pytest.mark.parametrize(

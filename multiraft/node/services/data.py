@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from multiraft import controller as ctl
+from multiraft import trace
 from multiraft.errors import (
     AuthorizationFailedError,
     CorruptBatchError,
@@ -103,6 +104,8 @@ class DataService:
         loop = asyncio.get_running_loop()
         try:
             view, header = self._check_produce(topic, partition, batch)
+            if trace.ON:
+                trace.event("leader_received", trace.batch_key(batch))
             if timeout_ms < 0:
                 raise InvalidArgumentError("timeout_ms must be >= 0", field="timeout_ms")
             size = len(batch)
@@ -270,6 +273,8 @@ class DataService:
         while True:
             result = await self.fetch(topic, partition, offset, max_bytes, self._limits.fetch_max_wait_ms)
             if result.batches:
+                if trace.ON:
+                    trace.upto("pushed", topic, partition, result.next_offset)
                 yield result
                 offset = result.next_offset
 
