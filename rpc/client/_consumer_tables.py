@@ -50,19 +50,28 @@ def as_records(tables: list[tuple[TopicPartition, pa.Table]]) -> list[Record]:
     return records
 
 
+def _repeated(tp: TopicPartition, n: int) -> tuple[pa.Array, pa.Array]:
+    """The topic and partition columns of ``n`` rows, from buffers: ``pa.scalar`` would import pandas (a
+    second of CPU in a consumer's first ``poll_arrow()``)."""
+    import numpy as np
+    import pyarrow as pa
+
+    name = tp.topic.encode()
+    if n * len(name) >= 2**31:
+        raise ValueError(f"{n} rows of topic {tp.topic!r} exceed an Arrow string column; poll fewer records")
+    offsets = pa.py_buffer(np.arange(0, n + 1, dtype=np.int32) * np.int32(len(name)))
+    topic = pa.Array.from_buffers(pa.string(), n, [None, offsets, pa.py_buffer(name * n)])
+    partition = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, tp.partition, np.int32))])
+    return topic, partition
+
+
 def as_table(tables: list[tuple[TopicPartition, pa.Table]]) -> pa.Table:
     import pyarrow as pa
 
     schema = arrow_schema()
     parts = []
     for tp, table in tables:
-        n = table.num_rows
-        columns = [
-            pa.repeat(pa.scalar(tp.topic, pa.string()), n),
-            pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-            *table.columns,
-        ]
-        parts.append(pa.Table.from_arrays(columns, schema=schema))
+        parts.append(pa.Table.from_arrays([*_repeated(tp, table.num_rows), *table.columns], schema=schema))
     if not parts:
         return schema.empty_table()
     return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
