@@ -3,6 +3,8 @@ one Arrow table with topic and partition columns."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from rpc.client._records import Record, TopicPartition
@@ -29,24 +31,27 @@ def arrow_schema() -> pa.Schema:
 
 
 def as_records(tables: list[tuple[TopicPartition, pa.Table]]) -> list[Record]:
+    """One Record per row, built column by column: the lists come from Arrow in C, and ``tuple.__new__``
+    over ``zip`` makes each Record without a Python-level call per record."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     records: list[Record] = []
     for tp, table in tables:
+        n = table.num_rows
         offsets = table.column("offset").to_pylist()
-        timestamps = table.column("timestamp").cast("int64").to_pylist()
+        timestamps = table.column("timestamp").cast(pa.int64()).to_pylist()
         keys = table.column("key").to_pylist()
         values = table.column("value").to_pylist()
         headers = table.column("headers")
+        header_tuples: Iterable[tuple[tuple[str, bytes | None], ...]]
         if not pc.sum(pc.list_value_length(headers)).as_py():
-            header_tuples: list[tuple[tuple[str, bytes | None], ...]] = [()] * len(offsets)
+            header_tuples = repeat((), n)
         else:
             header_tuples = [tuple((h["key"], h["value"]) for h in row) if row else () for row in headers.to_pylist()]
-        topic, partition = tp
-        records.extend(
-            Record(topic, partition, o, t, k, v, h)
-            for o, t, k, v, h in zip(offsets, timestamps, keys, values, header_tuples, strict=True)
-        )
+        where = repeat(tp.topic, n), repeat(tp.partition, n)
+        fields = zip(*where, offsets, timestamps, keys, values, header_tuples, strict=True)
+        records += map(tuple.__new__, repeat(Record, n), fields)
     return records
 
 
