@@ -42,7 +42,16 @@ _CLOSE_TIMEOUT_S = 5.0
 # No BDP probing: the HTTP/2 window stays at its initial size instead of growing to megabytes per
 # stream, so a stream whose queue is full holds about one more window in the transport (grpc still
 # widens the window for a message larger than it while the reader waits for that message).
-_STREAM_CHANNEL_OPTIONS = [*CHANNEL_OPTIONS, ("grpc.http2.bdp_probe", 0)]
+# Reads of up to a few MiB (gRPC's default chunk is 8 KiB) and frames of up to 1 MiB: fewer syscalls and
+# frames per pushed response (about 5 % of the consumer's CPU at 1 KiB values).
+_STREAM_CHANNEL_OPTIONS = [
+    *CHANNEL_OPTIONS,
+    ("grpc.http2.bdp_probe", 0),
+    ("grpc.experimental.tcp_read_chunk_size", 1 << 20),
+    ("grpc.experimental.tcp_min_read_chunk_size", 256 << 10),
+    ("grpc.experimental.tcp_max_read_chunk_size", 4 << 20),
+    ("grpc.http2.max_frame_size", 1 << 20),
+]
 _SUBSCRIBE_METHOD = f"/{pb.DESCRIPTOR.services_by_name['Log'].full_name}/Subscribe"  # as LogStub names it
 
 
