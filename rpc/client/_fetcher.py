@@ -107,6 +107,9 @@ class PartitionStream:
                 return
             call = subscribe(request)
             async for response in call:
+                if response is None:  # gRPC logged why parse_fetch_response refused it, and gave None
+                    self.error = UnavailableError("a pushed response could not be parsed")
+                    return
                 if response.error is not None:
                     self.error = from_proto_error(response.error)
                     return

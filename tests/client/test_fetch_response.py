@@ -7,13 +7,20 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from multiraft.errors import UnavailableError
 from rpc.client._fetch_response import parse_fetch_response
+from rpc.client._fetcher import StreamFetcher
 from rpc.proto import multiraft_pb2 as pb
 from storage import encode_batch
 
@@ -110,7 +117,9 @@ def test_decoding_and_handing_out_records_imports_no_pandas() -> None:
     script = f"""
 import sys
 from rpc.client._consumer_tables import as_records, as_table
+from multiraft.errors import UnavailableError
 from rpc.client._fetch_response import parse_fetch_response
+from rpc.client._fetcher import StreamFetcher
 from rpc.client._partition_buffer import PartitionBuffer, take_fairly
 from rpc.client._records import TopicPartition
 from rpc.proto import multiraft_pb2 as pb
@@ -128,3 +137,35 @@ print("pandas" in sys.modules)
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["False"]
+
+
+def test_a_stream_whose_response_cannot_be_read_ends_with_a_retriable_error() -> None:
+    """A server that pushes bytes no FetchResponse has: the stream ends with UnavailableError (the consumer
+    re-opens it after a back-off), never with a silent stop or an exception on the consumer's thread."""
+
+    def subscribe(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        yield pb.FetchResponse(batches=b"", high_watermark=1, next_offset=0).SerializeToString()
+        yield b"\x1a\x05abc"  # batches claims 5 bytes, 3 follow
+
+    handler = grpc.method_handlers_generic_handler(
+        pb.DESCRIPTOR.services_by_name["Log"].full_name, {"Subscribe": grpc.unary_stream_rpc_method_handler(subscribe)}
+    )
+    server = grpc.server(ThreadPoolExecutor(max_workers=2), handlers=[handler])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    woken = threading.Event()
+    fetcher = StreamFetcher(woken.set)
+    try:
+        stream = fetcher.open(f"127.0.0.1:{port}", pb.SubscribeRequest(topic="t", partition=0, offset=0))
+        deadline = time.monotonic() + 20
+        while not stream.done and time.monotonic() < deadline:
+            woken.wait(0.5)
+            woken.clear()
+        assert stream.done
+        first = stream.pop()
+        assert first is not None and first.high_watermark == 1
+        assert stream.pop() is None
+        assert isinstance(stream.error, UnavailableError) and stream.error.retriable
+    finally:
+        fetcher.close()
+        server.stop(None)
