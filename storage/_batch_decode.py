@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     Int64Array = npt.NDArray[np.int64]
 
-__all__ = ["MAX_CHECKED_BODY_BYTES", "check_batch", "decode_batches", "first_offset_at_or_after"]
+__all__ = ["MAX_CHECKED_BODY_BYTES", "SHARED_CHUNK_BYTES", "check_batch", "decode_batches", "first_offset_at_or_after"]
 
 # A body decompressed in one call allocates its claimed length: only while that is within this many times the
 # stored bytes; beyond, it is decompressed in chunks, so memory follows the bytes that really come out.
@@ -45,6 +45,9 @@ _CHUNK = 1 << 20
 _LZ4_MAX_RATIO = 255  # an LZ4 block cannot expand more (one byte per 255 of a match)
 MAX_CHECKED_BODY_BYTES = 256 << 20
 """The largest uncompressed body :func:`check_batch` accepts by default (the server decompresses it)."""
+SHARED_CHUNK_BYTES = 64 << 10
+"""A decoded batch with at least this many bytes of keys and values is a table chunk of its own over the
+fetched bytes; smaller ones are joined (a copy), so that many small batches do not make many tiny chunks."""
 
 _ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor()
 
@@ -216,7 +219,7 @@ def _check_utf8(data: memoryview, lengths: npt.NDArray[np.int64]) -> None:
 
 
 def _binary_array(
-    lengths: list[npt.NDArray[np.int64]], data: list[memoryview], total: int, arrow_type: pa.DataType
+    lengths: list[npt.NDArray[Any]], data: list[memoryview], total: int, arrow_type: pa.DataType
 ) -> pa.Array:
     import numpy as np
     import pyarrow as pa
@@ -246,65 +249,75 @@ def decode_batches(
     buf: bytes | bytearray | memoryview, *, include_headers: bool = False, verify: bool = True
 ) -> pa.Table:
     """Decode a concatenation of batches into one Arrow table with :data:`record_schema()` columns
-    (plus ``headers`` when asked). Loops over batches, never over records."""
-    import numpy as np
+    (plus ``headers`` when asked). Loops over batches, never over records.
+
+    A batch with at least :data:`SHARED_CHUNK_BYTES` of values becomes a chunk of its own whose data buffers
+    are views of ``buf`` (no copy; the table keeps ``buf`` alive); smaller neighbours are joined into one chunk."""
     import pyarrow as pa
 
     view = memoryview(buf)
-    offsets: list[Int64Array] = []
-    timestamps: list[Int64Array] = []
-    value_lengths: list[npt.NDArray[np.int64]] = []
-    value_data: list[memoryview] = []
-    key_lengths: list[npt.NDArray[np.int64]] = []
-    key_data: list[memoryview] = []
-    hdr_counts: list[npt.NDArray[np.int64]] = []
-    hkey_lengths: list[npt.NDArray[np.int64]] = []
-    hkey_data: list[memoryview] = []
-    hval_lengths: list[npt.NDArray[np.int64]] = []
-    hval_data: list[memoryview] = []
-    any_keys = any_headers = False
-    total = 0
-    for header, pos in iter_batches(view, verify=verify):
-        n = header.record_count
-        cols = _Columns(header, _decompress(header, view[pos + HEADER_SIZE : pos + header.length]))
-        offsets.append(np.arange(header.base_offset, header.base_offset + n, dtype=np.int64))
-        timestamps.append(cols.timestamps)
-        value_lengths.append(cols.value_lengths)
-        value_data.append(cols.value_data)
-        if cols.key_lengths is not None:
-            any_keys = True
-            key_lengths.append(cols.key_lengths)
-            key_data.append(cols.key_data)
-        else:
-            key_lengths.append(np.full(n, -1, dtype=np.int32))
-        if include_headers:
-            if cols.hdr_counts is not None:
-                assert cols.hkey_lengths is not None and cols.hval_lengths is not None
-                any_headers = True
-                hdr_counts.append(cols.hdr_counts)
-                hkey_lengths.append(cols.hkey_lengths)
-                hval_lengths.append(cols.hval_lengths)
-                hkey_data.append(cols.hkey_data)
-                hval_data.append(cols.hval_data)
-            else:
-                hdr_counts.append(np.zeros(n, dtype=np.int32))
-        total += n
-
-    arrays: list[pa.Array] = [
-        _fixed_width(pa.int64(), offsets),
-        _fixed_width(pa.timestamp("ms", tz="UTC"), timestamps),
-        _binary_array(key_lengths if any_keys else [], key_data, total, pa.binary()),
-        _binary_array(value_lengths, value_data, total, pa.binary()),
-    ]
     schema = record_schema()
     if include_headers:
-        arrays.append(_headers_array(hdr_counts, hkey_lengths, hkey_data, hval_lengths, hval_data, total, any_headers))
         schema = schema.append(pa.field("headers", headers_type()))
-    return pa.Table.from_arrays(arrays, schema=schema)
+    runs: list[list[tuple[BatchHeader, _Columns]]] = []
+    run: list[tuple[BatchHeader, _Columns]] = []
+    run_bytes = 0
+    for header, pos in iter_batches(view, verify=verify):
+        cols = _Columns(header, _decompress(header, view[pos + HEADER_SIZE : pos + header.length]))
+        size = len(cols.value_data) + len(cols.key_data)
+        if run and (size >= SHARED_CHUNK_BYTES or run_bytes >= SHARED_CHUNK_BYTES):
+            runs.append(run)
+            run, run_bytes = [], 0
+        run.append((header, cols))
+        run_bytes += size
+    if run:
+        runs.append(run)
+    if not runs:
+        return schema.empty_table()
+    chunks = [_run_arrays(r, include_headers) for r in runs]
+    if len(chunks) == 1:
+        return pa.Table.from_arrays(chunks[0], schema=schema)
+    return pa.Table.from_batches([pa.RecordBatch.from_arrays(c, schema=schema) for c in chunks], schema=schema)
+
+
+def _run_arrays(run: list[tuple[BatchHeader, _Columns]], include_headers: bool) -> list[pa.Array]:
+    """The columns of a run of consecutive batches (one chunk of the decoded table)."""
+    import numpy as np
+    import pyarrow as pa
+
+    offsets = [np.arange(h.base_offset, h.base_offset + h.record_count, dtype=np.int64) for h, _ in run]
+    total = sum(h.record_count for h, _ in run)
+    any_keys = any(c.key_lengths is not None for _, c in run)
+    key_lengths = [
+        c.key_lengths if c.key_lengths is not None else np.full(h.record_count, -1, dtype=np.int32) for h, c in run
+    ]
+    arrays: list[pa.Array] = [
+        _fixed_width(pa.int64(), offsets),
+        _fixed_width(pa.timestamp("ms", tz="UTC"), [c.timestamps for _, c in run]),
+        _binary_array(key_lengths if any_keys else [], [c.key_data for _, c in run], total, pa.binary()),
+        _binary_array([c.value_lengths for _, c in run], [c.value_data for _, c in run], total, pa.binary()),
+    ]
+    if include_headers:
+        with_headers = [c for _, c in run if c.hdr_counts is not None]
+        counts = [
+            c.hdr_counts if c.hdr_counts is not None else np.zeros(h.record_count, dtype=np.int32) for h, c in run
+        ]
+        arrays.append(
+            _headers_array(
+                counts if with_headers else [],
+                [c.hkey_lengths for c in with_headers if c.hkey_lengths is not None],
+                [c.hkey_data for c in with_headers],
+                [c.hval_lengths for c in with_headers if c.hval_lengths is not None],
+                [c.hval_data for c in with_headers],
+                total,
+                bool(with_headers),
+            )
+        )
+    return arrays
 
 
 def _headers_array(
-    counts: list[npt.NDArray[np.int64]],
+    counts: list[npt.NDArray[Any]],
     key_lengths: list[npt.NDArray[np.int64]],
     key_data: list[memoryview],
     value_lengths: list[npt.NDArray[np.int64]],
@@ -315,9 +328,9 @@ def _headers_array(
     import numpy as np
     import pyarrow as pa
 
-    all_counts = np.concatenate(counts) if counts else np.zeros(total, np.int32)
     list_offsets = np.zeros(total + 1, dtype=np.int32)
-    np.cumsum(all_counts, out=list_offsets[1:])
+    if counts:
+        np.cumsum(np.concatenate(counts) if len(counts) > 1 else counts[0], out=list_offsets[1:])
     m = int(list_offsets[-1])
     if any_headers and m:
         keys = _binary_array(key_lengths, key_data, m, pa.string())

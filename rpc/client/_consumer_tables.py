@@ -3,6 +3,8 @@ one Arrow table with topic and partition columns."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from rpc.client._records import Record, TopicPartition
@@ -29,25 +31,43 @@ def arrow_schema() -> pa.Schema:
 
 
 def as_records(tables: list[tuple[TopicPartition, pa.Table]]) -> list[Record]:
+    """One Record per row, built column by column: the lists come from Arrow in C, and ``tuple.__new__``
+    over ``zip`` makes each Record without a Python-level call per record."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     records: list[Record] = []
     for tp, table in tables:
+        n = table.num_rows
         offsets = table.column("offset").to_pylist()
-        timestamps = table.column("timestamp").cast("int64").to_pylist()
+        timestamps = table.column("timestamp").cast(pa.int64()).to_pylist()
         keys = table.column("key").to_pylist()
         values = table.column("value").to_pylist()
         headers = table.column("headers")
+        header_tuples: Iterable[tuple[tuple[str, bytes | None], ...]]
         if not pc.sum(pc.list_value_length(headers)).as_py():
-            header_tuples: list[tuple[tuple[str, bytes | None], ...]] = [()] * len(offsets)
+            header_tuples = repeat((), n)
         else:
             header_tuples = [tuple((h["key"], h["value"]) for h in row) if row else () for row in headers.to_pylist()]
-        topic, partition = tp
-        records.extend(
-            Record(topic, partition, o, t, k, v, h)
-            for o, t, k, v, h in zip(offsets, timestamps, keys, values, header_tuples, strict=True)
-        )
+        where = repeat(tp.topic, n), repeat(tp.partition, n)
+        fields = zip(*where, offsets, timestamps, keys, values, header_tuples, strict=True)
+        records += map(tuple.__new__, repeat(Record, n), fields)
     return records
+
+
+def _repeated(tp: TopicPartition, n: int) -> tuple[pa.Array, pa.Array]:
+    """The topic and partition columns of ``n`` rows, from buffers: ``pa.scalar`` would import pandas (a
+    second of CPU in a consumer's first ``poll_arrow()``)."""
+    import numpy as np
+    import pyarrow as pa
+
+    name = tp.topic.encode()
+    if n * len(name) >= 2**31:
+        raise ValueError(f"{n} rows of topic {tp.topic!r} exceed an Arrow string column; poll fewer records")
+    offsets = pa.py_buffer(np.arange(0, n + 1, dtype=np.int32) * np.int32(len(name)))
+    topic = pa.Array.from_buffers(pa.string(), n, [None, offsets, pa.py_buffer(name * n)])
+    partition = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, tp.partition, np.int32))])
+    return topic, partition
 
 
 def as_table(tables: list[tuple[TopicPartition, pa.Table]]) -> pa.Table:
@@ -56,13 +76,7 @@ def as_table(tables: list[tuple[TopicPartition, pa.Table]]) -> pa.Table:
     schema = arrow_schema()
     parts = []
     for tp, table in tables:
-        n = table.num_rows
-        columns = [
-            pa.repeat(pa.scalar(tp.topic, pa.string()), n),
-            pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-            *table.columns,
-        ]
-        parts.append(pa.Table.from_arrays(columns, schema=schema))
+        parts.append(pa.Table.from_arrays([*_repeated(tp, table.num_rows), *table.columns], schema=schema))
     if not parts:
         return schema.empty_table()
     return pa.concat_tables(parts) if len(parts) > 1 else parts[0]

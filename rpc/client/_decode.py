@@ -18,7 +18,7 @@ __all__ = ["decode_fetched", "records_before"]
 
 
 def decode_fetched(
-    data: bytes, tp: TopicPartition, fetch_offset: int, response_next_offset: int
+    data: bytes | memoryview, tp: TopicPartition, fetch_offset: int, response_next_offset: int
 ) -> tuple[pa.Table | None, CorruptRecordBatchError | None]:
     """The records of a fetched run of batches, and the error of the first batch that cannot be decoded
     (with the records before it: the table holds those)."""

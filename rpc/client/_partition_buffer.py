@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 from multiraft.errors import CorruptRecordBatchError
 from rpc.client._decode import decode_fetched, records_before
+from rpc.client._fetch_response import FetchResponseLike
 from rpc.client._fetcher import PartitionStream
 from rpc.client._records import TopicPartition
-from rpc.proto import multiraft_pb2 as pb
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -87,7 +87,7 @@ class PartitionBuffer:
         self.backoff_s = min(max(self.backoff_s * 2, _BACKOFF_START_S), _BACKOFF_MAX_S)
         self.backoff_until = time.monotonic() + self.backoff_s
 
-    def take_in(self, response: pb.FetchResponse) -> None:
+    def take_in(self, response: FetchResponseLike) -> None:
         """Decode a pushed response, in bulk, onto the buffer; a batch that cannot be decoded stops the
         partition there (``corrupt``) with the records before it kept."""
         import pyarrow as pa
@@ -97,8 +97,9 @@ class PartitionBuffer:
         self.max_high_watermark = max(self.max_high_watermark, response.high_watermark)
         self.log_start_offset = response.log_start_offset
         offset = self.fetch_offset
-        if response.batches:
-            table, corrupt = decode_fetched(response.batches, self.tp, offset, response.next_offset)
+        batches = response.batches  # (read once: the generated message copies it on every read)
+        if batches:
+            table, corrupt = decode_fetched(batches, self.tp, offset, response.next_offset)
             skip = records_before(table, offset) if table is not None else 0  # a batch may start before it
             if table is not None and table.num_rows > skip:
                 table = table.slice(skip) if skip else table
