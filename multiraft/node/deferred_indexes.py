@@ -66,10 +66,10 @@ class DeferredIndexes:
     def rolled_back(self) -> None:
         """The transaction was rolled back: what it held waits again, under anything newer."""
         older, self._in_transaction = self._in_transaction, {}
-        for group_id, (group, hard_state, applied) in older.items():
+        for group_id, (group, old_hard_state, old_applied) in older.items():
             newer = self._waiting.get(group_id)
-            if newer is not None and newer[0] is group:
-                hard_state, applied = newer[1] or hard_state, newer[2] or applied
-            elif newer is not None:
-                continue  # another replica of the group now: the old one's indexes mean nothing to it
-            self._waiting[group_id] = (group, hard_state, applied)
+            if newer is None:
+                self._waiting[group_id] = (group, old_hard_state, old_applied)
+            elif newer[0] is group:
+                self._waiting[group_id] = (group, newer[1] or old_hard_state, newer[2] or old_applied)
+            # else: another replica of the group now; the old one's indexes mean nothing to it
