@@ -8,7 +8,9 @@ Each round:
 3. collect a Ready from every group that has one;
 4. send each Ready's ``messages`` now: a leader's appends travel while it writes its own copy;
 5. write every group's snapshot, entries, hard state and applied index into ONE LMDB transaction;
-6. sync once: one commit, fsynced, for every partition in the round (group commit);
+6. sync once: one commit, fsynced, for every partition in the round (group commit); a round that only
+   moves commit and applied indexes writes and syncs nothing: they ride with the next sync
+   (:mod:`multiraft.node.deferred_indexes`);
 7. send each Ready's ``persisted_messages`` (acks, votes), which may only follow the fsync;
 8. apply committed entries (offsets, high watermarks, answers to producers) and advance.
 
@@ -36,6 +38,7 @@ from typing import Any, Protocol
 from multiraft import raft, trace
 from multiraft.errors import NotLeaderError, RecordTooLargeError, StorageFailureError, UnavailableError
 from multiraft.logging import get_logger
+from multiraft.node.deferred_indexes import DeferredIndexes, lazy
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.reads import LinearizableReads
 from multiraft.node.term_guard import TermGuard
@@ -146,6 +149,7 @@ class Scheduler:
         self.rounds = 0
         self.syncs = 0
         self._parked: list[tuple[Group, raft.Ready]] = []  # Readies that did not fit, outstanding in their group
+        self._deferred = DeferredIndexes()  # commit and applied indexes that wait for the next sync
         self._retry_at = 0.0
         self.storage_full = ""  # why the last write did not fit, while Readies wait for room ("" otherwise)
         # Set by the store: a group whose entries fail their check is handed over for repair, not fatal.
@@ -209,6 +213,7 @@ class Scheduler:
                 now = time.monotonic()
                 if now >= next_tick:
                     self._tick()
+                    self._flush_deferred()
                     next_tick = max(next_tick + self._tick_s, now)  # skip missed ticks, don't burst
                     self._run_periodic(now)
                 self._round()
@@ -254,8 +259,7 @@ class Scheduler:
         other storage failure."""
         if not _is_full(exc):
             return False
-        assert self.store is not None
-        self.store.rollback()
+        self._rollback()
         for group in self.groups.values():
             group.storage.reload()
         log.warning("work did not fit in storage; its writes are discarded", work=repr(work), error=str(exc))
@@ -391,11 +395,10 @@ class Scheduler:
             # What work between rounds wrote is synced on its own, so that a round that does not fit can be
             # rolled back alone (and that work's writes, if they do not fit, are discarded alone).
             try:
-                self.store.sync()
+                self._sync()
             except StorageError as exc:
                 if not self._discard_if_full(exc, "writes of work between rounds"):
                     raise
-            self.syncs += 1
         written = retried + readies
         try:
             self._persist(written)
@@ -430,8 +433,7 @@ class Scheduler:
         if self.store.writes_pending:
             # What applying wrote (retention, snapshots, new replicas) is made durable now, on its own, so
             # that work between rounds starts from an empty transaction and can be rolled back alone.
-            self.store.sync()
-            self.syncs += 1
+            self._sync()
 
     def _persist_what_fits(
         self, readies: list[tuple[Group, raft.Ready]], exc: BaseException, unsent: set[int]
@@ -456,8 +458,7 @@ class Scheduler:
         return written
 
     def _undo(self, readies: list[tuple[Group, raft.Ready]]) -> None:
-        assert self.store is not None
-        self.store.rollback()
+        self._rollback()
         for group, _ in readies:
             group.storage.reload()
 
@@ -493,7 +494,12 @@ class Scheduler:
             self._outbox.send(batches)
 
     def _persist(self, readies: list[tuple[Group, raft.Ready]], *, force_sync: bool = False) -> None:
-        must_sync = force_sync
+        must_sync = force_sync or any(ready.must_sync for _, ready in readies)
+        if not must_sync and all(lazy(ready) for _, ready in readies):
+            for group, ready in readies:  # only commit and applied indexes: they wait for the next sync
+                self._deferred.defer(group, ready)
+            return
+        self._deferred.write(self.groups)  # first: the Readies' own writes are newer
         if self.term_guard is not None:  # first, so that a recorded term is never below a stored one
             self.term_guard.record(
                 {group.group_id: ready.hard_state.term for group, ready in readies if ready.hard_state is not None}
@@ -508,19 +514,37 @@ class Scheduler:
                 storage.set_hard_state(ready.hard_state)
             if ready.committed_entries:
                 storage.set_applied(ready.committed_entries[-1].index, ready.conf_state)
-            must_sync = must_sync or ready.must_sync
         if must_sync:
-            assert self.store is not None
-            self.store.sync()
-            self.syncs += 1
+            self._sync()
+
+    def _sync(self) -> None:
+        """One LMDB commit, fsynced, with the deferred commit and applied indexes in it."""
+        assert self.store is not None
+        self._deferred.write(self.groups)
+        self.store.sync()
+        self._deferred.synced()
+        self.syncs += 1
+
+    def _rollback(self) -> None:
+        assert self.store is not None
+        self.store.rollback()
+        self._deferred.rolled_back()
+
+    def _flush_deferred(self) -> None:
+        """Deferred indexes wait at most a tick when no other write comes (an idle group's last commit)."""
+        if self._deferred and not self._parked:
+            try:
+                self._sync()
+            except (StorageError, raft.RaftStorageError) as exc:
+                if not self._discard_if_full(exc, "deferred commit and applied indexes"):
+                    raise
 
     def _storage_failed(
         self, readies: list[tuple[Group, raft.Ready]], exc: StorageError | raft.RaftStorageError
     ) -> None:
         # Nothing of the round is durable: drop it, answer the producers, and let Raft retry from its state.
         log.error("storage failed; the round is discarded", error=str(exc))
-        assert self.store is not None
-        self.store.rollback()
+        self._rollback()
         error = StorageFailureError(f"storage failed: {exc}")
         for group, ready in readies:
             group.fail_pending(error)
