@@ -184,7 +184,7 @@ class Node(LoopOwned):
         """Start every part; ``client_port`` is the bound port of the client front door (advertised)."""
         # The scheduler and the event loop hand work to each other many times per commit; with CPython's
         # default 5 ms GIL switch interval a woken thread can wait that long behind a busy one (0.1 ms: better
-        # p50, p99 and CPU per record than 0.5 or 0.02 ms in docs/_issue16_ack.md's runs).
+        # p50, p99 and CPU per record than 0.5 or 0.02 ms in docs/benchmarks.md's runs).
         sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
         if os.environ.get(DEBUG_GC_MS):
             record_gc_pauses(float(os.environ[DEBUG_GC_MS]))
