@@ -13,3 +13,9 @@ def save_json(result: dict[str, Any], out: Path | None) -> None:
         return
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def emit(result: dict[str, Any], out: Path | None, *, compact: bool) -> None:
+    """Save ``result`` (see :func:`save_json`) and print it on stdout: one line when ``compact`` (``--json``)."""
+    save_json(result, out)
+    print(json.dumps(result, indent=None if compact else 2))

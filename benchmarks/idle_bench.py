@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import sys
@@ -36,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _results import save_json  # noqa: E402  # benchmarks/ (this script's directory)
+from _results import emit  # noqa: E402  # benchmarks/ (this script's directory)
 
 from multiraft.launcher import ClusterInfo, cluster_down, cluster_up, start_node, stop_node, wait_serving  # noqa: E402
 
@@ -143,6 +142,22 @@ def wait_balanced(bootstrap: str, partitions: int, began: float, timeout_s: floa
     return {"balanced_s": None, "leaders": previous}
 
 
+def leadership_times(info: ClusterInfo, args: argparse.Namespace, started: float) -> dict[str, Any]:
+    """Seconds from ``started`` until every partition has a leader, then until leadership is balanced."""
+    times = wait_all_leaders(info.bootstrap, "idle", started, args.timeout)
+    times.update(wait_balanced(info.bootstrap, args.partitions, started, args.timeout))
+    return times
+
+
+def settled_rest(info: ClusterInfo, args: argparse.Namespace, label: str) -> dict[str, Any]:
+    """Wait ``--settle`` seconds, then the cost at rest over ``--window`` seconds, with the leaders per node."""
+    time.sleep(args.settle)
+    rest = rest_cost(info, args.window)
+    rest["leaders"] = leaders_per_node(info.bootstrap)
+    print(f"{label}: {rest}", file=sys.stderr)
+    return rest
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
@@ -174,14 +189,9 @@ def main() -> None:
         started = time.monotonic()
         create: dict[str, Any] = {"create_call_s": 0.0, "create_retried": create_topic(info.bootstrap, args)}
         create["create_call_s"] = round(time.monotonic() - started, 2)
-        create.update(wait_all_leaders(info.bootstrap, "idle", started, args.timeout))
-        create.update(wait_balanced(info.bootstrap, args.partitions, started, args.timeout))
-        result["create"] = create
-        print(f"create: {create}", file=sys.stderr)
-        time.sleep(args.settle)
-        result["rest"] = rest_cost(info, args.window)
-        result["rest"]["leaders"] = leaders_per_node(info.bootstrap)
-        print(f"rest: {result['rest']}", file=sys.stderr)
+        result["create"] = create | leadership_times(info, args, started)
+        print(f"create: {result['create']}", file=sys.stderr)
+        result["rest"] = settled_rest(info, args, "rest")
         if not args.no_restart:
             stopping = time.monotonic()
             for node_id in info.nodes:
@@ -192,14 +202,9 @@ def main() -> None:
                 start_node(info, node_id)
             wait_serving(info, timeout_s=args.timeout)
             restart["serving_s"] = round(time.monotonic() - started, 2)
-            restart.update(wait_all_leaders(info.bootstrap, "idle", started, args.timeout))
-            restart.update(wait_balanced(info.bootstrap, args.partitions, started, args.timeout))
-            result["restart"] = restart
-            print(f"restart: {restart}", file=sys.stderr)
-            time.sleep(args.settle)
-            result["rest_after_restart"] = rest_cost(info, args.window)
-            result["rest_after_restart"]["leaders"] = leaders_per_node(info.bootstrap)
-            print(f"rest after restart: {result['rest_after_restart']}", file=sys.stderr)
+            result["restart"] = restart | leadership_times(info, args, started)
+            print(f"restart: {result['restart']}", file=sys.stderr)
+            result["rest_after_restart"] = settled_rest(info, args, "rest after restart")
     finally:
         if args.keep is None:
             cluster_down(directory)
@@ -226,8 +231,7 @@ def main() -> None:
             "elapsed_s": round(time.monotonic() - began, 1),
         }
     )
-    save_json(result, args.out)
-    print(json.dumps(result, indent=None if args.json else 2))
+    emit(result, args.out, compact=args.json)
 
 
 if __name__ == "__main__":

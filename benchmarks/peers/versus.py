@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from _results import save_json  # noqa: E402  # benchmarks/, after sys.path
+from _results import emit  # noqa: E402  # benchmarks/, after sys.path
 
 FIELDS = ("msgs_per_s", "mb_per_s", "p50_ms", "p99_ms", "p999_ms")
 OURS_CASES = {
@@ -203,8 +203,7 @@ def main() -> None:
         "rounds": rounds,
         "elapsed_s": round(time.monotonic() - began, 1),
     }
-    save_json(result, args.out)
-    print(json.dumps(result, indent=None if args.json else 2))
+    emit(result, args.out, compact=args.json)
 
 
 if __name__ == "__main__":

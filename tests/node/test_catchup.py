@@ -332,6 +332,20 @@ class _Clock:
         return self.now
 
 
+def _checking_manager(tmp_path: Path, scheduler: Scheduler) -> CatchupManager:
+    """A manager for the leader's periodic check alone: no peers to call, no views, no throttle."""
+    return CatchupManager(
+        node_id=1,
+        data_dir=tmp_path,
+        scheduler=scheduler,
+        call=cast(Any, None),
+        disconnect=lambda node: None,
+        views_by_group={},
+        bandwidth_bytes_per_s=0,
+        snapshot_idle_s=10.0,
+    )
+
+
 def test_a_lost_raft_snapshot_of_a_group_without_segments_is_sent_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -343,16 +357,7 @@ def test_a_lost_raft_snapshot_of_a_group_without_segments_is_sent_again(
     monkeypatch.setattr(_leader, "time", clock)
     touched: list[int] = []
     scheduler = cast(Scheduler, type("FakeScheduler", (), {"touch": lambda self, g: touched.append(g.group_id)})())
-    manager = CatchupManager(
-        node_id=1,
-        data_dir=tmp_path,
-        scheduler=scheduler,
-        call=cast(Any, None),
-        disconnect=lambda node: None,
-        views_by_group={},
-        bandwidth_bytes_per_s=0,
-        snapshot_idle_s=10.0,
-    )
+    manager = _checking_manager(tmp_path, scheduler)
     raw = _Raw()
     group = cast(Any, type("FakeGroup", (), {"group_id": 0, "raw": raw, "machine": object()})())
     manager.leader_check(group)
@@ -368,16 +373,7 @@ def test_the_check_of_a_quiescent_leader_asks_its_core_nothing(tmp_path: Path) -
     """A quiescent group's replicas all hold its whole log: nothing to re-send or prepare, and 10,000 idle
     groups checked every second must not each copy their status."""
     scheduler = cast(Scheduler, type("FakeScheduler", (), {"touch": lambda self, g: None})())
-    manager = CatchupManager(
-        node_id=1,
-        data_dir=tmp_path,
-        scheduler=scheduler,
-        call=cast(Any, None),
-        disconnect=lambda node: None,
-        views_by_group={},
-        bandwidth_bytes_per_s=0,
-        snapshot_idle_s=10.0,
-    )
+    manager = _checking_manager(tmp_path, scheduler)
     quiet, awake = _Raw(quiescent=True), _Raw()
     for group_id, raw in ((1, quiet), (2, awake)):
         group = type("FakeGroup", (), {"group_id": group_id, "raw": raw, "machine": object()})()
