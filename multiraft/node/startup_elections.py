@@ -7,8 +7,9 @@ votes, again and again while the nodes are busy answering each other; and whiche
 first wins the groups of the others, which its leaders hand back to the preferred leaders later, a second
 wave of elections. So a replica reopened at start holds off its campaign (``RawNode.delay_election``) until
 the controller's state, replayed from this node's own log, says who the preferred leader is: that replica
-campaigns at once, the others keep holding off, and campaign only if no leader is heard within the hold
-(the preferred leader's node is down or cut off).
+campaigns at its election timeout (not at once: the node's first round finds no peer connection yet), the
+others keep holding off, and campaign only if no leader is heard within the hold (the preferred leader's
+node is down or cut off).
 """
 
 from __future__ import annotations
@@ -57,10 +58,11 @@ class StartupElections:
             group.raw.delay_election(ticks)
 
     def on_state(self, state: ctl.ClusterState, scheduler: Rounds) -> list[Group]:
-        """The controller's state (perhaps replayed only in part): the waiting replicas it knows are decided,
-        and those this node is the preferred leader of campaign now (returned)."""
+        """The controller's state (perhaps replayed only in part): the waiting replicas it knows are decided;
+        those this node is the preferred leader of stop holding off (returned) and campaign at their election
+        timeout."""
         groups = scheduler.groups
-        campaigned = []
+        preferred = []
         decided = []
         for group_id, group in self._waiting.items():
             if groups.get(group_id) is not group:
@@ -70,11 +72,11 @@ class StartupElections:
             if partition is None:
                 continue  # created after the replayed part of the state: a later state decides
             decided.append(group_id)
-            raw = group.raw
-            if partition.preferred_leader == self._node_id and not raw.leader_id and not group.is_leader:
-                raw.campaign()
-                scheduler.touch(group)  # its campaign goes out this round
-                campaigned.append(group)
+            if partition.preferred_leader == self._node_id:
+                # Its own election timeout, not at once: the first round's messages find no connection yet.
+                group.raw.delay_election(0)
+                scheduler.touch(group)  # ticked again if it slept
+                preferred.append(group)
         for group_id in decided:
             del self._waiting[group_id]
-        return campaigned
+        return preferred

@@ -198,13 +198,14 @@ class RawNode:
         Ends a :meth:`delay_election`: a campaign that fails is retried after an election timeout.
         """
         self._raft.wake()
-        self._raft.end_election_delay()
+        self._raft.delay_election(0)
         self._raft.hup()
 
     def delay_election(self, ticks: int) -> None:
         """Campaign no sooner than ``ticks`` ticks beyond the election timeout, unless something changes this
-        replica's role or term first (a vote request of a higher term, a leader heard). Lets the runtime give
-        one replica of a group the first turn after a restart, so that the replicas do not split the vote.
+        replica's role or term first (a vote request of a higher term, a leader heard); 0 ends a delay. Lets the
+        runtime give one replica of a group the first turn after a restart, so that the replicas do not split
+        the vote.
 
         No effect on a leader or on a follower that knows its leader.
         """

@@ -248,6 +248,15 @@ def test_a_delayed_replica_still_grants_its_vote() -> None:
     assert cluster.node(2).leader_id == 1
 
 
+def test_a_delay_of_zero_ends_a_delay() -> None:
+    cluster = Cluster()
+    cluster.node(1).delay_election(100)
+    cluster.node(1).delay_election(0)
+    cluster.tick(1, 20)
+    cluster.stabilize()
+    assert cluster.leader() == 1
+
+
 def test_a_delay_does_not_extend_the_lease_of_a_follower_that_knows_its_leader() -> None:
     cluster = Cluster()
     cluster.elect(1)
