@@ -203,9 +203,10 @@ class RawNode:
 
     def delay_election(self, ticks: int) -> None:
         """Campaign no sooner than ``ticks`` ticks beyond the election timeout, unless something changes this
-        replica's role or term first (a vote request of a higher term, a leader heard); 0 ends a delay. Lets the
-        runtime give one replica of a group the first turn after a restart, so that the replicas do not split
-        the vote.
+        replica's role or term first (a vote request of a higher term, a leader heard); 0 ends a delay, and so
+        does a (pre-)vote request this replica refuses because the candidate's log is behind its own (that
+        candidate cannot win). Lets the runtime give one replica of a group the first turn after a restart, so
+        that the replicas do not split the vote.
 
         No effect on a leader or on a follower that knows its leader.
         """

@@ -277,3 +277,19 @@ def test_a_campaign_ends_the_delay_so_that_a_lost_pre_vote_is_retried_after_an_e
     cluster.node(3).delay_election(100)
     cluster.tick_all(20)
     assert cluster.leader() == 1
+
+
+def test_a_delay_ends_when_the_candidate_it_gave_way_to_cannot_win_with_its_log() -> None:
+    cluster = Cluster()
+    cluster.elect(2)
+    cluster.isolate(1)
+    cluster.propose(2, b"x")  # 2 and 3 hold an entry that 1 lacks
+    cluster.heal()
+    for node_id in (1, 2, 3):  # a full restart: no leader known, 2 and 3 give 1 the first turn
+        cluster.restart(node_id)
+    cluster.node(2).delay_election(1_000)
+    cluster.node(3).delay_election(1_000)
+    cluster.campaign(1)  # refused: its log is behind
+    assert cluster.leader() is None
+    cluster.tick_all(40)
+    assert cluster.leader() in (2, 3)
