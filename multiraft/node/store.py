@@ -49,6 +49,7 @@ from multiraft.node.partition import (
 from multiraft.node.peer_messages import ControllerRequest, OffsetsCommit, OffsetsFetch, OffsetsList, PartitionStatus
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.scheduler import Completion, Group, Scheduler, damaged_index
+from multiraft.node.startup_elections import StartupElections, hold_ticks
 from multiraft.node.threads import LoopHandoff, SchedulerHandoff, SchedulerOwned, on_owner_thread
 from storage import CorruptionError, SegmentedLog, StorageError, StoreCapacity
 from storage.batch import BatchHeader
@@ -100,6 +101,7 @@ class Store(SchedulerOwned):
         self.repairs = 0  # replicas whose damaged suffix was cut off to be fetched again
         self._repair_attempts: dict[int, int] = {}
         scheduler.on_damage = self.repair_replica
+        self.startup = StartupElections(self.node_id)  # the replicas reopened at start, until their state is known
 
     # ------------------------------------------------------------------------------------ opening groups
 
@@ -145,14 +147,16 @@ class Store(SchedulerOwned):
         scheduler.add_group(group)
         if fresh and members and self.node_id == next(iter(members)):
             raw.campaign()  # the first member starts the first election instead of waiting a timeout
+        began = time.monotonic()
         for topic, partition in store.logs():
             if topic == CONTROLLER_TOPIC:
                 continue
             attribute = store.log(topic, partition).attribute(_GROUP_ATTRIBUTE)
             if attribute is not None:
-                described = json.loads(attribute)
-                self.open_partition(topic, partition, int(described["group_id"]), bootstrap=None, configs=None)
-        machine.start(group)
+                gid = int(json.loads(attribute)["group_id"])
+                self.startup.reopened(self.open_partition(topic, partition, gid, bootstrap=None, configs=None))
+        self.startup.hold(hold_ticks(self.config.election_ticks, self.config.tick_ms, time.monotonic() - began))
+        machine.start(group)  # the preferred leaders among the reopened replicas campaign (_on_cluster_state)
 
     def _raft_storage(self, log_: SegmentedLog, group_id: int) -> RaftLogStorage:
         """The group's Raft storage, held to the terms recorded outside the store (see TermGuard)."""
@@ -336,6 +340,8 @@ class Store(SchedulerOwned):
             if group is not None and isinstance(group.machine, PartitionMachine):
                 self._delete_local(group.machine)
         self._open_assigned(state, created)
+        if self.startup:
+            self.startup.on_state(state, scheduler)
         self._to_loop.post(lambda: self._directory.set_cluster(state))
 
     def _open_assigned(self, state: ctl.ClusterState, created: Collection[int]) -> None:

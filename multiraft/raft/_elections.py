@@ -174,10 +174,13 @@ class Elections(Membership):
             self.vote == m.sender or (self.vote == 0 and self.lead == 0) or (m.type is PRE_VOTE and m.term > self.term)
         )
         response = VOTE_RESP if m.type is VOTE else PRE_VOTE_RESP
-        if can_vote and self.log.is_up_to_date(m.index, m.log_term):
+        up_to_date = self.log.is_up_to_date(m.index, m.log_term)
+        if can_vote and up_to_date:
             self._send(Message(type=response, to=m.sender, sender=self.id, term=m.term))
             if m.type is VOTE:
                 self.election_elapsed = 0
                 self.vote = m.sender
         else:
+            if not up_to_date and self.election_elapsed < 0:
+                self.election_elapsed = 0  # a delay (delay_election) gave way to a candidate that cannot win
             self._send(Message(type=response, to=m.sender, sender=self.id, term=self.term, reject=True))

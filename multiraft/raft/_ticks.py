@@ -26,6 +26,14 @@ class Ticks(Elections):
                 self.election_elapsed = 0
                 self.hup()
 
+    def delay_election(self, ticks: int) -> None:
+        """Hold off this replica's next campaign for ``ticks`` ticks beyond its election timeout (0: end a delay).
+        A leader, or a follower that knows its leader, is left alone (its lease must not grow); any role change
+        ends the delay."""
+        if self.role is Role.LEADER or self.lead:
+            return
+        self.election_elapsed = -ticks if ticks > 0 else max(self.election_elapsed, 0)
+
     def _tick_heartbeat(self) -> None:
         self.heartbeat_elapsed += 1
         self.election_elapsed += 1

@@ -195,9 +195,22 @@ class RawNode:
         """Start an election now (pre-vote first if enabled); useful to place leaders deliberately.
 
         Does nothing on a node that is not a voter of its configuration (see :mod:`multiraft.raft.confchange`).
+        Ends a :meth:`delay_election`: a campaign that fails is retried after an election timeout.
         """
         self._raft.wake()
+        self._raft.delay_election(0)
         self._raft.hup()
+
+    def delay_election(self, ticks: int) -> None:
+        """Campaign no sooner than ``ticks`` ticks beyond the election timeout, unless something changes this
+        replica's role or term first (a vote request of a higher term, a leader heard); 0 ends a delay, and so
+        does a (pre-)vote request this replica refuses because the candidate's log is behind its own (that
+        candidate cannot win). Lets the runtime give one replica of a group the first turn after a restart, so
+        that the replicas do not split the vote.
+
+        No effect on a leader or on a follower that knows its leader.
+        """
+        self._raft.delay_election(ticks)
 
     def transfer_leader(self, to: int) -> None:
         """Hand leadership to voter ``to`` once it has caught up (aborted after an election timeout).

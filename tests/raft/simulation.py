@@ -87,6 +87,7 @@ class Simulation:
         payload: Callable[[bytes], bytes] = as_proposed,
         lose_suffix: float | None = None,
         lose_disk: float | None = None,
+        start_elections: bool = False,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -118,6 +119,9 @@ class Simulation:
         self.lose_disk = default_loss if lose_disk is None else lose_disk
         self.max_term: dict[int, int] = {}  # node -> the highest term any of its Readies persisted
         self.lost_disks: set[int] = set()  # nodes rebuilding a lost disk
+        # With start_elections, the runtime's start-up elections (multiraft.node.startup_elections): a restarted
+        # replica may hold off its campaign, or campaign at once. Their own generator: other draws stay as they were.
+        self.start_rng = random.Random(seed * 7907 + 23) if start_elections else None
         ids = list(range(1, self.params.nodes + 1))
         conf = self.initial_conf = ConfState.of(ids)
         for node_id in ids:
@@ -149,6 +153,14 @@ class Simulation:
             floor = (0, 0)
         host = ReplicaHost(node_id, disk.storage, config, rng, self, disk.sync, recover_until=floor)
         self.hosts[node_id] = host
+        start = self.start_rng
+        if start is not None and self.incarnation[node_id] > 1 and start.random() < 0.5:
+            if start.random() < 0.7:
+                host.node.delay_election(start.randrange(1, 4 * p.election_tick))
+                self.stats["restarts delaying their election"] += 1
+            else:
+                host.node.campaign()
+                self.stats["restarts campaigning at once"] += 1
         self.up.add(node_id)
         self.checker.reset_node(node_id)
         self.note(f"start {node_id} (incarnation {self.incarnation[node_id]})")
@@ -454,7 +466,7 @@ def run_seed(seed: int, *, trace: bool | None = None) -> SimResult:
     """Run one seed; on a violation, re-raise with the seed, the replay command and (if tracing) the trace."""
     if trace is None:
         trace = os.environ.get("RAFT_SIM_TRACE") == "1"
-    sim = Simulation(seed, trace=trace)
+    sim = Simulation(seed, trace=trace, start_elections=True)
     try:
         return sim.run()
     except AssertionError as exc:

@@ -211,3 +211,85 @@ def test_vote_requests_wait_for_the_persist_of_the_candidates_term() -> None:
     assert not [m for m in rd.messages if m.type is MessageType.VOTE]
     assert {m.to for m in rd.persisted_messages if m.type is MessageType.VOTE} == {2, 3}
     node.advance(rd)
+
+
+# --- delayed elections: one replica of a group gets the first turn after a restart ----------------------
+
+
+def test_a_delayed_replica_campaigns_only_after_its_election_timeout_and_the_delay() -> None:
+    cluster = Cluster()
+    cluster.node(1).delay_election(30)
+    # Its randomized timeout is below 20 ticks: without the delay it would have campaigned by now.
+    cluster.tick(1, 29)
+    cluster.stabilize()
+    assert cluster.node(1).role is Role.FOLLOWER
+    assert cluster.node(1).term == cluster.node(2).term
+    cluster.tick(1, 21)
+    cluster.stabilize()
+    assert cluster.leader() == 1
+
+
+def test_while_the_others_are_delayed_the_undelayed_replica_wins_every_seeded_election() -> None:
+    for seed in range(50):
+        cluster = Cluster(seed=seed)
+        cluster.node(2).delay_election(40)
+        cluster.node(3).delay_election(40)
+        cluster.tick_all(20)
+        assert cluster.leader() == 1, (seed, cluster.status_line())
+        assert [cluster.node(i).leader_id for i in (1, 2, 3)] == [1, 1, 1]
+
+
+def test_a_delayed_replica_still_grants_its_vote() -> None:
+    cluster = Cluster()
+    cluster.node(2).delay_election(100)
+    cluster.node(3).delay_election(100)
+    cluster.isolate(3)
+    cluster.elect(1)  # a majority of 1 and the delayed 2
+    assert cluster.node(2).leader_id == 1
+
+
+def test_a_delay_of_zero_ends_a_delay() -> None:
+    cluster = Cluster()
+    cluster.node(1).delay_election(100)
+    cluster.node(1).delay_election(0)
+    cluster.tick(1, 20)
+    cluster.stabilize()
+    assert cluster.leader() == 1
+
+
+def test_a_delay_does_not_extend_the_lease_of_a_follower_that_knows_its_leader() -> None:
+    cluster = Cluster()
+    cluster.elect(1)
+    cluster.node(2).delay_election(100)
+    assert cluster.node(2)._raft.election_elapsed >= 0
+    cluster.node(1).delay_election(100)  # a leader: no effect
+    assert cluster.node(1)._raft.election_elapsed >= 0
+
+
+def test_a_campaign_ends_the_delay_so_that_a_lost_pre_vote_is_retried_after_an_election_timeout() -> None:
+    cluster = Cluster()
+    cluster.node(1).delay_election(100)
+    cluster.isolate(1)
+    cluster.campaign(1)  # its pre-vote goes nowhere
+    assert cluster.node(1).role is Role.PRE_CANDIDATE
+    cluster.heal()
+    cluster.node(2).delay_election(100)
+    cluster.node(3).delay_election(100)
+    cluster.tick_all(20)
+    assert cluster.leader() == 1
+
+
+def test_a_delay_ends_when_the_candidate_it_gave_way_to_cannot_win_with_its_log() -> None:
+    cluster = Cluster()
+    cluster.elect(2)
+    cluster.isolate(1)
+    cluster.propose(2, b"x")  # 2 and 3 hold an entry that 1 lacks
+    cluster.heal()
+    for node_id in (1, 2, 3):  # a full restart: no leader known, 2 and 3 give 1 the first turn
+        cluster.restart(node_id)
+    cluster.node(2).delay_election(1_000)
+    cluster.node(3).delay_election(1_000)
+    cluster.campaign(1)  # refused: its log is behind
+    assert cluster.leader() is None
+    cluster.tick_all(40)
+    assert cluster.leader() in (2, 3)

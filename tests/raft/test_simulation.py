@@ -48,6 +48,8 @@ def test_the_random_schedules_exercise_every_fault_and_feature(capsys: pytest.Ca
         )
     for what in (
         "crashes",
+        "restarts delaying their election",
+        "restarts campaigning at once",
         "crashes losing an unsynced ready",
         "crashes losing unsynced writes",
         "messages dropped",
