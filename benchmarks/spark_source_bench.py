@@ -16,7 +16,9 @@ columns. Every case then runs once untimed (JIT warm-up), and each repetition ru
 * ``parquet``: ``spark.read.parquet`` of the baseline file into ``noop``.
 
 Rates are rows over wall time, from the write's start to its end (planning included). The report gives each
-case's median and the median of the per-repetition ratios to the Parquet baseline.
+case's median and the median of the per-repetition ratios to the Parquet baseline, and the CPU each case
+cost per row (median over the repetitions, from ``/proc``): Spark's JVM, its Python processes (workers,
+planners, a stream's source runner) and the three nodes.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from _spark_common import repeat, report, start_spark, summarise, timed
+from _spark_common import process_cpu, repeat, report, start_spark, summarise, timed
 
 from multiraft.client import Admin, Producer
 from multiraft.launcher import cluster_down, cluster_up
@@ -126,9 +128,19 @@ def main() -> None:
             cases["multiraft stream"] = multiraft_stream
         for run in cases.values():  # untimed: the JVM compiles each path's hot code on its first runs
             run()
+        node_pids = [node.pid for node in info.nodes.values()]
+        cpu: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
+
+        def measured(name: str, run: Callable[[], None]) -> float:
+            before = process_cpu(node_pids)
+            seconds = timed(run)
+            after = process_cpu(node_pids)
+            cpu[name].append({kind: (after[kind] - before[kind]) / rows * 1e6 for kind in after})
+            return rows / seconds
+
         load_before = os.getloadavg()
         rates, ratios = repeat(
-            {name: lambda run=run: rows / timed(run) for name, run in cases.items()},  # type: ignore[misc]
+            {name: lambda name=name, run=run: measured(name, run) for name, run in cases.items()},  # type: ignore[misc]
             args.reps,
             args.seed,
         )
@@ -155,7 +167,7 @@ def main() -> None:
             "load_average_before": load_before,
             "load_average_after": os.getloadavg(),
         },
-        "cases": summarise(rates, ratios),
+        "cases": summarise(rates, ratios, cpu),
     }
     report(result, args.json)
 
