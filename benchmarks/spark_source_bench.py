@@ -8,7 +8,8 @@ The script starts a local 3-node cluster (scripts/cluster's launcher) in a tempo
 topic of 6 partitions with RF 3, and produces ``--rows`` records of ``--value-bytes`` random bytes with
 ``Producer.send_batch`` (spread evenly over the partitions). One local SparkSession (``local[2]``, UI off)
 then reads the topic once, untimed, and writes it to a Parquet file: the baseline reads those same rows and
-columns. Every case then runs once untimed (JIT warm-up), and each repetition runs, in a shuffled order
+columns. Every case then runs once untimed (JIT warm-up; ``--warmup N`` runs them N times), and each
+repetition runs, in a shuffled order
 (``--seed``):
 
 * ``multiraft batch``: ``spark.read.format("multiraft")`` of the whole topic into ``noop``;
@@ -73,6 +74,9 @@ def main() -> None:
     parser.add_argument("--min-partitions", type=int, default=0, help="minPartitions option (0: one per partition)")
     parser.add_argument("--fetch-max-bytes", type=int, default=0, help="fetchMaxBytes option (0: the default)")
     parser.add_argument("--no-stream", action="store_true", help="skip the readStream case")
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="untimed runs of every case before the repetitions (JIT warm-up)"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
 
@@ -126,8 +130,9 @@ def main() -> None:
         cases: dict[str, Callable[[], None]] = {"multiraft batch": multiraft_batch, "parquet": parquet_baseline}
         if not args.no_stream:
             cases["multiraft stream"] = multiraft_stream
-        for run in cases.values():  # untimed: the JVM compiles each path's hot code on its first runs
-            run()
+        for _ in range(args.warmup):  # untimed: the JVM compiles each path's hot code on its first runs
+            for run in cases.values():
+                run()
         node_pids = [node.pid for node in info.nodes.values()]
         cpu: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
 
@@ -159,6 +164,7 @@ def main() -> None:
         "min_partitions": args.min_partitions or None,
         "fetch_max_bytes": args.fetch_max_bytes or None,
         "reps": args.reps,
+        "warmup": args.warmup,
         "seed": args.seed,
         "produce_rows_per_s": args.rows / produce_s,
         "machine": {
