@@ -8,7 +8,8 @@ The script starts a local 3-node cluster (scripts/cluster's launcher) in a tempo
 topic of 6 partitions with RF 3, and produces ``--rows`` records of ``--value-bytes`` random bytes with
 ``Producer.send_batch`` (spread evenly over the partitions). One local SparkSession (``local[2]``, UI off)
 then reads the topic once, untimed, and writes it to a Parquet file: the baseline reads those same rows and
-columns. Every case then runs once untimed (JIT warm-up), and each repetition runs, in a shuffled order
+columns. Every case then runs once untimed (JIT warm-up; ``--warmup N`` runs them N times), and each
+repetition runs, in a shuffled order
 (``--seed``):
 
 * ``multiraft batch``: ``spark.read.format("multiraft")`` of the whole topic into ``noop``;
@@ -16,7 +17,9 @@ columns. Every case then runs once untimed (JIT warm-up), and each repetition ru
 * ``parquet``: ``spark.read.parquet`` of the baseline file into ``noop``.
 
 Rates are rows over wall time, from the write's start to its end (planning included). The report gives each
-case's median and the median of the per-repetition ratios to the Parquet baseline.
+case's median and the median of the per-repetition ratios to the Parquet baseline, and the CPU each case
+cost per row (median over the repetitions, from ``/proc``): Spark's JVM, its Python processes (workers,
+planners, a stream's source runner) and the three nodes.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from _spark_common import repeat, report, start_spark, summarise, timed
+from _spark_common import process_cpu, repeat, report, start_spark, summarise, timed
 
 from multiraft.client import Admin, Producer
 from multiraft.launcher import cluster_down, cluster_up
@@ -71,6 +74,9 @@ def main() -> None:
     parser.add_argument("--min-partitions", type=int, default=0, help="minPartitions option (0: one per partition)")
     parser.add_argument("--fetch-max-bytes", type=int, default=0, help="fetchMaxBytes option (0: the default)")
     parser.add_argument("--no-stream", action="store_true", help="skip the readStream case")
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="untimed runs of every case before the repetitions (JIT warm-up)"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
 
@@ -124,11 +130,22 @@ def main() -> None:
         cases: dict[str, Callable[[], None]] = {"multiraft batch": multiraft_batch, "parquet": parquet_baseline}
         if not args.no_stream:
             cases["multiraft stream"] = multiraft_stream
-        for run in cases.values():  # untimed: the JVM compiles each path's hot code on its first runs
-            run()
+        for _ in range(args.warmup):  # untimed: the JVM compiles each path's hot code on its first runs
+            for run in cases.values():
+                run()
+        node_pids = [node.pid for node in info.nodes.values()]
+        cpu: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
+
+        def measured(name: str, run: Callable[[], None]) -> float:
+            before = process_cpu(node_pids)
+            seconds = timed(run)
+            after = process_cpu(node_pids)
+            cpu[name].append({kind: (after[kind] - before[kind]) / rows * 1e6 for kind in after})
+            return rows / seconds
+
         load_before = os.getloadavg()
         rates, ratios = repeat(
-            {name: lambda run=run: rows / timed(run) for name, run in cases.items()},  # type: ignore[misc]
+            {name: lambda name=name, run=run: measured(name, run) for name, run in cases.items()},  # type: ignore[misc]
             args.reps,
             args.seed,
         )
@@ -147,6 +164,7 @@ def main() -> None:
         "min_partitions": args.min_partitions or None,
         "fetch_max_bytes": args.fetch_max_bytes or None,
         "reps": args.reps,
+        "warmup": args.warmup,
         "seed": args.seed,
         "produce_rows_per_s": args.rows / produce_s,
         "machine": {
@@ -155,7 +173,7 @@ def main() -> None:
             "load_average_before": load_before,
             "load_average_after": os.getloadavg(),
         },
-        "cases": summarise(rates, ratios),
+        "cases": summarise(rates, ratios, cpu),
     }
     report(result, args.json)
 

@@ -263,6 +263,7 @@ class MultiraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._known: set[tuple[str, int]] = set()
         self._waiting_logged = False  # subscribePattern matched nothing, and that was logged
         self._monitored: Offsets | None = None  # last offsets committed under monitoringGroupId
+        self._initial: dict[str, Any] | None = None  # initialOffset's answer, fixed once given
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -287,11 +288,15 @@ class MultiraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self._snapshot
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark names it)
-        snapshot = self._discover()
-        start = starting_offsets(self._admin_client(), self._options, snapshot)
-        self._known = set(start)
-        log.info("stream starts", offsets=offsets_to_json(start))
-        return offsets_to_json(start)
+        """Decided once per query run: Spark asks again when it reads the first batch, and a second look
+        (startingOffsets=latest, or retention) could start that batch elsewhere than where it was planned."""
+        if self._initial is None:
+            snapshot = self._discover()
+            start = starting_offsets(self._admin_client(), self._options, snapshot)
+            self._known = set(start)
+            self._initial = offsets_to_json(start)
+            log.info("stream starts", offsets=self._initial)
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 (Spark names it)
         limit = self._options.max_offsets_per_trigger
