@@ -7,21 +7,19 @@ controller's state says, housekeeping, leadership hand-back, and answering for t
 status). Per-partition logic stays in the replica's machine (:mod:`multiraft.node.partition`).
 
 Every method runs on the scheduler thread (:class:`~multiraft.node.threads.SchedulerOwned`). The event loop
-reaches it only through :class:`StoreClient`, which submits the work and awaits the answer; the store
-publishes what the loop must know (views, cluster state, controller leader) through a
+reaches it only through :class:`~multiraft.node.store_client.StoreClient`, which submits the work and awaits the
+answer; the store publishes what the loop must know (views, cluster state, controller leader) through a
 :class:`~multiraft.node.threads.LoopHandoff`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import random
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
-from typing import Any
 
 from multiraft import controller as ctl
 from multiraft import raft
@@ -29,7 +27,6 @@ from multiraft.config import NodeConfig
 from multiraft.errors import (
     MultiraftError,
     NotLeaderError,
-    RequestTimeoutError,
     StorageFailureError,
     UnavailableError,
 )
@@ -42,7 +39,6 @@ from multiraft.node.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetsMachin
 from multiraft.node.partition import (
     PartitionMachine,
     PartitionView,
-    ProduceResult,
     RetentionPolicy,
     forget_producers_after,
 )
@@ -50,7 +46,8 @@ from multiraft.node.peer_messages import ControllerRequest, OffsetsCommit, Offse
 from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.scheduler import Completion, Group, Scheduler, damaged_index
 from multiraft.node.startup_elections import StartupElections, hold_ticks
-from multiraft.node.threads import LoopHandoff, SchedulerHandoff, SchedulerOwned, on_owner_thread
+from multiraft.node.store_client import StoreClient
+from multiraft.node.threads import LoopHandoff, SchedulerOwned, on_owner_thread
 from storage import CorruptionError, SegmentedLog, StorageError, StoreCapacity
 from storage.batch import BatchHeader
 
@@ -60,7 +57,6 @@ log = get_logger(__name__)
 
 _GROUP_ATTRIBUTE = "node.group"
 _ISR_MAX_LAG = 1_000  # entries: a voter further behind is not in sync
-_REQUEST_TIMEOUT_S = 15.0
 _REPAIR_ATTEMPTS = 3  # cuts of one replica's log in a row before it is left closed (the damage is not a suffix)
 
 LiveIds = Callable[[], tuple[frozenset[int], frozenset[int]]]
@@ -563,44 +559,3 @@ class Store(SchedulerOwned):
             size_bytes=sum(segment.size_bytes for segment in records.log.segments()) if records is not None else 0,
             entries=max(0, status.last_index - first_index + 1),
         )
-
-
-class StoreClient:
-    """The event loop's handle on the store (a ``StoreHandle``): each call is handed to the scheduler."""
-
-    def __init__(self, store: Store, handoff: SchedulerHandoff) -> None:
-        self._store = store
-        self._handoff = handoff
-
-    def produce(self, view: PartitionView, batch: bytes, header: BatchHeader) -> asyncio.Future[ProduceResult]:
-        future, completion = self._handoff.completion()
-        store = self._store
-        self._handoff.submit(lambda: store.produce(view, batch, header, completion))
-        return future
-
-    async def offsets(self, group_id: int, operation: OffsetsCommit | OffsetsFetch | OffsetsList) -> Any:
-        future, completion = self._handoff.completion()
-        store = self._store
-        self._handoff.submit(lambda: store.offsets(group_id, operation, completion))
-        return await _within(future, "the offsets request was not applied in time")
-
-    async def controller(self, request: ControllerRequest, timeout_s: float) -> Any:
-        future, completion = self._handoff.completion()
-        store = self._store
-        self._handoff.submit(lambda: store.controller_request(request, completion))
-        return await _within(future, "the controller did not commit the request in time", timeout_s)
-
-    async def partition_status(self, group_ids: Sequence[int]) -> list[PartitionStatus]:
-        store = self._store
-        return await asyncio.wait_for(self._handoff.run(lambda: store.partition_status(group_ids)), 5.0)
-
-    async def capacity(self) -> NodeCapacity:
-        store = self._store
-        return await asyncio.wait_for(self._handoff.run(store.capacity), 5.0)
-
-
-async def _within(future: asyncio.Future[Any], message: str, timeout_s: float = _REQUEST_TIMEOUT_S) -> Any:
-    try:
-        return await asyncio.wait_for(future, max(0.01, timeout_s))
-    except TimeoutError:
-        raise RequestTimeoutError(message) from None

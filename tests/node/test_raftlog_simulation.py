@@ -15,8 +15,8 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from collections import Counter
+from collections.abc import Iterator
 from itertools import count
 from pathlib import Path
 
