@@ -76,15 +76,19 @@ class PartitionView:
         self.damage_hook: Callable[[int, int], None] | None = None
         # Set by the directory: told when this node starts or stops leading the partition, or its term changes.
         self.on_leadership: Callable[[PartitionView], None] | None = None
-        self._advanced = asyncio.Event()
+        # Readers waiting for the next change (wait_past): plain futures, woken in the loop round that
+        # moves the high watermark (an Event under wait_for costs a task and two more rounds per wake-up).
+        self._waiters: list[asyncio.Future[None]] = []
 
     def update(
         self, *, high_watermark: int, log_start_offset: int, leader_id: int, term: int, leader: bool, current: bool
     ) -> None:
         changed = leader != self.is_leader or (leader and term != self.leader_term)
         self.leader_id, self.leader_term, self.is_leader, self.current = leader_id, term, leader, current
-        if changed and self.on_leadership is not None:
-            self.on_leadership(self)
+        if changed:
+            if self.on_leadership is not None:
+                self.on_leadership(self)
+            self._wake_waiters()  # a reader waiting on this replica learns at once that it no longer leads
         self.log_start_offset = log_start_offset
         if high_watermark != self.high_watermark:
             self.high_watermark = high_watermark
@@ -104,8 +108,10 @@ class PartitionView:
         self._wake_waiters()
 
     def _wake_waiters(self) -> None:
-        advanced, self._advanced = self._advanced, asyncio.Event()
-        advanced.set()
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def wait_past(self, offset: int, timeout_s: float) -> None:
         """Return once the high watermark passes ``offset``, leadership changes, or ``timeout_s`` elapses."""
@@ -113,14 +119,22 @@ class PartitionView:
         deadline = loop.time() + timeout_s
         was_leader = self.is_leader
         while self.high_watermark <= offset and self.is_leader == was_leader and not self.removed:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            if loop.time() >= deadline:
                 return
-            event = self._advanced
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            timer = loop.call_at(deadline, _release, waiter)
             try:
-                await asyncio.wait_for(event.wait(), remaining)
-            except TimeoutError:
-                return
+                await waiter
+            finally:
+                timer.cancel()
+                if self._waiters and waiter in self._waiters:  # timed out or cancelled: not woken
+                    self._waiters.remove(waiter)
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 @dataclass

@@ -62,3 +62,22 @@ def test_poll_arrow_rows_carry_their_topic_and_partition() -> None:
 def test_an_empty_poll_is_an_empty_table_and_no_records() -> None:
     assert as_table([]).num_rows == 0
     assert as_records([]) == []
+
+
+def test_a_slice_of_a_fetch_keeps_its_own_headers_and_timestamps_and_none_of_its_neighbours() -> None:
+    fetched = _fetched()
+    before = fetched.slice(MANY - 2, 2)  # ends just before the rows with headers
+    with_headers = fetched.slice(MANY - 1, 3)  # the last large row, then the two small ones
+    after = fetched.slice(MANY + 1, 3)  # from the headerless small row into the third batch
+    assert [r.headers for r in as_records([(TP, before)])] == [(), ()]
+    assert [(r.timestamp_ms, r.headers) for r in as_records([(TP, with_headers)])] == [
+        (1_000, ()),
+        (7, (("h", b"1"), ("g", None))),
+        (9, ()),
+    ]
+    assert [(r.offset, r.timestamp_ms, r.headers) for r in as_records([(TP, after)])] == [
+        (MANY + 1, 9, ()),
+        (MANY + 2, 2_000, ()),
+        (MANY + 3, 2_000, ()),
+    ]
+    assert as_records([(TP, fetched.slice(5, 0))]) == []
