@@ -12,7 +12,8 @@ The parts (``docs/architecture.md`` draws them):
 
 Front doors (the gRPC server in :mod:`rpc.server`; a Kafka listener or console later) are built outside the
 runtime on :attr:`Node.services` and handed to :meth:`Node.add_front_door` so that the node stops them in
-order. Only :mod:`multiraft.node.threads`' hand-offs cross between the loop and the scheduler thread.
+order. Only :mod:`multiraft.node.threads`' hand-offs cross between the loop and the scheduler thread, and the
+transport's ``post`` (the scheduler thread writes Raft frames on idle peer connections, under their locks).
 """
 
 from __future__ import annotations
