@@ -235,6 +235,14 @@ class _NodeSettings:
         "to their leader, controller changes, status queries), holding at most max_frame_bytes of request "
         "bodies; more are answered at once with an error (the caller retries), never queued.",
     )
+    peer_direct_writes: bool = _setting(
+        True,
+        "bool",
+        "Write a round's Raft messages to a peer from the scheduler thread itself while that connection has "
+        "nothing waiting to be written (plain TCP; TLS connections always write from the event loop), instead of "
+        "handing them to the event loop: one thread hand-off less on each side of an acknowledgement. false: "
+        "every write goes through the event loop.",
+    )
     producer_id_block: int = _setting(
         1_000, "ids", "Producer ids a node reserves from the controller at a time for InitProducer."
     )

@@ -12,7 +12,8 @@ The parts (``docs/architecture.md`` draws them):
 
 Front doors (the gRPC server in :mod:`rpc.server`; a Kafka listener or console later) are built outside the
 runtime on :attr:`Node.services` and handed to :meth:`Node.add_front_door` so that the node stops them in
-order. Only :mod:`multiraft.node.threads`' hand-offs cross between the loop and the scheduler thread.
+order. Only :mod:`multiraft.node.threads`' hand-offs cross between the loop and the scheduler thread, and the
+transport's ``post`` (the scheduler thread writes Raft frames on idle peer connections, under their locks).
 """
 
 from __future__ import annotations
@@ -208,6 +209,7 @@ class Node(LoopOwned):
             max_connections=config.max_peer_connections,
             max_requests_per_connection=config.max_peer_requests_per_connection,
             tls=peer_tls(config),
+            direct_writes=config.peer_direct_writes,
         )
         if self._isolation is not None:
             transport.drop_request = self._isolation.drop_request
@@ -483,9 +485,16 @@ class Node(LoopOwned):
     # ----------------------------------------------------------------------------------- network plumbing
 
     def send(self, batches: dict[int, list[tuple[int, raft.Message]]]) -> None:
-        """Outbox for the scheduler: hand a round's messages to the loop (scheduler thread)."""
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._send_now, batches)
+        """Outbox for the scheduler (scheduler thread): the transport writes a round's messages from this
+        thread where it can (``peer_direct_writes``), else they are handed to the loop."""
+        transport = self._transport
+        if transport is None or not self.config.peer_direct_writes:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._send_now, batches)
+            return
+        if self._isolation is not None:  # its plan is replaced whole; its drop counts are only for the logs
+            batches = self._isolation.keep_outgoing(batches)
+        transport.post(batches)
 
     def _send_now(self, batches: dict[int, list[tuple[int, raft.Message]]]) -> None:
         transport = self._transport

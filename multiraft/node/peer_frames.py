@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from multiraft.logging import get_logger
-from multiraft.raft import DecodeError, Message, MessageType, decode_message
+from multiraft.raft import DecodeError, Message, MessageType, decode_message, encode_message_buffers
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -32,6 +32,9 @@ __all__ = [
     "HEARTBEAT_QUIESCE",
     "write_response",
     "heartbeat_frames",
+    "batch_frames",
+    "frame_bytes",
+    "count_sent",
     "decode_raft",
     "decode_heartbeats",
 ]
@@ -90,6 +93,8 @@ class TransportStats:
     refused_connections: int = 0  # closed on arrival: the listener held max_peer_connections
     refused_requests: int = 0  # answered busy: the connection had max_peer_requests_per_connection in service
     refused_certificates: int = 0  # TLS: a failed handshake, or a HELLO naming a node its certificate does not
+    direct_frames_out: int = 0  # written by another thread (the scheduler's) straight on the socket (in frames_out)
+    handed_frames_out: int = 0  # posted by another thread but handed to the loop to write (plain ones, TLS, busy)
 
 
 def coalescible(message: Message) -> bool:
@@ -136,6 +141,67 @@ def write_response(writer: asyncio.StreamWriter, request: bytes, status: int, an
 
 
 # ------------------------------------------------------------------------------ encoding and decoding
+
+
+def batch_frames(
+    messages: Sequence[tuple[int, Message]], max_frame: int
+) -> tuple[list[Frame], dict[int, Message], list[tuple[int, Message, int]]]:
+    """One peer's (group id, message) pairs as RAFT frames of at most ``max_frame`` bytes, with the heartbeat
+    responses among them in HEARTBEATS frames; returns (frames, plain heartbeats to hold by group, messages too
+    large for a frame with their size)."""
+    limit = max_frame - 1  # the frame type byte counts against the limit
+    frames: list[Frame] = []
+    parts: list[bytes | memoryview] = []
+    size = count = 0
+    held: dict[int, Message] = {}
+    responses: list[tuple[int, Message]] = []
+    oversized: list[tuple[int, Message, int]] = []
+    for group_id, message in messages:
+        if coalescible(message):
+            if message.type is MessageType.HEARTBEAT_RESP:
+                responses.append((group_id, message))
+            else:
+                held[group_id] = message  # a newer heartbeat of the group supersedes the one held
+            continue
+        buffers = encode_message_buffers(message)
+        length = sum([len(b) for b in buffers])
+        item = GROUP_MESSAGE.size + length
+        if item > limit:
+            oversized.append((group_id, message, item))
+            continue
+        if size + item > limit:
+            frames.append((FrameType.RAFT, parts, size, count))
+            parts, size, count = [], 0, 0
+        parts.append(GROUP_MESSAGE.pack(group_id, length))
+        parts.extend(buffers)
+        size += item
+        count += 1
+    if count:
+        frames.append((FrameType.RAFT, parts, size, count))
+    if responses:
+        frames += heartbeat_frames(responses, max_frame)
+    return frames, held, oversized
+
+
+def frame_bytes(frames: list[Frame]) -> tuple[list[bytes | memoryview], int]:
+    """The buffers to write for ``frames``, heads included, and their total size."""
+    out: list[bytes | memoryview] = []
+    total = 0
+    for frame_type, parts, size, _ in frames:
+        out.append(FRAME_HEAD.pack(size + 1, frame_type))
+        out.extend(parts)
+        total += size + FRAME_HEAD.size
+    return out, total
+
+
+def count_sent(stats: TransportStats, frames: list[Frame]) -> None:
+    for frame_type, _, size, count in frames:
+        stats.bytes_out += size + FRAME_HEAD.size
+        stats.messages_out += count
+        if frame_type == FrameType.HEARTBEATS:
+            stats.heartbeat_frames_out += 1
+            stats.heartbeats_out += count
+    stats.frames_out += len(frames)
 
 
 def heartbeat_frames(messages: list[tuple[int, Message]], max_frame: int) -> list[Frame]:

@@ -23,7 +23,9 @@ Why a thread of its own: an LMDB write transaction belongs to the thread that be
 reads its storage while it steps messages; so the store and the cores live together on this thread. The
 asyncio loop (gRPC, peer connections) runs on another and keeps receiving while this one waits on fsync,
 which releases the GIL. The two meet only in :mod:`multiraft.node.threads`' hand-offs, built on
-:meth:`Scheduler.submit` (loop -> scheduler) and ``loop.call_soon_threadsafe`` (scheduler -> loop).
+:meth:`Scheduler.submit` (loop -> scheduler) and ``loop.call_soon_threadsafe`` (scheduler -> loop), and in the
+peer transport's ``post``, which writes a round's messages on idle peer connections from this thread itself
+(:mod:`multiraft.node.peer_link`).
 """
 
 from __future__ import annotations

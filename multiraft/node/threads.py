@@ -8,7 +8,9 @@ deriving from :class:`SchedulerOwned` or :class:`LoopOwned`, and its methods tha
 off) a call from another thread raises :class:`WrongThreadError` at once, instead of racing silently.
 
 The loop reaches scheduler-owned objects only through :class:`SchedulerHandoff` (submit, or submit and
-await); the scheduler reaches loop-owned objects only through :meth:`LoopHandoff.post`.
+await); the scheduler reaches loop-owned objects only through :meth:`LoopHandoff.post`. One exception, built
+for it: the peer transport's ``post`` takes its connections' locks and writes Raft frames from the scheduler
+thread (:mod:`multiraft.node.peer_link`).
 """
 
 from __future__ import annotations

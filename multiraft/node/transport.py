@@ -11,8 +11,8 @@ Frames, little-endian::
 
 Each node dials each peer it sends to and keeps that connection for sending; the peer's own connection
 carries the other direction (see the docstring of :class:`PeerTransport` for why). Everything one ``send``
-gets for a peer (a scheduling round's messages) leaves in one write, cut into frames of at most
-``max_frame_bytes``; a single message that cannot fit in a frame is dropped and logged as an error.
+or ``post`` (the scheduler thread's own write, :mod:`multiraft.node.peer_link`) gets for a peer leaves in one
+write, cut into frames of at most ``max_frame_bytes``; a message that cannot fit in a frame is dropped and logged.
 
 Heartbeats are coalesced: plain heartbeats (no ReadIndex context) are held per peer and leave together once
 per heartbeat interval, in one HEARTBEATS frame of 21 bytes per group, whatever the phase of each group's
@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -52,7 +53,6 @@ from multiraft.logging import get_logger
 from multiraft.node.peer_frames import (
     CALL_HEAD,
     FRAME_HEAD,
-    GROUP_MESSAGE,
     HELLO,
     LENGTH,
     MAX_TERM_OR_INDEX,
@@ -63,13 +63,16 @@ from multiraft.node.peer_frames import (
     RaftDelivery,
     RequestHandler,
     TransportStats,
-    coalescible,
+    batch_frames,
+    count_sent,
     decode_heartbeats,
     decode_raft,
+    frame_bytes,
     heartbeat_frames,
     write_response,
 )
-from multiraft.raft import Message, MessageType, encode_message_buffers
+from multiraft.node.peer_link import DirectOutcome, PeerLink
+from multiraft.raft import Message
 from multiraft.tls import PeerTls, peer_node_names
 
 __all__ = ["PeerTransport", "FrameType", "TransportStats", "RaftDelivery", "PROTOCOL_VERSION", "MAX_TERM_OR_INDEX"]
@@ -84,21 +87,9 @@ _STATUS_BUSY = 255  # not a peer_messages status: the caller decodes it as Unava
 _BUSY = b"busy: max_peer_requests_per_connection or max_frame_bytes of requests in service"
 
 
-class _Peer:
-    """Our outbound connection to one peer."""
-
-    def __init__(self, node_id: int, address: str) -> None:
-        self.node_id = node_id
-        self.address = address
-        self.writer: asyncio.StreamWriter | None = None
-        self.connecting: asyncio.Task[None] | None = None
-        self.backoff = _BACKOFF_START_S
-        self.next_dial = 0.0
-
-
 class PeerTransport:
-    """Runs in the event loop; ``send`` may be called from the loop only (the scheduler hands over batches
-    with ``loop.call_soon_threadsafe``).
+    """Runs in the event loop; ``send`` is called on the loop, :meth:`post` on any other thread (the scheduler's,
+    which writes on plain TCP connections itself: :mod:`multiraft.node.peer_link`).
 
     Two connections per pair of nodes, one per direction: each node sends only on the connection it dialled,
     and reads only on the ones it accepted (except RESPONSE frames to its own REQUESTs). So there is no
@@ -108,7 +99,7 @@ class PeerTransport:
     we send. The cost is one more socket per peer, 2 * (nodes - 1) per node.
 
     ``heartbeat_interval_s`` is how often held heartbeats leave (None: only when :meth:`flush_heartbeats` is
-    called, for tests).
+    called, for tests). ``direct_writes`` False makes :meth:`post` hand every write to the loop.
     """
 
     def __init__(
@@ -126,8 +117,13 @@ class PeerTransport:
         max_connections: int = 256,
         max_requests_per_connection: int = 256,
         tls: PeerTls | None = None,
+        direct_writes: bool = True,
     ) -> None:
         self._tls = tls
+        self._direct = direct_writes and tls is None  # TLS: the bytes on the socket are the TLS object's
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._held_lock = threading.Lock()  # _held: posts add to it, the loop's clock flushes it
+        self._stats_lock = threading.Lock()  # the outbound counters: both threads count what they write
         self.node_id = node_id
         self.cluster_id = cluster_id
         self._listen = listen
@@ -139,7 +135,7 @@ class PeerTransport:
         self._heartbeat_interval = heartbeat_interval_s
         self._max_connections = max_connections
         self._max_requests = max_requests_per_connection
-        self._peers: dict[int, _Peer] = {}
+        self._peers: dict[int, PeerLink] = {}
         self._held: dict[int, dict[int, Message]] = {}  # peer -> group -> heartbeat to flush
         self._server: asyncio.Server | None = None
         self._inbound: set[asyncio.StreamWriter] = set()
@@ -157,6 +153,7 @@ class PeerTransport:
     # ------------------------------------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         host, port = parse_address(self._listen, "peer_address")
         # A handshake that never ends holds no slot of max_peer_connections: bound it like a HELLO.
         secure: dict[str, Any] = {}
@@ -178,8 +175,7 @@ class PeerTransport:
         for peer in self._peers.values():
             if peer.connecting is not None:
                 peer.connecting.cancel()
-            if peer.writer is not None:
-                peer.writer.close()
+            peer.close()
         for writer in list(self._inbound):
             writer.close()
         for future in self._calls.values():
@@ -196,9 +192,9 @@ class PeerTransport:
         peer = self._peers.get(node_id)
         if peer is not None and peer.address == address:
             return
-        if peer is not None and peer.writer is not None:
-            peer.writer.close()
-        self._peers[node_id] = _Peer(node_id, address)
+        if peer is not None:
+            peer.close()
+        self._peers[node_id] = PeerLink(node_id, address, _BACKOFF_START_S)
 
     def known_peers(self) -> dict[int, str]:
         return {node_id: peer.address for node_id, peer in self._peers.items()}
@@ -206,8 +202,8 @@ class PeerTransport:
     def disconnect(self, node_id: int) -> None:
         """Close our connection to a peer (calls in flight on it fail); the next send dials again."""
         peer = self._peers.get(node_id)
-        if peer is not None and peer.writer is not None:
-            peer.writer.close()
+        if peer is not None:
+            peer.close()
 
     def connected(self, node_id: int) -> bool:
         peer = self._peers.get(node_id)
@@ -218,45 +214,41 @@ class PeerTransport:
     def send(self, to_node: int, messages: Sequence[tuple[int, Message]]) -> None:
         """Write every (group id, message) for ``to_node`` in one go: RAFT frames of at most ``max_frame_bytes``
         and the heartbeat responses among them in a HEARTBEATS frame. Plain heartbeats are held for
-        :meth:`flush_heartbeats`."""
-        limit = self._max_frame - 1  # the frame type byte counts against the limit
-        frames: list[Frame] = []
-        parts: list[bytes | memoryview] = []
-        size = count = 0
-        held: dict[int, Message] | None = None
-        responses: list[tuple[int, Message]] = []
-        for group_id, message in messages:
-            if coalescible(message):
-                if message.type is MessageType.HEARTBEAT_RESP:
-                    responses.append((group_id, message))
-                    continue
-                if held is None:
-                    held = self._held.setdefault(to_node, {})
-                held[group_id] = message  # a newer heartbeat of the group supersedes the one held
-                continue
-            buffers = encode_message_buffers(message)
-            length = sum([len(b) for b in buffers])
-            item = GROUP_MESSAGE.size + length
-            if item > limit:
-                self._drop_oversized(to_node, group_id, message, item)
-                continue
-            if size + item > limit:
-                frames.append((FrameType.RAFT, parts, size, count))
-                parts, size, count = [], 0, 0
-            parts.append(GROUP_MESSAGE.pack(group_id, length))
-            parts.extend(buffers)
-            size += item
-            count += 1
-        if count:
-            frames.append((FrameType.RAFT, parts, size, count))
-        if responses:
-            frames += heartbeat_frames(responses, self._max_frame)
+        :meth:`flush_heartbeats`. On the loop."""
+        frames = self._frames(to_node, messages)
         if frames:
             self._write_frames(to_node, frames)
 
+    def post(self, batches: dict[int, list[tuple[int, Message]]]) -> None:
+        """:meth:`send` each peer's batch from a thread other than the loop's: written on the socket at once
+        where :meth:`PeerLink.write_direct` may, else handed to the loop; in order either way."""
+        for to_node, messages in batches.items():
+            frames = self._frames(to_node, messages)
+            if not frames:
+                continue
+            peer = self._peers.get(to_node)
+            if peer is None:
+                self._count_dropped(frames)
+                continue
+            with peer.lock:
+                if self._direct and self._write_direct(peer, frames):
+                    continue
+                self._hand_over(peer, frames)
+
+    def _frames(self, to_node: int, messages: Sequence[tuple[int, Message]]) -> list[Frame]:
+        """The frames of :meth:`send`; plain heartbeats are held (any thread)."""
+        frames, held, oversized = batch_frames(messages, self._max_frame)
+        for group_id, message, size in oversized:
+            self._drop_oversized(to_node, group_id, message, size)
+        if held:
+            with self._held_lock:
+                self._held.setdefault(to_node, {}).update(held)
+        return frames
+
     def flush_heartbeats(self) -> None:
         """Send the held heartbeats: one HEARTBEATS frame per peer with every group's latest."""
-        held, self._held = self._held, {}
+        with self._held_lock:
+            held, self._held = self._held, {}
         for to_node, messages in held.items():
             self._write_frames(to_node, heartbeat_frames(list(messages.items()), self._max_frame))
 
@@ -272,8 +264,9 @@ class PeerTransport:
                 log.exception("flushing heartbeats failed", error=repr(exc))
 
     def _drop_oversized(self, to_node: int, group_id: int, message: Message, size: int) -> None:
-        self.stats.oversized_messages += 1
-        self.stats.dropped_messages += 1
+        with self._stats_lock:
+            self.stats.oversized_messages += 1
+            self.stats.dropped_messages += 1
         log.error(
             "message too large for one peer frame, dropped; raise max_frame_bytes",
             peer=to_node,
@@ -284,30 +277,85 @@ class PeerTransport:
         )
 
     def _write_frames(self, to_node: int, frames: list[Frame]) -> bool:
-        """Write whole frames in one go, or drop them all."""
-        writer = self._writer_for(to_node)
-        if writer is None:
-            self.stats.dropped_messages += sum(frame[3] for frame in frames)
-            return False
-        out: list[bytes | memoryview] = []
-        stats = self.stats
-        for frame_type, parts, size, count in frames:
-            out.append(FRAME_HEAD.pack(size + 1, frame_type))
-            out.extend(parts)
-            stats.bytes_out += size + FRAME_HEAD.size
-            stats.messages_out += count
-            if frame_type == FrameType.HEARTBEATS:
-                stats.heartbeat_frames_out += 1
-                stats.heartbeats_out += count
-        writer.writelines(out)
-        stats.frames_out += len(frames)
-        return True
-
-    def _writer_for(self, to_node: int) -> asyncio.StreamWriter | None:
-        """Our connection to ``to_node`` if it can take more now (else dial it if need be)."""
+        """Write whole frames in one go, after what waits handed over, or drop them all (loop)."""
         peer = self._peers.get(to_node)
         if peer is None:
-            return None
+            self._count_dropped(frames)
+            return False
+        with peer.lock:
+            self._write_handed(peer)
+            return self._write_now(peer, frames)
+
+    def _write_now(self, peer: PeerLink, frames: list[Frame]) -> bool:
+        writer = self._writer_for(peer)
+        if writer is None:
+            self._count_dropped(frames)
+            return False
+        writer.writelines(frame_bytes(frames)[0])
+        self._count_sent(frames)
+        return True
+
+    def _write_direct(self, peer: PeerLink, frames: list[Frame]) -> bool:
+        """Write on the socket from this thread (``peer.lock`` held); False if the loop must write them."""
+        outcome = peer.write_direct(*frame_bytes(frames))
+        if outcome == DirectOutcome.NOT_NOW:
+            return False
+        if outcome == DirectOutcome.FAILED:
+            self._count_dropped(frames)
+            if peer.writer is not None:  # as a failed write on the loop: frames lost, the connection dropped
+                self._to_loop(peer.writer.transport.abort)
+            return True
+        self._count_sent(frames, direct=True)
+        if peer.handed:  # the socket took part of it: the loop writes the rest, and what follows
+            self._to_loop(lambda: self._drain(peer))
+        return True
+
+    def _hand_over(self, peer: PeerLink, frames: list[Frame]) -> None:
+        """Queue frames for the loop behind what waits there (``peer.lock`` held)."""
+        first = not peer.handed
+        peer.handed.append(frames)
+        with self._stats_lock:
+            self.stats.handed_frames_out += len(frames)
+        if first and not self._to_loop(lambda: self._drain(peer)):
+            peer.handed.clear()
+            self._count_dropped(frames)
+
+    def _to_loop(self, action: Callable[[], None]) -> bool:
+        try:
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(action)
+                return True
+        except RuntimeError:  # the loop closed: the node is stopping
+            pass
+        return False
+
+    def _drain(self, peer: PeerLink) -> None:
+        with peer.lock:
+            self._write_handed(peer)
+
+    def _write_handed(self, peer: PeerLink) -> None:
+        """Write what was handed over, in order (loop, ``peer.lock`` held)."""
+        handed, peer.handed = peer.handed, []
+        for item in handed:
+            if isinstance(item, list):
+                self._write_now(peer, item)
+                continue
+            writer, rest = item
+            if peer.writer is writer and not writer.is_closing():  # a frame's end only on its own connection
+                writer.write(rest)
+
+    def _count_sent(self, frames: list[Frame], *, direct: bool = False) -> None:
+        with self._stats_lock:
+            count_sent(self.stats, frames)
+            if direct:
+                self.stats.direct_frames_out += len(frames)
+
+    def _count_dropped(self, frames: list[Frame]) -> None:
+        with self._stats_lock:
+            self.stats.dropped_messages += sum(frame[3] for frame in frames)
+
+    def _writer_for(self, peer: PeerLink) -> asyncio.StreamWriter | None:
+        """Our connection to ``peer`` if it can take more now (else dial it if need be)."""
         writer = peer.writer
         if writer is None or writer.is_closing():
             self._ensure_dialing(peer)
@@ -316,12 +364,12 @@ class PeerTransport:
             return None  # the peer is not keeping up; Raft will retransmit
         return writer
 
-    def _ensure_dialing(self, peer: _Peer) -> None:
+    def _ensure_dialing(self, peer: PeerLink) -> None:
         if self._closed or (peer.connecting is not None and not peer.connecting.done()):
             return
         peer.connecting = asyncio.get_running_loop().create_task(self._dial(peer))
 
-    async def _dial(self, peer: _Peer) -> None:
+    async def _dial(self, peer: PeerLink) -> None:
         loop = asyncio.get_running_loop()
         delay = peer.next_dial - loop.time()
         if delay > 0:
@@ -340,13 +388,13 @@ class PeerTransport:
         cluster = self.cluster_id.encode()
         writer.write(FRAME_HEAD.pack(1 + HELLO.size + len(cluster), FrameType.HELLO))
         writer.write(HELLO.pack(PROTOCOL_VERSION, self.node_id, len(cluster)) + cluster)
-        peer.writer = writer
+        peer.attach(writer, direct=self._direct)
         peer.backoff = _BACKOFF_START_S
         self.stats.connects += 1
         log.info("connected to peer", peer=peer.node_id, address=peer.address)
         self._spawn(self._watch_outbound(peer, reader, writer))
 
-    async def _watch_outbound(self, peer: _Peer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _watch_outbound(self, peer: PeerLink, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """The outbound side only sends, except for RESPONSE frames to our REQUESTs; EOF means the peer left."""
         try:
             while True:
@@ -361,9 +409,7 @@ class PeerTransport:
             self.stats.bad_frames += 1
             log.warning("closing connection to peer", peer=peer.node_id, reason=str(exc))
         finally:
-            writer.close()
-            if peer.writer is writer:
-                peer.writer = None
+            if peer.detach(writer):
                 self._on_unreachable(peer.node_id)
             self._fail_calls_to(peer.node_id)
 
