@@ -15,13 +15,10 @@ or ``post`` (the scheduler thread's own write, :mod:`multiraft.node.peer_link`) 
 write, cut into frames of at most ``max_frame_bytes``; a message that cannot fit in a frame is dropped and logged.
 
 Heartbeats are coalesced: plain heartbeats (no ReadIndex context) are held per peer and leave together once
-per heartbeat interval, in one HEARTBEATS frame of 21 bytes per group, whatever the phase of each group's
-own heartbeat timer. The peer steps such a frame in one scheduling round, so the responses of all those
-groups come back at once, in one HEARTBEATS frame too: per pair of nodes and direction, one frame of
-heartbeats and one of responses per interval. Responses are not held: a held heartbeat already waits up to
-one interval, and CheckQuorum (``election_ticks``, at least 3x ``heartbeat_ticks``) must hear the answer
-within an election timeout. Heartbeats that carry a ReadIndex context, and their responses, go at once in
-RAFT frames: a linearizable read waits for them.
+per heartbeat interval, one HEARTBEATS frame (21 bytes per group) whatever each group's timer phase; the peer
+steps it in one round, so the responses come back in one frame too. Responses are not held (CheckQuorum must
+hear them within an election timeout). Heartbeats with a ReadIndex context, and their responses, go at once
+in RAFT frames: a linearizable read waits for them.
 
 The peer listener holds at most ``max_peer_connections`` connections (more are closed as they arrive), and
 each connection at most ``max_peer_requests_per_connection`` REQUESTs, and ``max_frame_bytes`` of their bodies,
