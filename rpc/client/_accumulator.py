@@ -14,14 +14,15 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from multiraft.errors import MultiraftError, ProducerError
 from rpc.client._buffer_pool import RECORD_OVERHEAD, BufferPool, Header, record_size
 from rpc.client._futures import BatchOutcome, Callback, RecordFuture
+from rpc.client._produce_request import produce_request
 from rpc.client._records import TopicPartition
-from storage.batch import HEADER_SIZE, Compression, encode_batch
+from storage.batch import HEADER_SIZE, Compression, encode_batch_parts
 
 if TYPE_CHECKING:
     from rpc.client._bulk import BulkBatch
@@ -61,6 +62,9 @@ class ProducerBatch:
         "payload",
         "producer_epoch",
         "producer_id",
+        "request",
+        "request_at",
+        "request_id",
         "reserved",
         "send_index",
         "size",
@@ -89,6 +93,11 @@ class ProducerBatch:
         self.producer_epoch = -1
         self.base_sequence = -1
         self.payload: bytes | None = None
+        # The serialized ProduceRequest carrying the batch (built once, sent by every attempt), its request id and
+        # where the batch starts in it.
+        self.request: bytes | None = None
+        self.request_id = 0
+        self.request_at = 0
         self.attempts = 0
         self.send_index = 0  # per partition, increasing with every send (the order the leader sees)
         self.maybe_written = False
@@ -139,22 +148,42 @@ class ProducerBatch:
     def set_producer(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         if (producer_id, producer_epoch, base_sequence) != (self.producer_id, self.producer_epoch, self.base_sequence):
             self.producer_id, self.producer_epoch, self.base_sequence = producer_id, producer_epoch, base_sequence
-            self.payload = None
+            self.payload = self.request = None
 
     def encode(self, compression: Compression) -> bytes:
         """The batch's bytes: encoded on first use, then the same bytes for every retry."""
         if self.payload is None:
-            self.payload = encode_batch(
-                self.values,
-                timestamps_ms=self.timestamps,
-                keys=self.keys,
-                headers=self.headers,
-                compression=compression,
-                producer_id=self.producer_id,
-                producer_epoch=self.producer_epoch,
-                base_sequence=self.base_sequence,
-            )
+            if self.request is not None:
+                length = int.from_bytes(self.request[self.request_at + 8 : self.request_at + 12], "little")
+                self.payload = self.request[self.request_at : self.request_at + length]
+            else:
+                self.payload = b"".join(self.encode_parts(compression))
         return self.payload
+
+    def produce_request(self, compression: Compression, request_ids: Iterator[int], timeout_ms: int) -> bytes:
+        """The serialized ProduceRequest of the batch, built (with the next of ``request_ids``) on first use, then
+        the same bytes for every retry: the request id only has to tell apart the requests in flight on one
+        stream, and a batch is never in flight twice."""
+        if self.request is None:
+            parts = [self.payload] if self.payload is not None else self.encode_parts(compression)
+            self.request_id = next(request_ids)
+            self.request, self.request_at = produce_request(
+                self.tp.topic, self.tp.partition, parts, self.request_id, timeout_ms
+            )
+        return self.request
+
+    def encode_parts(self, compression: Compression) -> list[bytes | memoryview]:
+        """The batch's bytes, encoded now, as the pieces that make them up."""
+        return encode_batch_parts(
+            self.values,
+            timestamps_ms=self.timestamps,
+            keys=self.keys,
+            headers=self.headers,
+            compression=compression,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=self.base_sequence,
+        )
 
     def split(self, at: int | None = None) -> tuple[ProducerBatch, ProducerBatch]:
         """Two batches of the records before and from ``at`` (default: the half), keeping their sequences (for

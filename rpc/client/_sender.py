@@ -68,11 +68,11 @@ from rpc.client._partition_state import (
     written_long_ago,
     written_prefix,
 )
+from rpc.client._produce_request import PRODUCE_METHOD
 from rpc.client._produce_stream import CONNECT_TIMEOUT_S, NodeStream, connect
 from rpc.client._producer_ids import request_producer_id
 from rpc.client._records import TopicPartition
 from rpc.proto import multiraft_pb2 as pb
-from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import from_proto_error, from_rpc_error
 from storage.batch import Compression
 
@@ -380,36 +380,31 @@ class Sender:
             self._spawn(self._reset_partition(state))
 
     def _send(self, state: _PartitionState, batch: ProducerBatch, address: str) -> None:
-        payload = batch.encode(self._compression)
+        request = batch.produce_request(self._compression, self._request_ids, int(self._request_timeout_s * 1000))
         batch.attempts += 1
         state.sends += 1
         batch.send_index = state.sends
         state.inflight.append(batch)
         state.address = address
-        sequence = next(self._request_ids)
-        request = pb.ProduceRequest(
-            topic=batch.tp.topic,
-            partition=batch.tp.partition,
-            batch=payload,
-            sequence=sequence,
-            timeout_ms=int(self._request_timeout_s * 1000),
-        )
         if self._use_streams:
             stream = self._streams.get(address)
             if stream is None or stream.closed:
                 stream = self._streams[address] = NodeStream(self, address, self._channel(address))
-            stream.send(sequence, batch, request)
+            stream.send(batch.request_id, batch, request)
         else:
             self._spawn(self._produce_unary(address, batch, request))
 
-    async def _produce_unary(self, address: str, batch: ProducerBatch, request: pb.ProduceRequest) -> None:
+    async def _produce_unary(self, address: str, batch: ProducerBatch, request: bytes) -> None:
         channel = self._channel(address)
         if not await connect(channel, CONNECT_TIMEOUT_S):
             self.on_response(batch, None, ConnectionFailedError(f"could not connect to {address}"))
             return
         batch.maybe_written = True
+        produce = channel.unary_unary(
+            PRODUCE_METHOD, request_serializer=None, response_deserializer=pb.ProduceResponse.FromString
+        )
         try:
-            response = await pb_grpc.LogStub(channel).Produce(request, timeout=self._request_timeout_s)
+            response = await produce(request, timeout=self._request_timeout_s)
         except grpc.aio.AioRpcError as exc:
             self.on_response(batch, None, from_rpc_error(exc))
             return
