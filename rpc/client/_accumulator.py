@@ -132,18 +132,25 @@ class ProducerBatch:
         self.values.append(value)
         self.timestamps.append(timestamp_ms)
         if key is not None or self.keys is not None:
-            if self.keys is None:
-                self.keys = [None] * index
-            self.keys.append(key)
+            self.add_key(index, key)
         if headers or self.headers is not None:
-            if self.headers is None:
-                self.headers = [None] * index
-            self.headers.append(headers)
+            self.add_headers(index, headers)
         if callback is not None:
             self.outcome.callbacks.append((index, callback))
         self.size += size
         self.reserved += size
         return RecordFuture(self.outcome, index)
+
+    def add_key(self, index: int, key: bytes | None) -> None:
+        """Record ``index``'s key (the list is made when the first record with a key comes)."""
+        if self.keys is None:
+            self.keys = [None] * index
+        self.keys.append(key)
+
+    def add_headers(self, index: int, headers: Sequence[Header] | None) -> None:
+        if self.headers is None:
+            self.headers = [None] * index
+        self.headers.append(headers)
 
     def set_producer(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         if (producer_id, producer_epoch, base_sequence) != (self.producer_id, self.producer_epoch, self.base_sequence):
@@ -282,10 +289,15 @@ class RecordAccumulator:
 
         Blocks while the buffer is full (up to ``max_block_s``), then raises :class:`RequestTimeoutError`.
         """
-        self.pool.check(size)
+        pool = self.pool
+        if size > pool.capacity:
+            pool.check(size)
         wake = False
         with self._lock:
-            self.pool.reserve_locked(size, self.max_block_s)
+            if pool.available >= size and not pool.waiting and not pool.closed:
+                pool.available -= size  # the common case of reserve_locked(), without the call
+            else:
+                pool.reserve_locked(size, self.max_block_s)
             try:
                 if self._closed:
                     raise ProducerError("the producer is closed")
@@ -297,12 +309,12 @@ class RecordAccumulator:
                     current = self._sticky.get(topic)
                     if current is not None and current[0] < partitions:
                         open_batch = current[1]  # not closed: still its partition's open batch
-                        if not open_batch.closed and open_batch.fits(size):
+                        if not open_batch.closed and open_batch.size + size <= open_batch.limit:
                             chosen, batch = current
                     if batch is None:
                         chosen = self._sticky_partition(topic, partitions, size)
-                queue = self._queue(topic, chosen)
                 if batch is None:
+                    queue = self._queue(topic, chosen)
                     batch = queue.open
                     if batch is not None and not batch.fits(size):
                         batch.closed = True
@@ -317,18 +329,31 @@ class RecordAccumulator:
                         wake = True
                     if sticky:
                         self._sticky[topic] = (chosen, batch)
-                future = batch.append(value, key, headers, timestamp_ms, size, callback)
+                # ProducerBatch.append(), inline: this runs once per send().
+                values = batch.values
+                index = len(values)
+                values.append(value)
+                batch.timestamps.append(timestamp_ms)
+                if key is not None or batch.keys is not None:
+                    batch.add_key(index, key)
+                if headers or batch.headers is not None:
+                    batch.add_headers(index, headers)
+                if callback is not None:
+                    batch.outcome.callbacks.append((index, callback))
+                batch.reserved += size
+                batch.size += size
                 if batch.size >= batch.limit:
+                    queue = self._queue(topic, chosen)
                     batch.closed = True
                     queue.full.append(batch)
                     queue.open = None
                     wake = True
             except BaseException:
-                self.pool.release_locked(size)
+                pool.release_locked(size)
                 raise
         if wake:
             self.wake()
-        return chosen, future
+        return chosen, RecordFuture(batch.outcome, index)
 
     def _queue(self, topic: str, partition: int) -> _Queue:
         """The partition's queue (by topic, then partition: no TopicPartition built per record)."""

@@ -120,7 +120,8 @@ class Sender:
         self._producer: tuple[int, int] | None = replay  # (id, epoch) once InitProducer answered
         self._replay = replay is not None
         self._ready = not idempotence or self._replay
-        self._fatal: MultiraftError | None = None
+        # Set once the producer cannot go on (fenced, refused credentials, a broken replay): send() raises it.
+        self.fatal_error: MultiraftError | None = None
         self._stopping = False
         self._abort: MultiraftError | None = None
         self._refreshing = False
@@ -138,10 +139,6 @@ class Sender:
     def start(self) -> None:
         self._thread.start()
         self._started.wait()
-
-    @property
-    def fatal_error(self) -> MultiraftError | None:
-        return self._fatal
 
     @property
     def producer_id(self) -> int:
@@ -244,13 +241,13 @@ class Sender:
             )
         except (AuthenticationFailedError, AuthorizationFailedError) as error:
             # No retry mends credentials or ACLs: the producer stops, as Kafka's does.
-            self._fatal = error
+            self.fatal_error = error
             self._fail_everything(error)
             return None
 
     async def _init_producer(self) -> None:
         producer = await self._new_producer_id()
-        if producer is None and not self._stopping and self._fatal is None:
+        if producer is None and not self._stopping and self.fatal_error is None:
             log.warning("the cluster does not support idempotent produce (InitProducer); retries may duplicate")
             self.idempotent = False
         self._producer = producer
@@ -286,7 +283,7 @@ class Sender:
 
     def _dispatch(self, now: float) -> float | None:
         """Send what may be sent; returns when to look again for a partition that is backing off."""
-        if not self._ready or self._fatal is not None:
+        if not self._ready or self.fatal_error is not None:
             return None
         next_at: float | None = None
         for state in list(self._states.values()):
@@ -366,14 +363,14 @@ class Sender:
         if self._replay:
             # A new id or restarted sequence would not line up with the run this producer replays: stop (set
             # before the batches fail, so that their callers see the producer stopped).
-            self._fatal = ProducerError(
+            self.fatal_error = ProducerError(
                 f"replay producer {state.producer_id} stopped: the sequence of {state.tp} broke ({error}); "
                 "a new replay producer replays from the start"
             )
         for batch in batches:
             self._fail(batch, error)
-        if self._fatal is not None:
-            self._fail_everything(self._fatal)
+        if self.fatal_error is not None:
+            self._fail_everything(self.fatal_error)
             return
         if self.idempotent:
             state.resetting = True
@@ -502,7 +499,7 @@ class Sender:
             self._fail(batch, error)
             return
         if isinstance(error, ProducerFencedError):
-            self._fatal = error
+            self.fatal_error = error
             self._fail(batch, error)
             self._fail_everything(error)
             return
