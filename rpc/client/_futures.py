@@ -113,34 +113,51 @@ class BatchOutcome:
                         waiter.add_result(future)
                     else:
                         waiter.add_exception(future)
-        error = done.error
-        topic, partition, timestamps = self.topic, self.partition, self.timestamps
-        for index, callback in self.callbacks:
-            if not lo <= index < hi:
-                continue
-            try:
-                if error is None:
-                    base, append_time = done.base_offset, done.append_time_ms
-                    callback(
-                        record_metadata(
-                            topic,
-                            partition,
-                            base + index - lo if base >= 0 else -1,
-                            timestamps[index] if append_time is None else append_time,
-                            done.duplicate,
-                        ),
-                        None,
-                    )
-                else:
-                    callback(None, error)
-            except Exception as exc:
-                log.exception("a send() callback raised", error=repr(exc))
+        if self.callbacks:
+            self._call_back(done)
         for future in watched:
             for fn in future.done_callbacks:
                 try:
                     fn(future)
                 except Exception as exc:
                     log.exception("a future's done callback raised", error=repr(exc))
+
+    def _call_back(self, done: _Done) -> None:
+        """The ``send()`` callbacks of records ``[done.lo, done.hi)``, in record order (once per record: the
+        metadata is built here, inline, as this runs for every record sent with a callback)."""
+        lo, hi, error = done.lo, done.hi, done.error
+        if error is not None:
+            for index, callback in self.callbacks:
+                if lo <= index < hi:
+                    try:
+                        callback(None, error)
+                    except Exception as exc:
+                        log.exception("a send() callback raised", error=repr(exc))
+            return
+        topic, partition, timestamps = self.topic, self.partition, self.timestamps
+        base, append_time, duplicate = done.base_offset, done.append_time_ms, done.duplicate
+        delta = base - lo  # offset of record ``index``: index + delta (base -1: offsets unknown)
+        new, metadata_class = _new, RecordMetadata
+        set_topic, set_partition, set_offset, set_timestamp, set_duplicate = (
+            _set_topic,
+            _set_partition,
+            _set_offset,
+            _set_timestamp,
+            _set_duplicate,
+        )
+        for index, callback in self.callbacks:
+            if not lo <= index < hi:
+                continue
+            metadata = new(metadata_class)
+            set_topic(metadata, topic)
+            set_partition(metadata, partition)
+            set_offset(metadata, index + delta if base >= 0 else -1)
+            set_timestamp(metadata, timestamps[index] if append_time is None else append_time)
+            set_duplicate(metadata, duplicate)
+            try:
+                callback(metadata, None)
+            except Exception as exc:
+                log.exception("a send() callback raised", error=repr(exc))
 
 
 class RecordFuture(Future[RecordMetadata]):
