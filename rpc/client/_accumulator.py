@@ -15,6 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from types import MethodType
 from typing import TYPE_CHECKING
 
 from multiraft.errors import MultiraftError, ProducerError
@@ -135,8 +136,8 @@ class ProducerBatch:
             self.add_key(index, key)
         if headers or self.headers is not None:
             self.add_headers(index, headers)
-        if callback is not None:
-            self.outcome.callbacks.append((index, callback))
+        if callback is not None or self.outcome.callbacks:
+            self.outcome.add_callback(index, callback)
         self.size += size
         self.reserved += size
         return RecordFuture(self.outcome, index)
@@ -338,8 +339,11 @@ class RecordAccumulator:
                     batch.add_key(index, key)
                 if headers or batch.headers is not None:
                     batch.add_headers(index, headers)
-                if callback is not None:
-                    batch.outcome.callbacks.append((index, callback))
+                if callback is not None or batch.outcome.callbacks:
+                    runs = batch.outcome.callbacks  # BatchOutcome.add_callback() and same_callback(), inline
+                    last = runs[-1][1] if runs else None
+                    if callback is not last and not (type(callback) is MethodType and callback == last):
+                        runs.append((index, callback))
                 batch.reserved += size
                 batch.size += size
                 if batch.size >= batch.limit:
