@@ -14,14 +14,16 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from types import MethodType
 from typing import TYPE_CHECKING
 
 from multiraft.errors import MultiraftError, ProducerError
 from rpc.client._buffer_pool import RECORD_OVERHEAD, BufferPool, Header, record_size
 from rpc.client._futures import BatchOutcome, Callback, RecordFuture
+from rpc.client._produce_request import produce_request
 from rpc.client._records import TopicPartition
-from storage.batch import HEADER_SIZE, Compression, encode_batch
+from storage.batch import HEADER_SIZE, Compression, encode_batch_parts
 
 if TYPE_CHECKING:
     from rpc.client._bulk import BulkBatch
@@ -61,6 +63,9 @@ class ProducerBatch:
         "payload",
         "producer_epoch",
         "producer_id",
+        "request",
+        "request_at",
+        "request_id",
         "reserved",
         "send_index",
         "size",
@@ -89,6 +94,11 @@ class ProducerBatch:
         self.producer_epoch = -1
         self.base_sequence = -1
         self.payload: bytes | None = None
+        # The serialized ProduceRequest carrying the batch (built once, sent by every attempt), its request id and
+        # where the batch starts in it.
+        self.request: bytes | None = None
+        self.request_id = 0
+        self.request_at = 0
         self.attempts = 0
         self.send_index = 0  # per partition, increasing with every send (the order the leader sees)
         self.maybe_written = False
@@ -123,38 +133,65 @@ class ProducerBatch:
         self.values.append(value)
         self.timestamps.append(timestamp_ms)
         if key is not None or self.keys is not None:
-            if self.keys is None:
-                self.keys = [None] * index
-            self.keys.append(key)
+            self.add_key(index, key)
         if headers or self.headers is not None:
-            if self.headers is None:
-                self.headers = [None] * index
-            self.headers.append(headers)
-        if callback is not None:
-            self.outcome.callbacks.append((index, callback))
+            self.add_headers(index, headers)
+        if callback is not None or self.outcome.callbacks:
+            self.outcome.add_callback(index, callback)
         self.size += size
         self.reserved += size
         return RecordFuture(self.outcome, index)
 
+    def add_key(self, index: int, key: bytes | None) -> None:
+        """Record ``index``'s key (the list is made when the first record with a key comes)."""
+        if self.keys is None:
+            self.keys = [None] * index
+        self.keys.append(key)
+
+    def add_headers(self, index: int, headers: Sequence[Header] | None) -> None:
+        if self.headers is None:
+            self.headers = [None] * index
+        self.headers.append(headers)
+
     def set_producer(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         if (producer_id, producer_epoch, base_sequence) != (self.producer_id, self.producer_epoch, self.base_sequence):
             self.producer_id, self.producer_epoch, self.base_sequence = producer_id, producer_epoch, base_sequence
-            self.payload = None
+            self.payload = self.request = None
 
     def encode(self, compression: Compression) -> bytes:
         """The batch's bytes: encoded on first use, then the same bytes for every retry."""
         if self.payload is None:
-            self.payload = encode_batch(
-                self.values,
-                timestamps_ms=self.timestamps,
-                keys=self.keys,
-                headers=self.headers,
-                compression=compression,
-                producer_id=self.producer_id,
-                producer_epoch=self.producer_epoch,
-                base_sequence=self.base_sequence,
-            )
+            if self.request is not None:
+                length = int.from_bytes(self.request[self.request_at + 8 : self.request_at + 12], "little")
+                self.payload = self.request[self.request_at : self.request_at + length]
+            else:
+                self.payload = b"".join(self.encode_parts(compression))
         return self.payload
+
+    def produce_request(self, compression: Compression, request_ids: Iterator[int], timeout_ms: int) -> bytes:
+        """The serialized ProduceRequest of the batch, built (with the next of ``request_ids``) on first use, then
+        the same bytes for every retry: the request id only has to tell apart the requests in flight on one
+        stream, and a batch is never in flight twice."""
+        if self.request is None:
+            parts = [self.payload] if self.payload is not None else self.encode_parts(compression)
+            self.request_id = next(request_ids)
+            self.request, self.request_at = produce_request(
+                self.tp.topic, self.tp.partition, parts, self.request_id, timeout_ms
+            )
+        return self.request
+
+    def encode_parts(self, compression: Compression) -> list[bytes | memoryview]:
+        """The batch's bytes, encoded now, as the pieces that make them up."""
+        return encode_batch_parts(
+            self.values,
+            timestamps_ms=self.timestamps,
+            keys=self.keys,
+            headers=self.headers,
+            compression=compression,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=self.base_sequence,
+        )
 
     def split(self, at: int | None = None) -> tuple[ProducerBatch, ProducerBatch]:
         """Two batches of the records before and from ``at`` (default: the half), keeping their sequences (for
@@ -253,10 +290,15 @@ class RecordAccumulator:
 
         Blocks while the buffer is full (up to ``max_block_s``), then raises :class:`RequestTimeoutError`.
         """
-        self.pool.check(size)
+        pool = self.pool
+        if size > pool.capacity:
+            pool.check(size)
         wake = False
         with self._lock:
-            self.pool.reserve_locked(size, self.max_block_s)
+            if pool.available >= size and not pool.waiting and not pool.closed:
+                pool.available -= size  # the common case of reserve_locked(), without the call
+            else:
+                pool.reserve_locked(size, self.max_block_s)
             try:
                 if self._closed:
                     raise ProducerError("the producer is closed")
@@ -268,12 +310,12 @@ class RecordAccumulator:
                     current = self._sticky.get(topic)
                     if current is not None and current[0] < partitions:
                         open_batch = current[1]  # not closed: still its partition's open batch
-                        if not open_batch.closed and open_batch.fits(size):
+                        if not open_batch.closed and open_batch.size + size <= open_batch.limit:
                             chosen, batch = current
                     if batch is None:
                         chosen = self._sticky_partition(topic, partitions, size)
-                queue = self._queue(topic, chosen)
                 if batch is None:
+                    queue = self._queue(topic, chosen)
                     batch = queue.open
                     if batch is not None and not batch.fits(size):
                         batch.closed = True
@@ -288,18 +330,34 @@ class RecordAccumulator:
                         wake = True
                     if sticky:
                         self._sticky[topic] = (chosen, batch)
-                future = batch.append(value, key, headers, timestamp_ms, size, callback)
+                # ProducerBatch.append(), inline: this runs once per send().
+                values = batch.values
+                index = len(values)
+                values.append(value)
+                batch.timestamps.append(timestamp_ms)
+                if key is not None or batch.keys is not None:
+                    batch.add_key(index, key)
+                if headers or batch.headers is not None:
+                    batch.add_headers(index, headers)
+                if callback is not None or batch.outcome.callbacks:
+                    runs = batch.outcome.callbacks  # BatchOutcome.add_callback() and same_callback(), inline
+                    last = runs[-1][1] if runs else None
+                    if callback is not last and not (type(callback) is MethodType and callback == last):
+                        runs.append((index, callback))
+                batch.reserved += size
+                batch.size += size
                 if batch.size >= batch.limit:
+                    queue = self._queue(topic, chosen)
                     batch.closed = True
                     queue.full.append(batch)
                     queue.open = None
                     wake = True
             except BaseException:
-                self.pool.release_locked(size)
+                pool.release_locked(size)
                 raise
         if wake:
             self.wake()
-        return chosen, future
+        return chosen, RecordFuture(batch.outcome, index)
 
     def _queue(self, topic: str, partition: int) -> _Queue:
         """The partition's queue (by topic, then partition: no TopicPartition built per record)."""

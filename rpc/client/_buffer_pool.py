@@ -38,15 +38,12 @@ class BufferPool:
 
     def __init__(self, capacity: int, lock: threading.Lock | None = None) -> None:
         self.capacity = capacity
-        self._available = capacity
+        # Read and written under the lock (the accumulator takes its common case inline).
+        self.available = capacity
         self._lock = lock or threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._waiters: deque[object] = deque()  # first come, first served: a large send_batch() is not starved
-        self._closed = False
-
-    @property
-    def available(self) -> int:
-        return self._available
+        self.waiting: deque[object] = deque()  # first come, first served: a large send_batch() is not starved
+        self.closed = False
 
     def check(self, size: int) -> None:
         if size > self.capacity:
@@ -64,17 +61,17 @@ class BufferPool:
 
     def reserve_locked(self, size: int, timeout_s: float) -> None:
         """``reserve()`` with the lock held (and ``size`` checked); the lock is let go while it waits."""
-        if self._closed:
+        if self.closed:
             raise ProducerError("the producer is closed")
-        if self._available >= size and not self._waiters:
-            self._available -= size
+        if self.available >= size and not self.waiting:
+            self.available -= size
             return
         deadline = time.monotonic() + timeout_s
         ticket = object()
-        self._waiters.append(ticket)
+        self.waiting.append(ticket)
         try:
-            while self._waiters[0] is not ticket or self._available < size:
-                if self._closed:
+            while self.waiting[0] is not ticket or self.available < size:
+                if self.closed:
                     raise ProducerError("the producer closed while send() waited for buffer space")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -84,9 +81,9 @@ class BufferPool:
                         "acknowledges them"
                     )
                 self._cond.wait(remaining)
-            self._available -= size
+            self.available -= size
         finally:
-            self._waiters.remove(ticket)
+            self.waiting.remove(ticket)
             self._cond.notify_all()  # the next waiter's turn
 
     def release(self, size: int) -> None:
@@ -95,11 +92,11 @@ class BufferPool:
                 self.release_locked(size)
 
     def release_locked(self, size: int) -> None:
-        self._available += size
-        if self._waiters:
+        self.available += size
+        if self.waiting:
             self._cond.notify_all()
 
     def close(self) -> None:
         with self._lock:
-            self._closed = True
+            self.closed = True
             self._cond.notify_all()

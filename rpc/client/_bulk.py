@@ -11,7 +11,7 @@ from multiraft.errors import MultiraftError
 from rpc.client._accumulator import ProducerBatch
 from rpc.client._futures import RecordFuture
 from rpc.client._records import BatchMetadata, TopicPartition
-from storage.batch import HEADER_SIZE, Compression, encode_arrow_batch
+from storage.batch import HEADER_SIZE, Compression, encode_batch_parts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -115,20 +115,18 @@ class BulkBatch(ProducerBatch):
     def append(self, *args: Any, **kwargs: Any) -> RecordFuture:
         raise TypeError("a BulkBatch takes no more records")
 
-    def encode(self, compression: Compression) -> bytes:
-        if self.payload is None:
-            columns = self.columns
-            self.payload = encode_arrow_batch(  # straight from the columns' buffers
-                columns.values,
-                timestamps_ms=columns.timestamps,
-                keys=columns.keys,
-                headers=columns.headers,
-                compression=compression,
-                producer_id=self.producer_id,
-                producer_epoch=self.producer_epoch,
-                base_sequence=self.base_sequence,
-            )
-        return self.payload
+    def encode_parts(self, compression: Compression) -> list[bytes | memoryview]:
+        columns = self.columns
+        return encode_batch_parts(  # straight from the columns' buffers
+            columns.values,
+            timestamps_ms=columns.timestamps,
+            keys=columns.keys,
+            headers=columns.headers,
+            compression=compression,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=self.base_sequence,
+        )
 
     def split(self, at: int | None = None) -> tuple[ProducerBatch, ProducerBatch]:
         count = self.record_count

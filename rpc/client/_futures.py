@@ -24,12 +24,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FuturesTimeoutError
 from concurrent.futures._base import FINISHED, RUNNING
+from types import MethodType
 from typing import Any, NamedTuple
 
 from multiraft.logging import get_logger
 from rpc.client._records import RecordMetadata
 
-__all__ = ["BatchOutcome", "Callback", "RecordFuture", "record_metadata"]
+__all__ = ["BatchOutcome", "Callback", "RecordFuture", "record_metadata", "same_callback"]
 
 log = get_logger(__name__)
 
@@ -57,6 +58,12 @@ def record_metadata(topic: str, partition: int, offset: int, timestamp_ms: int, 
     return metadata
 
 
+def same_callback(callback: Callback | None, other: Callback | None) -> bool:
+    """Whether two callbacks are one: the same object, or the same method of the same object (``obj.method``
+    makes a new bound method at every call)."""
+    return callback is other or (type(callback) is MethodType and callback == other)
+
+
 class _Done(NamedTuple):
     """Records ``[lo, hi)`` of an outcome: written from ``base_offset`` (-1: where is unknown), or failed."""
 
@@ -79,8 +86,31 @@ class BatchOutcome:
         self.timestamps = timestamps  # the batch's own list: every record's CreateTime, by index
         self.condition = threading.Condition()
         self.done: list[_Done] = []  # the ranges completed so far (one, unless the batch was split)
-        self.callbacks: list[tuple[int, Callback]] = []  # send(callback=...), in record order
+        # send(callback=...) in record order, run-length encoded: (first record, its callback or None) each time the
+        # callback changes. A tuple and a bound method kept per record until its batch is done made the garbage
+        # collector's passes over them cost more than the rest of send().
+        self.callbacks: list[tuple[int, Callback | None]] = []
         self.watched: dict[int, RecordFuture] = {}  # futures with done callbacks or waiters, by record index
+
+    def add_callback(self, index: int, callback: Callback | None) -> None:
+        """Record ``index`` (the next one) is to be called back with ``callback`` (None: not at all)."""
+        runs = self.callbacks
+        if runs:
+            if not same_callback(callback, runs[-1][1]):
+                runs.append((index, callback))
+        elif callback is not None:
+            runs.append((index, callback))
+
+    def _callback_runs(self, lo: int, hi: int) -> list[tuple[range, Callback]]:
+        """The records of ``[lo, hi)`` to call back, as ranges sharing one callback, in record order."""
+        runs, end = self.callbacks, len(self.timestamps)
+        picked = []
+        for k, (start, callback) in enumerate(runs):
+            stop = runs[k + 1][0] if k + 1 < len(runs) else end
+            first, last = max(start, lo), min(stop, hi)
+            if callback is not None and first < last:
+                picked.append((range(first, last), callback))
+        return picked
 
     def range_of(self, index: int) -> _Done | None:
         for done in self.done:
@@ -113,34 +143,51 @@ class BatchOutcome:
                         waiter.add_result(future)
                     else:
                         waiter.add_exception(future)
-        error = done.error
-        topic, partition, timestamps = self.topic, self.partition, self.timestamps
-        for index, callback in self.callbacks:
-            if not lo <= index < hi:
-                continue
-            try:
-                if error is None:
-                    base, append_time = done.base_offset, done.append_time_ms
-                    callback(
-                        record_metadata(
-                            topic,
-                            partition,
-                            base + index - lo if base >= 0 else -1,
-                            timestamps[index] if append_time is None else append_time,
-                            done.duplicate,
-                        ),
-                        None,
-                    )
-                else:
-                    callback(None, error)
-            except Exception as exc:
-                log.exception("a send() callback raised", error=repr(exc))
+        if self.callbacks:
+            self._call_back(done)
         for future in watched:
             for fn in future.done_callbacks:
                 try:
                     fn(future)
                 except Exception as exc:
                     log.exception("a future's done callback raised", error=repr(exc))
+
+    def _call_back(self, done: _Done) -> None:
+        """The ``send()`` callbacks of records ``[done.lo, done.hi)``, in record order (once per record: the
+        metadata is built here, inline, as this runs for every record sent with a callback)."""
+        lo, hi, error = done.lo, done.hi, done.error
+        runs = self._callback_runs(lo, hi)
+        if error is not None:
+            for indexes, callback in runs:
+                for _ in indexes:
+                    try:
+                        callback(None, error)
+                    except Exception as exc:
+                        log.exception("a send() callback raised", error=repr(exc))
+            return
+        topic, partition, timestamps = self.topic, self.partition, self.timestamps
+        base, append_time, duplicate = done.base_offset, done.append_time_ms, done.duplicate
+        delta = base - lo  # offset of record ``index``: index + delta (base -1: offsets unknown)
+        new, metadata_class = _new, RecordMetadata
+        set_topic, set_partition, set_offset, set_timestamp, set_duplicate = (
+            _set_topic,
+            _set_partition,
+            _set_offset,
+            _set_timestamp,
+            _set_duplicate,
+        )
+        for indexes, callback in runs:
+            for index in indexes:
+                metadata = new(metadata_class)
+                set_topic(metadata, topic)
+                set_partition(metadata, partition)
+                set_offset(metadata, index + delta if base >= 0 else -1)
+                set_timestamp(metadata, timestamps[index] if append_time is None else append_time)
+                set_duplicate(metadata, duplicate)
+                try:
+                    callback(metadata, None)
+                except Exception as exc:
+                    log.exception("a send() callback raised", error=repr(exc))
 
 
 class RecordFuture(Future[RecordMetadata]):

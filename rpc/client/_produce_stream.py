@@ -20,8 +20,8 @@ import grpc.aio
 
 from multiraft import trace
 from multiraft.errors import ConnectionFailedError, MultiraftError, RequestTimeoutError, UnavailableError
+from rpc.client._produce_request import PRODUCE_STREAM_METHOD
 from rpc.proto import multiraft_pb2 as pb
-from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import from_rpc_error
 
 if TYPE_CHECKING:
@@ -77,12 +77,13 @@ class NodeStream:
         self.closed = False
         self._owner = owner
         self._channel = channel
-        self._queue: asyncio.Queue[tuple[pb.ProduceRequest, ProducerBatch] | None] = asyncio.Queue()
-        self._call: Any = None  # grpc.aio.StreamStreamCall[pb.ProduceRequest, pb.ProduceResponse]
+        self._queue: asyncio.Queue[tuple[bytes, ProducerBatch] | None] = asyncio.Queue()
+        self._call: Any = None  # grpc.aio.StreamStreamCall[bytes, pb.ProduceResponse]
         self._timed_out = False
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"produce-stream-{address}")
 
-    def send(self, sequence: int, batch: ProducerBatch, request: pb.ProduceRequest) -> None:
+    def send(self, sequence: int, batch: ProducerBatch, request: bytes) -> None:
+        """Queue a serialized ProduceRequest (see :mod:`rpc.client._produce_request`) whose id is ``sequence``."""
         self.outstanding.append(_Sent(sequence, batch, time.monotonic()))
         self._queue.put_nowait((request, batch))
 
@@ -107,7 +108,7 @@ class NodeStream:
                 request, batch = item
                 batch.maybe_written = True
                 if trace.ON:
-                    trace.event("produce_written", trace.batch_key(request.batch))
+                    trace.event("produce_written", trace.batch_key(request[batch.request_at : batch.request_at + 17]))
                 await call.write(request)
 
     async def _run(self) -> None:
@@ -115,7 +116,10 @@ class NodeStream:
         if not await connect(self._channel, CONNECT_TIMEOUT_S):
             error = ConnectionFailedError(f"could not connect to {self.address}")
         else:
-            call = pb_grpc.LogStub(self._channel).ProduceStream(None)  # reader/writer style
+            # Reader/writer style; requests are written as the bytes the producer serialized.
+            call = self._channel.stream_stream(
+                PRODUCE_STREAM_METHOD, request_serializer=None, response_deserializer=pb.ProduceResponse.FromString
+            )(None)
             self._call = call
             writer = asyncio.get_running_loop().create_task(self._write(call), name=f"produce-writer-{self.address}")
             try:

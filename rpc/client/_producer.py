@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Literal, NoReturn
 
 from multiraft.errors import (
     ConfigError,
@@ -71,8 +71,11 @@ DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 MAX_IN_FLIGHT_IDEMPOTENT = 5
 
 # send() reuses what it knows of a topic for this long before it asks the client's metadata cache again (which
-# refreshes it when older than metadata_max_age_s); the per-record look-up was a tenth of send()'s cost.
-_TOPIC_RECHECK_S = 1.0
+# refreshes it when older than metadata_max_age_s); the per-record look-up was a tenth of send()'s cost. Timed
+# on the wall clock send() reads anyway for the record's timestamp (a clock that steps back rechecks at once).
+_TOPIC_RECHECK_MS = 1000
+
+_time_ns = time.time_ns
 
 _COMPRESSION = {"none": Compression.NONE, "zstd": Compression.ZSTD, "lz4": Compression.LZ4}
 
@@ -83,7 +86,7 @@ class _TopicInfo:
     partitions: int
     max_bytes: int
     append_time: bool
-    recheck_at: float  # monotonic: send() looks at the client's metadata again after this
+    checked_ms: int  # wall clock: send() looks at the client's metadata again _TOPIC_RECHECK_MS after this
 
 
 def _adapt(callback: Callback) -> Callable[[Future[RecordMetadata]], None]:
@@ -237,7 +240,7 @@ class Producer:
         metadata = self._client.topic(topic)
         info = self._topics.get(topic)
         if info is not None and info.source is metadata:
-            info.recheck_at = time.monotonic() + _TOPIC_RECHECK_S
+            info.checked_ms = time.time_ns() // 1_000_000
             return info
         max_bytes = int(metadata.configs.get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES))
         learned = self._learned_max_bytes.get(topic)
@@ -246,7 +249,7 @@ class Producer:
             len(metadata.partitions),
             min(max_bytes, learned) if learned else max_bytes,
             metadata.configs.get("message.timestamp.type", "CreateTime") == "LogAppendTime",
-            time.monotonic() + _TOPIC_RECHECK_S,
+            time.time_ns() // 1_000_000,
         )
         self._topics[topic] = info
         return info
@@ -268,6 +271,12 @@ class Producer:
 
     # --------------------------------------------------------------------------------------------- send
 
+    def _raise_stopped(self) -> NoReturn:
+        fatal = self._sender.fatal_error
+        if fatal is not None:
+            raise fatal
+        raise ProducerError("the producer is closed")
+
     def send(
         self,
         topic: str,
@@ -288,19 +297,17 @@ class Producer:
         Raises :class:`RequestTimeoutError` when the buffer stays full for ``max_block_s``, and
         :class:`ProducerError` after ``close()``.
         """
-        fatal = self._sender.fatal_error
-        if fatal is not None:
-            raise fatal
-        if self._closed:
-            raise ProducerError("the producer is closed")
+        if self._sender.fatal_error is not None or self._closed:
+            self._raise_stopped()
         # The common cases (bytes, no key or a bytes key, no headers, now) without a call each.
         value_bytes = value if type(value) is bytes else to_bytes(value, "value")
         key_bytes = key if key is None or type(key) is bytes else to_bytes(key, "key")
         header_items = to_headers(headers) if headers is not None else None
-        timestamp_ms = time.time_ns() // 1_000_000 if timestamp is None else to_timestamp_ms(timestamp)
+        now_ms = _time_ns() // 1_000_000
+        timestamp_ms = now_ms if timestamp is None else to_timestamp_ms(timestamp)
         try:
             info = self._topics.get(topic)
-            if info is None or time.monotonic() >= info.recheck_at:
+            if info is None or not info.checked_ms <= now_ms < info.checked_ms + _TOPIC_RECHECK_MS:
                 info = self._topic(topic)
             if partition is not None:
                 if not 0 <= partition < info.partitions:
@@ -378,11 +385,8 @@ class Producer:
         :class:`RequestTimeoutError` when the buffer stays full for ``max_block_s`` before anything was
         queued, and :class:`ProducerError` after ``close()``.
         """
-        fatal = self._sender.fatal_error
-        if fatal is not None:
-            raise fatal
-        if self._closed:
-            raise ProducerError("the producer is closed")
+        if self._sender.fatal_error is not None or self._closed:
+            self._raise_stopped()
         value_column = binary_column(values, "values")
         n = len(value_column)
         key_column = None if keys is None else binary_column(keys, "keys")

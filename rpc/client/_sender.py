@@ -68,11 +68,11 @@ from rpc.client._partition_state import (
     written_long_ago,
     written_prefix,
 )
+from rpc.client._produce_request import PRODUCE_METHOD
 from rpc.client._produce_stream import CONNECT_TIMEOUT_S, NodeStream, connect
 from rpc.client._producer_ids import request_producer_id
 from rpc.client._records import TopicPartition
 from rpc.proto import multiraft_pb2 as pb
-from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.status import from_proto_error, from_rpc_error
 from storage.batch import Compression
 
@@ -120,7 +120,8 @@ class Sender:
         self._producer: tuple[int, int] | None = replay  # (id, epoch) once InitProducer answered
         self._replay = replay is not None
         self._ready = not idempotence or self._replay
-        self._fatal: MultiraftError | None = None
+        # Set once the producer cannot go on (fenced, refused credentials, a broken replay): send() raises it.
+        self.fatal_error: MultiraftError | None = None
         self._stopping = False
         self._abort: MultiraftError | None = None
         self._refreshing = False
@@ -138,10 +139,6 @@ class Sender:
     def start(self) -> None:
         self._thread.start()
         self._started.wait()
-
-    @property
-    def fatal_error(self) -> MultiraftError | None:
-        return self._fatal
 
     @property
     def producer_id(self) -> int:
@@ -244,13 +241,13 @@ class Sender:
             )
         except (AuthenticationFailedError, AuthorizationFailedError) as error:
             # No retry mends credentials or ACLs: the producer stops, as Kafka's does.
-            self._fatal = error
+            self.fatal_error = error
             self._fail_everything(error)
             return None
 
     async def _init_producer(self) -> None:
         producer = await self._new_producer_id()
-        if producer is None and not self._stopping and self._fatal is None:
+        if producer is None and not self._stopping and self.fatal_error is None:
             log.warning("the cluster does not support idempotent produce (InitProducer); retries may duplicate")
             self.idempotent = False
         self._producer = producer
@@ -286,7 +283,7 @@ class Sender:
 
     def _dispatch(self, now: float) -> float | None:
         """Send what may be sent; returns when to look again for a partition that is backing off."""
-        if not self._ready or self._fatal is not None:
+        if not self._ready or self.fatal_error is not None:
             return None
         next_at: float | None = None
         for state in list(self._states.values()):
@@ -366,50 +363,45 @@ class Sender:
         if self._replay:
             # A new id or restarted sequence would not line up with the run this producer replays: stop (set
             # before the batches fail, so that their callers see the producer stopped).
-            self._fatal = ProducerError(
+            self.fatal_error = ProducerError(
                 f"replay producer {state.producer_id} stopped: the sequence of {state.tp} broke ({error}); "
                 "a new replay producer replays from the start"
             )
         for batch in batches:
             self._fail(batch, error)
-        if self._fatal is not None:
-            self._fail_everything(self._fatal)
+        if self.fatal_error is not None:
+            self._fail_everything(self.fatal_error)
             return
         if self.idempotent:
             state.resetting = True
             self._spawn(self._reset_partition(state))
 
     def _send(self, state: _PartitionState, batch: ProducerBatch, address: str) -> None:
-        payload = batch.encode(self._compression)
+        request = batch.produce_request(self._compression, self._request_ids, int(self._request_timeout_s * 1000))
         batch.attempts += 1
         state.sends += 1
         batch.send_index = state.sends
         state.inflight.append(batch)
         state.address = address
-        sequence = next(self._request_ids)
-        request = pb.ProduceRequest(
-            topic=batch.tp.topic,
-            partition=batch.tp.partition,
-            batch=payload,
-            sequence=sequence,
-            timeout_ms=int(self._request_timeout_s * 1000),
-        )
         if self._use_streams:
             stream = self._streams.get(address)
             if stream is None or stream.closed:
                 stream = self._streams[address] = NodeStream(self, address, self._channel(address))
-            stream.send(sequence, batch, request)
+            stream.send(batch.request_id, batch, request)
         else:
             self._spawn(self._produce_unary(address, batch, request))
 
-    async def _produce_unary(self, address: str, batch: ProducerBatch, request: pb.ProduceRequest) -> None:
+    async def _produce_unary(self, address: str, batch: ProducerBatch, request: bytes) -> None:
         channel = self._channel(address)
         if not await connect(channel, CONNECT_TIMEOUT_S):
             self.on_response(batch, None, ConnectionFailedError(f"could not connect to {address}"))
             return
         batch.maybe_written = True
+        produce = channel.unary_unary(
+            PRODUCE_METHOD, request_serializer=None, response_deserializer=pb.ProduceResponse.FromString
+        )
         try:
-            response = await pb_grpc.LogStub(channel).Produce(request, timeout=self._request_timeout_s)
+            response = await produce(request, timeout=self._request_timeout_s)
         except grpc.aio.AioRpcError as exc:
             self.on_response(batch, None, from_rpc_error(exc))
             return
@@ -507,7 +499,7 @@ class Sender:
             self._fail(batch, error)
             return
         if isinstance(error, ProducerFencedError):
-            self._fatal = error
+            self.fatal_error = error
             self._fail(batch, error)
             self._fail_everything(error)
             return

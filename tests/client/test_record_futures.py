@@ -145,3 +145,53 @@ def test_record_metadata_is_built_as_its_constructor_builds_it() -> None:
     assert made == RecordMetadata("t", 3, 9, 1_000, True) and hash(made) == hash(RecordMetadata("t", 3, 9, 1_000, True))
     with pytest.raises(AttributeError):
         made.offset = 1  # type: ignore[misc]
+
+
+class _Counter:
+    """Callbacks as bound methods: ``counter.record`` is a new object at every send(), equal to the last one."""
+
+    def __init__(self, name: str, seen: list[tuple[str, int]]) -> None:
+        self.name = name
+        self.seen = seen
+
+    def record(self, metadata: RecordMetadata | None, error: BaseException | None) -> None:
+        self.seen.append((self.name, metadata.offset if metadata is not None else -1))
+
+
+def test_records_sharing_a_callback_or_with_none_each_get_only_their_own_calls_in_order() -> None:
+    acc = make()
+    seen: list[tuple[str, int]] = []
+    a, b = _Counter("a", seen), _Counter("b", seen)
+
+    def plain(metadata: RecordMetadata | None, error: BaseException | None) -> None:
+        seen.append(("plain", metadata.offset if metadata is not None else -1))
+
+    # Record i gets callbacks[i]: runs of one method, another object's same method, a function, and none.
+    callbacks = [a.record, a.record, None, None, a.record, b.record, b.record, plain, plain, None, a.record]
+    size = record_size(b"v", None, None)
+    for callback in callbacks:
+        acc.append("t", 0, 4, UNLIMITED, b"v", None, None, 1, size, callback)
+    (batch,) = drain_all(acc)
+    batch.complete(10, False, None)
+    expected = [
+        (callback.__self__.name if isinstance(callback, type(a.record)) else "plain", 10 + i)
+        for i, callback in enumerate(callbacks)
+        if callback is not None
+    ]
+    assert seen == expected
+
+
+def test_a_split_batch_calls_each_part_s_own_records_back_once_whatever_their_callbacks() -> None:
+    acc = make()
+    seen: list[tuple[str, int]] = []
+    a, b = _Counter("a", seen), _Counter("b", seen)
+    callbacks = [a.record, a.record, a.record, b.record, None, b.record]
+    size = record_size(b"v", None, None)
+    for callback in callbacks:
+        acc.append("t", 0, 4, UNLIMITED, b"v", None, None, 1, size, callback)
+    (batch,) = drain_all(acc)
+    first, second = batch.split(2)  # records 0-1 and 2-5: the split falls inside a run of a.record
+    second.fail(RequestTimeoutError("late"))
+    assert seen == [("a", -1), ("b", -1), ("b", -1)]
+    first.complete(50, False, None)
+    assert seen[3:] == [("a", 50), ("a", 51)]
