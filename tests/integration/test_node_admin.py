@@ -71,6 +71,7 @@ def _create_refused(admin: Admin, name: str) -> None:
     assert name not in [t.name for t in admin.list_topics()]
 
 
+@pytest.mark.slow  # two full restarts and three drains: over a minute, the suite's longest single test
 def test_a_drain_of_every_node_is_undone_by_undrain_and_both_survive_a_restart(cluster: Cluster) -> None:
     with Admin(cluster.client) as admin:
         for node_id in cluster.info.nodes:

@@ -22,7 +22,7 @@ from multiraft.raft import EntryKind, Message, RawNode, Ready, _raft
 
 from .simulation import Simulation, run_seed
 
-CI_SEEDS = 2000
+CI_SEEDS = 1000
 SLOW_SEEDS = 100_000
 SLOW_CHUNK = 1000
 
