@@ -28,6 +28,10 @@ HEALING = {
 TOPIC, PARTITIONS, RF = "events", 12, 3
 
 
+def _state_of(admin: Admin, node_id: int) -> str:
+    return next(n.state for n in admin.describe_cluster().nodes if n.node_id == node_id)
+
+
 def _wait(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.5) -> float:
     """Poll until ``condition()``; return the seconds it took."""
     start = time.monotonic()
@@ -201,7 +205,8 @@ def test_a_drained_node_ends_up_empty_and_only_then_can_be_removed(cluster_facto
         assert _check_exactly_once(cluster, producer) > 0
         _only_retried_errors(producer)
         admin.remove_node(drained)
-        assert next(n.state for n in admin.describe_cluster().nodes if n.node_id == drained) == "removed"
+        # Any node answers DescribeCluster: one that has not applied the removal yet still says draining.
+        _wait(lambda: _state_of(admin, drained) == "removed", 10, "the drained node removed", poll_s=0.1)
 
 
 def _commit_offset(cluster: Cluster, group: str, topic: str, offset: int) -> None:
