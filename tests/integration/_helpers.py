@@ -59,18 +59,19 @@ class Cluster:
         wait_serving(self.info, timeout_s=60)
         self.client.metadata(refresh=True)
 
-    def leader(self, topic: str, partition: int, *, timeout_s: float = 10.0) -> int:
-        """The partition's leader, asked of the cluster until one is known."""
+    def leader(self, topic: str, partition: int, *, timeout_s: float = 10.0, other_than: int = 0) -> int:
+        """The partition's leader, asked of the cluster until one is known (and is not ``other_than``: the
+        survivors name a killed leader until a new one is elected and announced)."""
         deadline = time.monotonic() + timeout_s
         for _ in range(10_000):
             if time.monotonic() > deadline:
                 break
             described = self.describe(topic)
             leader = described.partitions[partition].leader
-            if leader:
+            if leader and leader != other_than:
                 return leader
             time.sleep(0.05)
-        raise AssertionError(f"{topic}/{partition} has no leader after {timeout_s}s")
+        raise AssertionError(f"{topic}/{partition} has no leader other than {other_than} after {timeout_s}s")
 
     def describe(self, topic: str) -> pb.TopicInfo:
         request = pb.DescribeTopicRequest(name=topic)
