@@ -157,9 +157,18 @@ def _to_raft_error(exc: StorageError) -> raft.RaftStorageError:
 class RaftLogStorage:
     """:class:`multiraft.raft.MutableStorage` over one :class:`storage.SegmentedLog` (owner thread only)."""
 
-    def __init__(self, log: SegmentedLog, *, recent_bytes: int = DEFAULT_RECENT_BYTES, term_floor: int = 0) -> None:
+    def __init__(
+        self,
+        log: SegmentedLog,
+        *,
+        recent_bytes: int = DEFAULT_RECENT_BYTES,
+        term_floor: int = 0,
+        released: bool = False,
+    ) -> None:
         """``term_floor``: the highest term the replica ever reached, as recorded outside the store
-        (:class:`multiraft.node.term_guard.TermGuard`); a stored hard state below it was lost (see there)."""
+        (:class:`multiraft.node.term_guard.TermGuard`); a stored hard state below it was lost (see there).
+        ``released``: the node gave the replica up after applying its removal, so an empty log is a new
+        replica's, not a lost one (it still starts in ``term_floor`` with its vote unknown)."""
         self.log = log
         # Set by the catch-up copier once the files of the catch-up snapshot at this index are in place.
         self.segment_installer: tuple[int, Callable[[SegmentedLog, SnapshotManifest], None]] | None = None
@@ -167,7 +176,7 @@ class RaftLogStorage:
         self._load()
         stored_term = log.hard_state().term
         self._term_floor = term_floor if term_floor > stored_term else 0
-        self.amnesiac = bool(self._term_floor) and stored_term == 0 and log.last_index() == 0
+        self.amnesiac = bool(self._term_floor) and stored_term == 0 and log.last_index() == 0 and not released
         if self.amnesiac:
             # The log was lost: no vote, no campaign, until it holds an entry of a term after any it had.
             self.record_lost_suffix(1, self._term_floor + 1)

@@ -70,6 +70,16 @@ def conf_change_towards(
     return raft.ConfChange(tuple(changes))
 
 
+def _promotes_a_lost_log(group: Group, change: raft.ConfChange) -> int:
+    """The learner ``change`` would make a voter while it rebuilds a log it lost (0: none)."""
+    learners = set(group.raw.conf_state.learners)
+    promoted = [c.node_id for c in change.changes if c.type is raft.ConfChangeType.ADD_VOTER and c.node_id in learners]
+    if not promoted:
+        return 0
+    progress = group.raw.status().progress
+    return next((n for n in promoted if (pr := progress.get(n)) is not None and pr.lost_log), 0)
+
+
 class Reconciler:
     """Runs every few hundred ms on the scheduler thread (``Scheduler.every``)."""
 
@@ -177,6 +187,15 @@ class Reconciler:
     def _propose(self, group: Group, voters: tuple[int, ...], learners: tuple[int, ...]) -> None:
         change = conf_change_towards(group.raw.conf_state, voters, learners)
         if change is None:
+            return
+        rebuilding = _promotes_a_lost_log(group, change)
+        if rebuilding:
+            # It would be a voter that votes for nobody until its log is back (the leader hands over so that
+            # it comes back): promoted now, it could leave the group without a quorum that can elect.
+            log.debug(
+                "membership change waits for a learner rebuilding a lost log", group=group.group_id, node=rebuilding
+            )
+            self._unsettled.add(group.group_id)
             return
         try:
             group.raw.propose_conf_change(change, timestamp_ms=int(time.time() * 1000))

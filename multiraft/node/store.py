@@ -157,7 +157,15 @@ class Store(SchedulerOwned):
     def _raft_storage(self, log_: SegmentedLog, group_id: int) -> RaftLogStorage:
         """The group's Raft storage, held to the terms recorded outside the store (see TermGuard)."""
         guard = self.scheduler.term_guard
-        storage = RaftLogStorage(log_, term_floor=guard.floor(group_id) if guard is not None else 0)
+        if guard is None:
+            return RaftLogStorage(log_)
+        released = guard.released(group_id)
+        storage = RaftLogStorage(log_, term_floor=guard.floor(group_id), released=released)
+        if released:
+            # Placed here again after a removal this node applied: a new replica. From now on a lost store is
+            # a lost log again, so the mark goes before the replica stores anything.
+            guard.reclaim(group_id)
+            log.info("a replica is placed again on a node that gave it up", log=log_.name, group=group_id)
         if storage.amnesiac:
             log.warning(
                 "a replica lost its log with the store; it is rebuilt from the leader, and votes and campaigns "
@@ -334,6 +342,8 @@ class Store(SchedulerOwned):
         for group_id in deleted:
             group = scheduler.remove_group(group_id)
             if group is not None and isinstance(group.machine, PartitionMachine):
+                if scheduler.term_guard is not None:
+                    scheduler.term_guard.release(group_id)  # a deleted topic's group is never placed again
                 self._delete_local(group.machine)
         self._open_assigned(state, created)
         if self.startup:
@@ -413,7 +423,21 @@ class Store(SchedulerOwned):
 
     @on_owner_thread
     def drop_local_replica(self, group: Group) -> None:
-        """Remove a replica the controller moved off this node, and its log."""
+        """Remove a replica the controller moved off this node, and its log. When this replica applied its own
+        removal, the group is released first (see TermGuard): placed here again, it is an ordinary new replica."""
+        conf = group.raw.conf_state
+        members = {*conf.voters, *conf.voters_outgoing, *conf.learners, *conf.learners_next}
+        guard = self.scheduler.term_guard
+        if guard is not None and self.node_id not in members:
+            guard.release(group.group_id)
+        elif guard is not None:
+            log.warning(
+                "dropping a replica whose removal did not reach it; placed here again, it is rebuilt as one that "
+                "lost its log",
+                group=group.group_id,
+                voters=conf.voters,
+                learners=conf.learners,
+            )
         self.scheduler.remove_group(group.group_id)
         if isinstance(group.machine, PartitionMachine | OffsetsMachine):
             self._delete_local(group.machine)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._replication import Replication
-from ._state import TIMEOUT_NOW, TRANSFER_LEADER, Role
+from ._state import APP, TIMEOUT_NOW, TRANSFER_LEADER, Role
 from .codec import decode_conf_change, encode_conf_change
 from .confchange import ConfChange, ConfState, apply_conf_change
 from .errors import ConfChangePending, InvalidConfChangeError, InvalidRequestError, NotLeader, RaftCodecError
@@ -55,6 +55,7 @@ class Membership(Replication):
         return conf_state
 
     def _switch_to_conf(self, conf_state: ConfState, index: int, *, quiet: bool = False) -> None:
+        before = self.tracker.progress if self.role is Role.LEADER else {}
         self.conf_state = conf_state
         self.conf_index = index
         self.tracker.set_config(
@@ -69,6 +70,7 @@ class Membership(Replication):
             self.logger.info("raft.conf_changed", index=index, voters=conf_state.voters, learners=conf_state.learners)
         if self.role is not Role.LEADER:
             return
+        self._tell_removed(before, index)
         if not self.tracker.is_voter(self.id):
             self.logger.info("raft.removed_leader_hands_over", term=self.term)
             self.lead_transferee = 0
@@ -76,6 +78,32 @@ class Membership(Replication):
         self.needs_flush = True
         if self.lead_transferee and self.lead_transferee not in self.tracker.voters:
             self.lead_transferee = 0
+
+    def _tell_removed(self, before: dict[int, Any], index: int) -> None:
+        """Tell each replica this configuration removed that the entry removing it is committed: nothing else
+        is sent to it any more, and a replica that applied its own removal can be given up by its node as one
+        that nothing needs (multiraft.node.term_guard: placed there again, it is an ordinary new replica).
+
+        An empty append anchored at the entry, after whatever is in flight to it on the same connection, so it
+        also reaches a replica whose acknowledgement of the entry came after the commit. Best effort: a replica
+        that misses it is only given up more carefully."""
+        committed = self.log.committed
+        term = self.log.term(index)
+        if term is None:
+            return
+        for node_id, pr in before.items():
+            if node_id != self.id and node_id not in self.tracker.progress and pr.next > index:
+                self.msgs.append(
+                    Message(
+                        type=APP,
+                        to=node_id,
+                        sender=self.id,
+                        term=self.term,
+                        log_term=term,
+                        index=index,
+                        commit=committed,
+                    )
+                )
 
     def _hand_over_after_removal(self) -> None:
         """A leader that is no longer a voter asks a caught-up voter to take over (TimeoutNow).

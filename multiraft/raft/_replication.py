@@ -176,6 +176,7 @@ class Replication(ReadOnly):
         if pr is None:
             return
         pr.recent_active = True
+        pr.lost_log = m.log_lost
         if m.reject and m.log_lost:
             if m.reject_hint < pr.match:
                 # The follower lost entries it had acknowledged (a damaged disk it repairs): it holds ours up
@@ -272,7 +273,16 @@ class Replication(ReadOnly):
             return
         last_new = log.maybe_append(m.index, m.log_term, m.commit, m.entries)
         if last_new is not None:
-            self._send(Message(type=APP_RESP, to=m.sender, sender=self.id, term=self.term, index=last_new))
+            self._send(
+                Message(
+                    type=APP_RESP,
+                    to=m.sender,
+                    sender=self.id,
+                    term=self.term,
+                    index=last_new,
+                    log_lost=bool(self.recover_until[0]) and self._recovering(),
+                )
+            )
             return
         # Rejection with a hint: our last index at or below the leader's probe whose term is <= the probe's
         # term, so the leader can skip a whole term of mismatching entries per round trip.

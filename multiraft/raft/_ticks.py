@@ -50,6 +50,8 @@ class Ticks(Elections):
             if self.lead_transferee:
                 self.logger.info("raft.transfer_aborted", to=self.lead_transferee, reason="election timeout")
                 self.lead_transferee = 0
+            else:
+                self._let_a_lost_log_recover()
         if self.heartbeat_elapsed >= self.heartbeat_timeout:
             self.heartbeat_elapsed = 0
             if not self.tracker.is_voter(self.id):
@@ -58,6 +60,24 @@ class Ticks(Elections):
                 self._quiesce()
             else:
                 self._bcast_heartbeat(b"")
+
+    def _let_a_lost_log_recover(self) -> None:
+        """A replica rebuilding a lost log holds all of ours, yet still waits for an entry of a term later than
+        any it had: one it may have reached in our own term. Only a new term gives it that, so hand leadership
+        to a caught-up voter that does not wait. Without this, a group whose voters were mostly such replicas
+        (say, moved back to nodes that lost them) could not elect once the leader failed."""
+        last = self.log.last_index()
+        progress = self.tracker.progress
+        if not any(pr.lost_log and pr.match == last for node_id, pr in progress.items() if node_id != self.id):
+            return
+        ready = [
+            n
+            for n in sorted(self.tracker.voters)
+            if n != self.id and (pr := progress.get(n)) is not None and pr.match == last and not pr.lost_log
+        ]
+        if ready and self.tracker.is_voter(self.id):
+            self.logger.info("raft.transfer_for_a_lost_log", to=ready[0], term=self.term)
+            self.transfer_leadership(ready[0], local=False)
 
     # --- quiescence --------------------------------------------------------------------------------------
 
@@ -72,7 +92,7 @@ class Ticks(Elections):
             return False
         self_id = self.id
         for node_id, pr in self.tracker.progress.items():
-            if pr.match != last or (node_id != self_id and pr.state is not ProgressState.REPLICATE):
+            if pr.match != last or pr.lost_log or (node_id != self_id and pr.state is not ProgressState.REPLICATE):
                 return False
         return True
 

@@ -81,6 +81,7 @@ class Progress:
     __slots__ = (
         "inflights",
         "is_learner",
+        "lost_log",
         "match",
         "next",
         "pending_snapshot",
@@ -91,6 +92,7 @@ class Progress:
     )
 
     def __init__(self, next_index: int, max_inflight: int, max_inflight_bytes: int, *, is_learner: bool) -> None:
+        self.lost_log = False  # it said it is rebuilding a log it lost (it neither votes nor campaigns)
         self.match = 0
         self.next = next_index
         self.state = ProgressState.PROBE

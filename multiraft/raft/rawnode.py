@@ -106,6 +106,8 @@ class ProgressStatus:
     inflight_bytes: int
     is_learner: bool
     pending_snapshot: int
+    lost_log: bool = False
+    """The replica said it is rebuilding a log it lost: it neither votes nor campaigns until it is back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,6 +396,7 @@ class RawNode:
                     inflight_bytes=pr.inflights.bytes,
                     is_learner=pr.is_learner,
                     pending_snapshot=pr.pending_snapshot,
+                    lost_log=pr.lost_log,
                 )
         return Status(
             id=raft.id,

@@ -44,11 +44,21 @@ class FakeRaw:
     proposed: list[raft.ConfChange] = field(default_factory=list)
     matches: dict[int, int] = field(default_factory=dict)  # the leader's progress: peer -> match
     last_index: int = 100
+    lost_logs: set[int] = field(default_factory=set)  # peers that said they rebuild a lost log
 
     def status(self) -> raft.Status:
         progress = {
             peer: raft.ProgressStatus(
-                match, match + 1, "replicate", True, False, 0, 0, peer in self.conf_state.learners, 0
+                match,
+                match + 1,
+                "replicate",
+                True,
+                False,
+                0,
+                0,
+                peer in self.conf_state.learners,
+                0,
+                peer in self.lost_logs,
             )
             for peer, match in self.matches.items()
         }
@@ -168,6 +178,22 @@ def test_a_leader_proposes_the_one_change_towards_its_assignment(
     assert group.raw.proposed == [expected]
     assert w.scheduler.touched == [group.group_id]  # so that the scheduler collects its Ready
     assert w.dropped == []
+
+
+def test_a_learner_rebuilding_a_lost_log_is_promoted_only_once_its_log_is_back(clock: Clock) -> None:
+    """Issue 23: a voter that votes for nobody until its log is back could leave the group unable to elect."""
+    w = world((1, 2, 3, 4))
+    group = w.host(w.group_of(), (1, 2, 3), (4,))
+    group.raw.matches = {2: 100, 3: 100, 4: 100}
+    group.raw.lost_logs = {4}
+
+    w.reconciler()
+    assert group.raw.proposed == []
+
+    group.raw.lost_logs = set()
+    clock.now += TICK
+    w.reconciler()
+    assert group.raw.proposed == [change((ADD_VOTER, 4))]
 
 
 def test_a_leader_already_at_its_assignment_proposes_nothing(clock: Clock) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import errno
 import os
 import random
+import struct
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -79,6 +81,40 @@ def test_a_full_disk_refuses_the_record_as_full_and_keeps_the_old_file(
     assert guard.floor(1) == 2 and _guard(tmp_path).floor(1) == 2
 
 
+def test_a_released_group_stays_released_across_a_restart_until_reclaimed(tmp_path: Path) -> None:
+    guard = _guard(tmp_path)
+    guard.record({7: 3, 8: 2})
+    guard.release(7)
+    guard.release(7)  # already released: nothing written
+    assert guard.writes == 2
+    reopened = _guard(tmp_path)
+    assert reopened.released(7) and not reopened.released(8) and reopened.floor(7) == 3
+    reopened.reclaim(7)
+    again = _guard(tmp_path)
+    assert not again.released(7) and again.floor(7) == 3 and again.floor(8) == 2
+
+
+def test_a_group_released_before_it_ever_raised_a_term_is_kept(tmp_path: Path) -> None:
+    guard = _guard(tmp_path)
+    guard.release(4)
+    reopened = _guard(tmp_path)
+    assert reopened.released(4) and reopened.floor(4) == 0
+
+
+def test_a_version_1_file_is_read(tmp_path: Path) -> None:
+    body = struct.pack("<4sIQ", b"MRTG", 1, 2) + struct.pack("<QQ", 3, 9) + struct.pack("<QQ", 5, 1)
+    (tmp_path / TERMS_FILE).write_bytes(body + struct.pack("<I", crc32c.crc32c(body)))
+    guard = _guard(tmp_path)
+    assert (guard.floor(3), guard.floor(5), guard.released(3)) == (9, 1, False)
+
+
+def test_a_record_with_unknown_flags_sets_the_file_aside(tmp_path: Path) -> None:
+    body = struct.pack("<4sIQ", b"MRTG", 2, 1) + struct.pack("<QQI", 3, 9, 6)
+    (tmp_path / TERMS_FILE).write_bytes(body + struct.pack("<I", crc32c.crc32c(body)))
+    assert _guard(tmp_path).floor(3) == 0
+    assert not (tmp_path / TERMS_FILE).exists()
+
+
 # ------------------------------------------------------------------------- replicas held to the record
 
 
@@ -102,6 +138,15 @@ def test_a_replica_that_lost_its_whole_log_neither_votes_nor_campaigns_until_it_
     assert not storage.recovered()
     storage.append([raft.Entry(2, 8, raft.EntryKind.DATA, 2, encode_batch([b"y"], timestamps_ms=1))])
     assert storage.recovered()
+
+
+def test_a_replica_placed_again_after_its_node_released_it_is_a_new_replica_that_forgot_only_its_vote(
+    store: LogStore,
+) -> None:
+    storage = RaftLogStorage(store.log("t", 2), term_floor=7, released=True)
+    assert not storage.amnesiac and storage.recover_until() == (0, 0)
+    hard_state, _ = storage.initial_state()
+    assert (hard_state.term, hard_state.vote) == (7, raft.UNKNOWN_VOTE)  # never a second vote in term 7
 
 
 def test_a_replica_whose_stored_term_fell_behind_the_record_only_forgets_its_vote(store: LogStore) -> None:

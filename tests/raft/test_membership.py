@@ -324,3 +324,37 @@ def test_6_a_promoted_learner_campaigns_only_once_it_has_applied_its_promotion()
     cluster.crash(2)
     cluster.restart(1)
     cluster.elect(3)
+
+
+def test_6_a_removed_voter_that_acknowledged_its_removal_after_the_commit_still_applies_it() -> None:
+    """The leader tells a replica it removed that the removal committed (issue 23): without that, a replica
+    whose own acknowledgement came after the commit never hears of the commit, its node cannot tell a removal
+    from a lost log, and a replica placed there again could not vote."""
+    cluster = Cluster()
+    cluster.elect(1)
+    held: list[Message] = []
+
+    def hold_for_3(m: Message) -> bool:
+        if m.to == 3:
+            held.append(m)
+            return False
+        return True
+
+    cluster.filters.append(hold_for_3)  # everything to node 3 is late: the removal commits with node 2 alone
+    cluster.node(1).propose_conf_change(ConfChange.remove_node(3))
+    cluster.stabilize()
+    assert cluster.node(1).conf_state.voters == (1, 2)
+    cluster.filters.clear()
+    cluster.queue.extend(held)  # delivered late, in the order sent
+    cluster.stabilize()
+    assert cluster.node(3).conf_state.voters == (1, 2)  # it applied its own removal: its node may drop it
+
+
+def test_6_the_leader_tells_each_replica_it_removes_that_the_removal_committed() -> None:
+    cluster = Cluster(ids=(1, 2, 3, 4))
+    cluster.elect(1)
+    cluster.propose(1, b"before")
+    cluster.node(1).propose_conf_change(ConfChange.remove_node(4))
+    cluster.stabilize()
+    assert cluster.node(1).conf_state.voters == (1, 2, 3)
+    assert cluster.node(4).conf_state.voters == (1, 2, 3)  # applied its own removal: its node may drop it

@@ -12,6 +12,7 @@ import random
 import pytest
 
 from multiraft.raft import (
+    UNKNOWN_VOTE,
     HardState,
     MemoryStorage,
     Message,
@@ -156,3 +157,34 @@ def test_the_lost_flag_travels_through_the_codec() -> None:
     message = Message(type=MessageType.APP_RESP, to=1, sender=2, term=3, reject=True, reject_hint=7, log_lost=True)
     assert decode_message(encode_message(message)).log_lost
     assert not decode_message(encode_message(Message(type=MessageType.APP_RESP, to=1, sender=2))).log_lost
+
+
+def _lose_whole_log(cluster: Cluster, node_id: int) -> None:
+    """Crash ``node_id`` and rebuild it empty, as the runtime does after its store was lost: in the term it had
+    reached, its vote unknown, waiting for an entry of a later term (multiraft.node.term_guard)."""
+    term = cluster.node(node_id).term
+    cluster.crash(node_id)
+    storage = MemoryStorage()
+    storage.set_hard_state(HardState(term, UNKNOWN_VOTE, 0))
+    cluster.hosts[node_id] = cluster._new_host(node_id, storage, recover_until=(1, term + 1))
+    cluster.down.discard(node_id)
+
+
+def test_a_leader_hands_over_so_that_a_caught_up_replica_rebuilding_a_lost_log_can_vote_again() -> None:
+    """Issue 23: the replica catches up in the leader's term, but only an entry of a later term ends its wait.
+    Left alone it never votes again, and the group cannot elect once the leader fails (2 of 3 needed)."""
+    cluster = _three_nodes_with_entries(3)
+    term = cluster.node(1).term
+    _lose_whole_log(cluster, 3)
+    cluster.tick_all(30)  # the leader's heartbeats bring node 3 up to date; several election timeouts pass
+    assert cluster.node(3).recovering_until == 0
+    assert cluster.node(3).term > term
+    leader = cluster.leader()
+    assert leader in (1, 2)
+    cluster.crash(leader)
+    survivor = 3 - leader  # 1 or 2, whichever did not lead
+    for _ in range(40):
+        cluster.tick_all(1)
+        if cluster.node(survivor).role is Role.LEADER or cluster.node(3).role is Role.LEADER:
+            break
+    assert Role.LEADER in (cluster.node(survivor).role, cluster.node(3).role), cluster.status_line()
