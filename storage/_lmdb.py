@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +21,10 @@ __all__ = ["log", "storage_error", "lmdb_errors", "check_file_length", "verify_s
 # configurations and tests select it by that name. A stdlib logger underneath: unconfigured, info stays
 # silent and warnings go to stderr, never stdout.
 log: structlog.stdlib.BoundLogger = structlog.wrap_logger(logging.getLogger("storage.log"))
+
+
+SHORT_WRITE_FREE_BYTES = 1 << 20
+"""An I/O error from LMDB while its filesystem has less room than this is a full disk, not a failing one."""
 
 
 def storage_error(exc: lmdb.Error, path: Path, index: int | None = None) -> StorageError:
@@ -40,8 +45,21 @@ def storage_error(exc: lmdb.Error, path: Path, index: int | None = None) -> Stor
         return CorruptionError(f"LMDB reports {type(exc).__name__}: {exc}", path=str(path), index=index)
     if "No space left" in str(exc) or getattr(exc, "errno", None) == errno.ENOSPC:
         return StorageFullError(f"disk full writing {path}")
+    io_error = getattr(exc, "code", None) == errno.EIO or "Input/output error" in str(exc)
+    if io_error and _free_bytes(path) < SHORT_WRITE_FREE_BYTES:
+        # LMDB reports a write the filesystem cut short (the disk filled part-way) as EIO, not ENOSPC; the
+        # commit fails before its meta page, as with ENOSPC, so the last commit stands and a retry may fit.
+        return StorageFullError(f"disk full writing {path} (a short write: {exc})")
     where = path if index is None else f"{path} at index {index}"
     return StorageError(f"LMDB error on {where}: {exc}")
+
+
+def _free_bytes(path: Path) -> int:
+    """Room left on the filesystem that holds ``path`` (for an unprivileged writer); large if unknown."""
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return 1 << 62
 
 
 @contextmanager

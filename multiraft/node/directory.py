@@ -45,6 +45,11 @@ class Directory(LoopOwned):
         self._leaders = _LeaderCache()
         self._led: dict[int, int] = {}  # group id -> term of the partitions led here, kept as views change
         self._on_cluster: list[Callable[[ctl.ClusterState], None]] = []
+        self._on_controller_leader: list[Callable[[int], None]] = []
+
+    def on_controller_leader(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener`` on the loop with the new controller leader (0: unknown) each time it changes."""
+        self._on_controller_leader.append(listener)
 
     def on_cluster(self, listener: Callable[[ctl.ClusterState], None]) -> None:
         """Call ``listener`` on the loop after every new cluster state."""
@@ -88,7 +93,11 @@ class Directory(LoopOwned):
 
     @on_owner_thread
     def set_controller_leader(self, leader_id: int) -> None:
+        changed = leader_id != self.controller_leader
         self.controller_leader = leader_id
+        if changed:
+            for listener in self._on_controller_leader:
+                listener(leader_id)
 
     @on_owner_thread
     def set_controller_voters(self, voters: tuple[int, ...]) -> None:

@@ -44,7 +44,7 @@ from multiraft.node.membership import NodeMembership
 from multiraft.node.peer_messages import STATUS_ERROR, encode_error
 from multiraft.node.peer_service import PeerService
 from multiraft.node.raftlog import record_lost_suffixes
-from multiraft.node.rebalancer import Rebalancer, RebalanceSettings
+from multiraft.node.rebalancer import OwnController, Rebalancer, RebalanceSettings
 from multiraft.node.reconfigure import Reconciler
 from multiraft.node.scheduler import Scheduler
 from multiraft.node.scrubber import SLICE_S as SCRUB_SLICE_S
@@ -288,9 +288,10 @@ class Node(LoopOwned):
             directory,
             self.liveness,
             status,
-            controller,
+            OwnController(store_client.controller),  # never forwarded: see multiraft.node.rebalancer
             room,
         )
+        directory.on_controller_leader(rebalancer.controller_leader_changed)
         moves = MoveReporter(self.node_id, lambda: directory.controller_leader, rebalancer.snapshot, transport)
         offsets = OffsetsService(
             OffsetsSettings(

@@ -22,23 +22,38 @@ for as long again: a stuck move must not hold one of the ``max_concurrent_moves`
 Placement is pure (``multiraft.controller.placement``); this module only feeds it the member-list's view
 and turns plans into commands. Moves live in memory: a new controller leader rebuilds them from the state
 (step 2), so nothing is lost when the controller fails over mid-move.
+
+Only the controller leader plans or drives a move, and a node that stops leading stops at once: a round
+checks before each planning step and each command that its node still leads (as the loop has learnt it) and
+that it has led without a break since the round began; a change of controller leader cancels a round in
+flight (:meth:`Rebalancer.controller_leader_changed`), and the moves in memory are dropped, for the next
+leader to rebuild. The commands go to this node's own controller replica only (:class:`OwnController`),
+which refuses them unless its Raft group leads (the scheduler thread's view, ahead of the loop's): they are
+never forwarded, so a node that has just lost the controller cannot act for the one that leads now.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from multiraft import controller as ctl
-from multiraft.errors import MultiraftError
+from multiraft.errors import MultiraftError, NotLeaderError
 from multiraft.logging import get_logger
 from multiraft.node.capacity import RoomLedger
-from multiraft.node.peer_messages import PartitionStatus
+from multiraft.node.peer_messages import ControllerBody, ControllerOutcome, ControllerRequest, PartitionStatus
 from multiraft.node.protocols import ClusterView, ControllerClient, Liveness, PartitionStatusSource
 
-__all__ = ["Rebalancer", "RebalanceSettings", "MoveProgress", "CAUGHT_UP_ENTRIES", "MOVE_STALL_S"]
+__all__ = [
+    "Rebalancer",
+    "RebalanceSettings",
+    "MoveProgress",
+    "OwnController",
+    "CAUGHT_UP_ENTRIES",
+    "MOVE_STALL_S",
+]
 
 log = get_logger(__name__)
 
@@ -93,6 +108,22 @@ class RebalanceSettings:
     move_stall_s: float = MOVE_STALL_S
 
 
+class OwnController:
+    """The rebalancer's ``ControllerClient``: runs a command on this node's own controller replica, which
+    answers NotLeaderError unless its Raft group leads. Never forwarded: a peer may not ask the leader for
+    ``SetPartitionReplicas``, and a node that no longer leads must not act for the one that does."""
+
+    def __init__(self, local: Callable[[ControllerRequest, float], Awaitable[object]]) -> None:
+        self._local = local
+
+    async def call(self, body: ControllerBody, *, timeout_s: float = 5.0) -> ControllerOutcome:
+        return ControllerOutcome.of(await self._local(ControllerRequest(body), timeout_s))
+
+
+class _NotLeadingError(Exception):
+    """This node stopped leading the controller (or lost and regained it) since the round began."""
+
+
 class Rebalancer:
     """See the module docstring. ``run()`` is a task of the node; it acts only on the controller leader."""
 
@@ -115,7 +146,8 @@ class Rebalancer:
         self.moves: dict[int, MoveProgress] = {}  # group id -> move
         self._clock = clock
         self._stalled_until: dict[int, float] = {}  # group id -> when a stalled move's partition may move again
-        self._was_leader = False
+        self._changes = 0  # controller leader changes seen (controller_leader_changed): a round's tenure
+        self._round: asyncio.Task[None] | None = None  # the round in flight, cancelled when leadership goes
         # What the last idle round looked at (the state by identity, the rest by value), per step: planning
         # is pure, so the same inputs plan nothing again, and 10,000 partitions cost a walk each per round.
         self._idle: dict[str, tuple[ctl.ClusterState, object]] = {}
@@ -138,33 +170,74 @@ class Rebalancer:
             try:
                 await self.round()
             except MultiraftError as exc:
-                # The controller lost leadership or timed out mid-round: the next round starts from the state.
+                # The controller timed out mid-round: the next round starts from the state.
                 log.info("rebalancing round cut short", error=str(exc))
             except Exception:
                 log.exception("rebalancing round failed")
 
+    # ---------------------------------------------------------------------------------- leading or not
+
+    def controller_leader_changed(self, leader_id: int) -> None:
+        """The loop learnt a new controller leader (``Directory.on_controller_leader``): a round in flight
+        began under another, so it stops at once; a node that does not lead drops its moves."""
+        self._changes += 1
+        round_ = self._round
+        if round_ is not None and not round_.done():
+            round_.cancel()
+        if leader_id != self._cluster.node_id:
+            self._step_down()
+
+    def _leading(self) -> bool:
+        return self._cluster.controller_leader == self._cluster.node_id
+
+    def _check_leading(self, tenure: int) -> None:
+        """Raise _NotLeadingError unless this node has led the controller without a break since ``tenure``."""
+        if not self._leading() or self._changes != tenure:
+            raise _NotLeadingError
+
+    def _step_down(self) -> None:
+        """Forget the moves in flight: the next controller leader rebuilds them from the state."""
+        if self.moves:
+            log.info("not the controller leader; its replica moves are left to the next one", moves=len(self.moves))
+        self.moves.clear()
+        self._idle.clear()
+
     # ----------------------------------------------------------------------------------------- a round
 
     async def round(self) -> None:
-        view = self._cluster
-        if view.controller_leader != view.node_id:
-            if self._was_leader:
-                self.moves.clear()
-            self._was_leader = False
+        """One round, on the controller leader only; cut short (its moves dropped) when leadership goes."""
+        if not self._leading():
+            self._step_down()
             return
-        self._was_leader = True
+        task = self._round = asyncio.get_running_loop().create_task(self._lead(self._changes))
+        try:
+            await asyncio.wait((task,))
+        finally:
+            if not task.done():
+                task.cancel()  # this round's caller was cancelled (the node stops)
+            self._round = None
+        if task.cancelled():
+            return  # leadership changed mid-round (controller_leader_changed dropped the moves if it went)
+        try:
+            task.result()
+        except _NotLeadingError:
+            self._step_down()
+
+    async def _lead(self, tenure: int) -> None:
+        view = self._cluster
         state = view.cluster
         dead = self.dead_nodes(state)
         live_active = [n for n in state.nodes_in_state(ctl.NodeState.ACTIVE) if self._liveness.is_live(n.node_id)]
-        await self._advance(state, dead)
+        await self._advance(state, dead, tenure)
         state = view.cluster
-        await self._adopt(state, dead)
+        await self._adopt(state, dead, tenure)
+        self._check_leading(tenure)
         state = view.cluster
         self._plan(state, dead, live_active)
         if self.moves:
-            await self._advance(view.cluster, dead)
+            await self._advance(view.cluster, dead, tenure)
         elif not self._any_learners(view.cluster):
-            await self._balance_preferred_leaders(view.cluster, live_active)
+            await self._balance_preferred_leaders(view.cluster, live_active, tenure)
 
     def _any_learners(self, state: ctl.ClusterState) -> bool:
         if self._unchanged("learners", state, None):
@@ -227,8 +300,9 @@ class Rebalancer:
                 reason="repair" if move.from_node is None else "rebalance",
             )
 
-    async def _adopt(self, state: ctl.ClusterState, dead: set[int]) -> None:
+    async def _adopt(self, state: ctl.ClusterState, dead: set[int], tenure: int) -> None:
         """Finish what a previous controller leader (or a cut-short move) left half done."""
+        self._check_leading(tenure)
         inputs = (set(self.moves), dead)
         if self._unchanged("adopt", state, inputs):
             return
@@ -254,7 +328,8 @@ class Rebalancer:
                     await self._propose(
                         ctl.SetPartitionReplicas(
                             p.topic, p.partition, keep, p.learners, preferred, p.replicas, p.learners
-                        )
+                        ),
+                        tenure,
                     )
         self._note("adopt", state, inputs, not adopted)
 
@@ -275,11 +350,12 @@ class Rebalancer:
         candidates = [r for r in p.replicas if r != exclude]
         return min(candidates, key=rank) if candidates else None
 
-    async def _advance(self, state: ctl.ClusterState, dead: set[int]) -> None:
+    async def _advance(self, state: ctl.ClusterState, dead: set[int], tenure: int) -> None:
         if not self.moves:
             return
         groups = [p for p in (state.group(g) for g in self.moves) if p is not None]
         status = await self._status.partition_status(groups)
+        self._check_leading(tenure)
         for group_id, progress in list(self.moves.items()):
             move = progress.move
             p = state.group(group_id)
@@ -287,7 +363,7 @@ class Rebalancer:
                 del self.moves[group_id]  # the topic was deleted
                 continue
             if move.to_node in dead or move.to_node not in state.nodes:
-                await self._abort(p, progress)
+                await self._abort(p, progress, tenure)
                 continue
             step = ctl.replica_move_step(state, move)
             if step is None:
@@ -306,7 +382,7 @@ class Rebalancer:
                 progress.note(found.lag.get(move.to_node) if found is not None else None, self._clock())
                 if not caught_up:
                     if self._clock() - progress.progressed_at >= self.settings.move_stall_s:
-                        await self._abort(p, progress, "no progress for move_stall_s")
+                        await self._abort(p, progress, tenure, "no progress for move_stall_s")
                         self._stalled_until[group_id] = self._clock() + self.settings.move_stall_s
                     continue
                 progress.phase = "promoting"
@@ -314,7 +390,7 @@ class Rebalancer:
                 progress.phase = "removing"
             else:
                 progress.phase = "adding"
-            if not await self._propose(step):
+            if not await self._propose(step, tenure):
                 del self.moves[group_id]  # lost a race with another change: replanned from the new state
 
     def _caught_up(self, progress: MoveProgress, status: PartitionStatus | None) -> bool:
@@ -339,7 +415,9 @@ class Rebalancer:
         acked = to_node in status.acked or status.entries == 0
         return acked and lag <= CAUGHT_UP_ENTRIES and status.leader != 0
 
-    async def _abort(self, p: ctl.PartitionState, progress: MoveProgress, reason: str = "target node is gone") -> None:
+    async def _abort(
+        self, p: ctl.PartitionState, progress: MoveProgress, tenure: int, reason: str = "target node is gone"
+    ) -> None:
         """The node a replica was moving to died, or the move is stuck: drop it as a learner; the move is
         replanned."""
         del self.moves[p.group_id]
@@ -358,10 +436,13 @@ class Rebalancer:
             await self._propose(
                 ctl.SetPartitionReplicas(
                     p.topic, p.partition, p.replicas, learners, p.preferred_leader, p.replicas, p.learners
-                )
+                ),
+                tenure,
             )
 
-    async def _balance_preferred_leaders(self, state: ctl.ClusterState, live_active: list[ctl.NodeInfo]) -> None:
+    async def _balance_preferred_leaders(
+        self, state: ctl.ClusterState, live_active: list[ctl.NodeInfo], tenure: int
+    ) -> None:
         if self._unchanged("leaders", state, live_active):
             return
         changes = ctl.plan_preferred_leaders(state, live_active)
@@ -371,12 +452,20 @@ class Rebalancer:
             await self._propose(
                 ctl.SetPartitionReplicas(
                     p.topic, p.partition, p.replicas, p.learners, change.to_node, p.replicas, p.learners
-                )
+                ),
+                tenure,
             )
 
-    async def _propose(self, command: ctl.SetPartitionReplicas) -> bool:
+    async def _propose(self, command: ctl.SetPartitionReplicas, tenure: int) -> bool:
+        """Run ``command`` on the controller; False if it was refused. Raises _NotLeadingError, before or instead of
+        it, once this node no longer leads."""
+        self._check_leading(tenure)
         try:
             await self._controller.call(command, timeout_s=5.0)
+        except NotLeaderError as exc:
+            # This node's controller replica no longer leads (the scheduler thread knew before the loop).
+            log.info("replica change refused: not the controller leader", topic=command.topic, error=str(exc))
+            raise _NotLeadingError from exc
         except MultiraftError as exc:
             log.info("replica change refused", topic=command.topic, partition=command.partition, error=str(exc))
             return False

@@ -62,12 +62,6 @@ def test_a_follower_whose_data_file_is_cut_short_while_stopped_repairs_itself(tm
 
 
 @pytest.mark.skipif(disk_faults_possible() is not None, reason=f"{disk_faults_possible()}")
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (docs/reliability.md, finding 5): after the full disk is freed, that node's replicas sometimes "
-    "have not caught up when the run's bounded settle ends (seed 7 once: nemesis/0 at index 131 vs 323); "
-    "nothing acknowledged is lost",
-)
 def test_a_full_disk_on_one_node_loses_no_acknowledged_record(tmp_path: Path) -> None:
     _assert_valid(_run(tmp_path, 7, ("disk-full",), 1.0))
 
