@@ -44,7 +44,7 @@ class SimClient:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.proposals: dict[tuple[int, int], _Proposal] = {}
-        self.removed: set[int] = set()  # nodes whose removal was proposed (never re-added: ids are not reused)
+        self.removed: set[int] = set()  # nodes whose removal was proposed (until one is placed back)
         self.acked: dict[int, bytes] = {}
         self.reads: dict[bytes, int] = {}
         self.next_payload = 0
@@ -93,6 +93,8 @@ class SimClient:
         if conf.joint:
             return
         voters, learners = list(conf.voters), list(conf.learners)
+        if self._place_back(leader):
+            return
         new_ids = [i for i in range(1, MAX_NODE_ID + 1) if i not in sim.hosts]
         options: list[tuple[str, ConfChange]] = []
         if new_ids:
@@ -134,6 +136,26 @@ class SimClient:
         for single in change.changes:
             if single.node_id not in sim.hosts:
                 sim.add_node(single.node_id)
+
+    def _place_back(self, leader: ReplicaHost) -> bool:
+        """Now and then (its own generator, so the other draws stay as they were) add a removed node back as a
+        learner, as an undrain or a move back does: its node gave the old replica up and starts a new one on an
+        empty disk (see Simulation.place_back)."""
+        sim = self.sim
+        members = leader.node.conf_state.members()
+        back = sorted(i for i in self.removed if i not in members and i in sim.hosts)
+        if not back or sim.place_back_rng.random() >= 0.3:
+            return False
+        node_id = sim.place_back_rng.choice(back)
+        try:
+            leader.node.propose_conf_change(ConfChange.add_learner(node_id))
+        except (ConfChangePending, InvalidConfChangeError, ProposalDropped, NotLeader):
+            return True
+        sim.note(f"membership place back {node_id}")
+        sim.stats["membership place back"] += 1
+        self.removed.discard(node_id)
+        sim.place_back(node_id)
+        return True
 
     def on_apply(self, host: ReplicaHost, entry: Entry) -> None:
         """A write counts as acknowledged when the node it was proposed to applies it, in the same incarnation."""

@@ -122,6 +122,7 @@ class Simulation:
         # With start_elections, the runtime's start-up elections (multiraft.node.startup_elections): a restarted
         # replica may hold off its campaign, or campaign at once. Their own generator: other draws stay as they were.
         self.start_rng = random.Random(seed * 7907 + 23) if start_elections else None
+        self.place_back_rng = random.Random(seed * 7919 + 29)  # removed nodes added back (SimClient._place_back)
         ids = list(range(1, self.params.nodes + 1))
         conf = self.initial_conf = ConfState.of(ids)
         for node_id in ids:
@@ -168,6 +169,34 @@ class Simulation:
     def add_node(self, node_id: int) -> None:
         """A node a membership change adds: it starts on an empty disk."""
         self.disks[node_id] = self.new_disk(node_id, None)
+        self._start(node_id)
+
+    def place_back(self, node_id: int) -> None:
+        """A removed node is added back: the runtime dropped its old replica and starts a new one on an empty disk,
+        in the highest term the node reached, its vote unknown (multiraft.node.term_guard). A replica that
+        applied its own removal was released and is an ordinary new replica; one whose removal never reached it
+        is rebuilt as a lost log (it neither votes nor campaigns until it holds an entry of a later term)."""
+        old = self.hosts[node_id]
+        released = node_id not in old.node.conf_state.members()
+        floor = self.max_term.get(node_id, 0)
+        self.up.discard(node_id)
+        self.persist_at.pop(node_id, None)
+        fresh = self.new_disk(node_id, None)
+        fresh.storage.set_hard_state(HardState(floor, UNKNOWN_VOTE, 0))
+        fresh.sync()
+        self.disks[node_id].close()
+        self.disks[node_id] = fresh
+        if released:
+            self.recover_until.pop(node_id, None)
+            self.stats["placed back released"] += 1
+        else:
+            self.recover_until[node_id] = (1, floor + 1)
+            self.lost_disks.add(node_id)
+            self.stats["placed back as a lost log"] += 1
+        self.note(f"place back {node_id} ({'released' if released else 'as a lost log'}, recorded term {floor})")
+        for other in self.up:
+            if self.hosts[other].node.leader_id == node_id:
+                self.hosts[other].node.wake()
         self._start(node_id)
 
     def _crash(self, node_id: int) -> None:

@@ -64,6 +64,8 @@ def test_the_random_schedules_exercise_every_fault_and_feature(capsys: pytest.Ca
         "membership remove voter",
         "membership replace",
         "membership demote",
+        "membership place back",
+        "placed back released",
         "transfers",
         "reads served",
         "messages through the codec",
