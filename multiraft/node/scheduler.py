@@ -533,12 +533,15 @@ class Scheduler:
         self._deferred.rolled_back()
 
     def _flush_deferred(self) -> None:
-        """Deferred indexes wait at most a tick when no other write comes (an idle group's last commit)."""
-        if self._deferred and not self._parked:
+        """Deferred indexes, and what was written after a round's sync (a replica dropped, a topic's log
+        deleted), wait at most a tick when no other write comes: an idle node must not keep a dropped
+        replica's log in its store until the next Raft round, nor bring it back after a crash."""
+        assert self.store is not None
+        if (self._deferred or self.store.writes_pending) and not self._parked:
             try:
                 self._sync()
             except (StorageError, raft.RaftStorageError) as exc:
-                if not self._discard_if_full(exc, "deferred commit and applied indexes"):
+                if not self._discard_if_full(exc, "deferred indexes and writes after a round"):
                     raise
 
     def _storage_failed(

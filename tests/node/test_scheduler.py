@@ -84,6 +84,7 @@ class FakeStore:
             disk.durable_hard.update(disk.written_hard)
             disk.unsynced.clear()
         self.syncs += 1
+        self.writes_pending = False
 
     def rollback(self) -> None:
         self.rollbacks += 1

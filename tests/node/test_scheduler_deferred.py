@@ -80,6 +80,23 @@ def test_deferred_indexes_are_synced_at_the_next_tick_when_nothing_else_is_writt
         assert written[:3] == [("hard_state", 2), ("applied", 2), ("sync",)]
 
 
+def test_what_was_written_after_a_round_is_synced_at_the_next_tick_when_no_round_comes() -> None:
+    """Issue 23 (finding 8): a replica dropped, or a deleted topic's log, stayed in the store of a node whose
+    groups were all quiet until its next Raft round, and came back after a crash."""
+    with node1(1, (1, 2, 3), tick_ms=20, election_tick=100_000) as node:
+        node.on_thread(lambda: node.scheduler.deliver([_append(2, commit=2)]))
+        node.wait_until(lambda: len(node.sent(T.APP_RESP)) == 1, "the ack of entry 2")
+        node.wait_until(lambda: not node.scheduler._deferred, "the deferred indexes synced")
+        syncs = node.store.syncs
+
+        def drop_a_log() -> None:  # as Store.drop_local_replica does: a write outside any round
+            node.store.writes_pending = True
+
+        node.on_thread(drop_a_log)
+        node.wait_until(lambda: node.store.syncs > syncs, "a tick to sync what was written after the round")
+        assert not node.store.writes_pending
+
+
 class _Storage:
     def __init__(self, writes: list[tuple[str, int]]) -> None:
         self.writes = writes
