@@ -46,7 +46,7 @@ from multiraft.launcher import ClusterInfo, add_node, kill_node, start_node, sto
 from multiraft.nemesis.history import History
 from multiraft.node.debug import CUTS_FILE, CutPlan
 
-__all__ = ["FAULT_KINDS", "Nemesis", "Fault"]
+__all__ = ["FAULT_KINDS", "Nemesis", "Fault", "kill_all_at_once"]
 
 FAULT_KINDS = (
     "kill",
@@ -448,6 +448,20 @@ class Nemesis:
             start_node(self.cluster, node_id)
         if stopped:
             wait_serving(self.cluster, stopped, timeout_s=_RESTART_TIMEOUT_S)
+
+
+def kill_all_at_once(cluster: ClusterInfo) -> list[int]:
+    """Freeze every running node (SIGSTOP), then SIGKILL them: none sees another stop, so none campaigns and
+    appends an entry of a new term that the nodes already gone never get (a graceful stop, one node after
+    another, does: its leaders hand over or time out). What stays on disk is what Raft made durable. Returns
+    the ids that were running."""
+    running = [n for n, node in sorted(cluster.nodes.items()) if node.pid > 0 and _runs(node.pid, node.config_path)]
+    for node_id in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(cluster.nodes[node_id].pid, signal.SIGSTOP)
+    for node_id in running:
+        kill_node(cluster, node_id)
+    return running
 
 
 def _reap(pid: int) -> str:

@@ -5,9 +5,10 @@ a topic, the clients of :mod:`multiraft.nemesis.clients`, a schedule of faults d
 inject, hold, heal, again until the duration ends), a final heal, a bounded wait for the cluster to
 acknowledge writes again, a final read of every partition, the final placement of every replica and a
 bounded wait for nodes to give back the logs of replicas moved off them (:mod:`multiraft.nemesis.replicas`),
-and an offline comparison of the placed replicas once the cluster has stopped. Everything lands in
-``history.jsonl`` in the run's directory, and :func:`multiraft.nemesis.checker.check` judges it. Every wait
-is bounded.
+and an offline comparison of the placed replicas once the cluster has stopped (every node frozen, then
+killed: a graceful stop, node after node, lets a leader that is left append an entry the stopped nodes never
+get). Everything lands in ``history.jsonl`` in the run's directory, and
+:func:`multiraft.nemesis.checker.check` judges it. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from multiraft.client import Admin, Consumer, MultiraftError, UnknownTopicError
 from multiraft.launcher import ClusterInfo, cluster_down, cluster_up, load_cluster
 from multiraft.nemesis.checker import CheckResult, check
 from multiraft.nemesis.clients import AdminClient, ClientSettings, GroupClient, ProducerClient, ReaderClient
-from multiraft.nemesis.faults import FAULT_KINDS, Nemesis
+from multiraft.nemesis.faults import FAULT_KINDS, Nemesis, kill_all_at_once
 from multiraft.nemesis.history import History
 from multiraft.nemesis.replicas import Placement, await_removals, compare_replicas, record_placement
 from multiraft.node.debug import DEBUG_ISOLATION
@@ -155,6 +156,7 @@ def run_once(settings: RunSettings, directory: str | Path) -> RunResult:
             ending: tuple[list[int], Placement | None] = (sorted(cluster.nodes), None)
             try:
                 ending = _run(settings, cluster, history, rng, faults, disk_node)
+                history.record("runner", "ok", "stop", nodes=kill_all_at_once(cluster))
             finally:
                 cluster_down(cluster.directory)
             members, placement = ending
