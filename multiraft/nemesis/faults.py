@@ -45,6 +45,7 @@ from multiraft.client import Admin, MultiraftError
 from multiraft.launcher import ClusterInfo, add_node, kill_node, start_node, stop_node, wait_serving
 from multiraft.nemesis.history import History
 from multiraft.node.debug import CUTS_FILE, CutPlan
+from storage._format import ENV_DIRNAME
 
 __all__ = ["FAULT_KINDS", "Nemesis", "Fault", "kill_all_at_once"]
 
@@ -239,7 +240,11 @@ class Nemesis:
             return None
         victim = self.rng.choice(followers)
         stop_node(self.cluster, victim)
-        data = next((Path(self.cluster.nodes[victim].directory) / "data").rglob("data.mdb"))
+        # The live store's file: a store set aside after an earlier cut (log.lmdb.unrepairable-*) has one too.
+        data = Path(self.cluster.nodes[victim].directory) / "data" / ENV_DIRNAME / "data.mdb"
+        if not data.exists():
+            start_node(self.cluster, victim)
+            return None
         detail: dict[str, object] = {"file": str(data)}
         with data.open("r+b") as file:
             content = file.read()

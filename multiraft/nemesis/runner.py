@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from multiraft.client import Admin, Consumer, MultiraftError, UnknownTopicError
+from multiraft.client import Admin, Consumer, MultiraftError, TopicExistsError, UnknownTopicError
 from multiraft.launcher import ClusterInfo, cluster_down, cluster_up, load_cluster
 from multiraft.nemesis.checker import CheckResult, check
 from multiraft.nemesis.clients import AdminClient, ClientSettings, GroupClient, ProducerClient, ReaderClient
@@ -181,7 +181,8 @@ def _run(
     partitions = settings.topic_partitions
     admin = Admin(cluster.bootstrap, request_timeout_s=10)
     try:
-        admin.create_topic(TOPIC, partitions=partitions, replication_factor=replication)
+        with contextlib.suppress(TopicExistsError):  # a retry after an attempt that timed out but created it
+            admin.create_topic(TOPIC, partitions=partitions, replication_factor=replication)
         # The runner stops the clients; this bound only ends them if it cannot (heals can take minutes: a
         # drain, nodes that do not come back).
         client_deadline = time.monotonic() + settings.duration_s + _CLIENTS_OUTLIVE_S
