@@ -20,7 +20,9 @@ def nemesis(
     seed: int = typer.Option(1, "--seed", help="The first run's seed; a seed replays a run's schedule."),
     duration: float = typer.Option(20.0, "--duration", min=1.0, help="Seconds of faults per run."),
     faults: str = typer.Option("all", "--faults", help=f"Comma-separated kinds, or 'all': {', '.join(FAULT_KINDS)}."),
-    nodes: int = typer.Option(3, "--nodes", min=3, max=9, help="Nodes per cluster."),
+    nodes: int = typer.Option(
+        3, "--nodes", min=3, max=9, help="Nodes per cluster (at 5 or more a partition lives on 3 of them)."
+    ),
     directory: Path | None = typer.Option(
         None, "--dir", help="Where runs keep clusters and histories (default: a temp dir)."
     ),

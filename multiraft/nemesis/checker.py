@@ -6,8 +6,9 @@
   the final log holds at that offset, so no read saw an uncommitted record (``uncommitted_reads``).
 * A group's committed offsets never go backwards, nor below a commit acknowledged before they were read
   (``offset_regressions``).
-* After the faults heal every replica of every partition is byte-identical (``divergent_replicas``, from
-  the runner's offline comparison recorded in the history).
+* After the faults heal every replica the final placement names is byte-identical (``divergent_replicas``,
+  from the runner's offline comparison recorded in the history), and no node still holds the log of a
+  replica moved off it once the removal bound has passed (``retained_replicas``).
 * Availability: the longest stretch a partition acknowledged nothing while producers sent, and how long the
   cluster took after the last heal to acknowledge a new write (``recovery_s``, within a bound).
 
@@ -52,6 +53,9 @@ class CheckResult:
     client_crashes: int = 0
     stalled_drains: int = 0
     """Churn whose drained node still held replicas when the bound ran out (it could not be removed)."""
+    retained_replicas: int = 0
+    """Logs a node still stored, the removal bound after the final placement, of partitions it no longer
+    holds (or stores that could not be looked at)."""
     read_up_to: dict[int, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)
 
@@ -71,6 +75,7 @@ class CheckResult:
                 ("divergent_replicas", self.divergent_replicas),
                 ("client_crashes", self.client_crashes),
                 ("stalled_drains", self.stalled_drains),
+                ("retained_replicas", self.retained_replicas),
             )
             if count
         }
@@ -122,6 +127,7 @@ def check(events: Iterable[Event], *, recovery_bound_s: float = 60.0) -> CheckRe
     _check_reads(result, history, sent, final)
     _check_offsets(result, history)
     _check_replicas(result, history)
+    _check_removals(result, history)
     _check_availability(result, history)
     return result
 
@@ -240,6 +246,20 @@ def _check_replicas(result: CheckResult, history: list[Event]) -> None:
         elif event.f == "replicas" and event.type in ("fail", "info"):
             result.divergent_replicas += 1
             result._example("divergent_replicas", f"not compared: {event.value.get('error')}")
+
+
+def _check_removals(result: CheckResult, history: list[Event]) -> None:
+    for event in history:
+        if event.f != "removals" or event.type not in ("info", "fail"):
+            continue
+        kept = [str(k) for k in event.value.get("kept", [])]
+        bound = event.value.get("bound_s")
+        if not kept:  # the stores could not be looked at
+            result.retained_replicas += 1
+            result._example("retained_replicas", f"not checked: {event.value.get('error')}")
+        for where in kept:
+            result.retained_replicas += 1
+            result._example("retained_replicas", f"{where} still stored {bound}s after the final placement")
 
 
 def _check_availability(result: CheckResult, history: list[Event]) -> None:

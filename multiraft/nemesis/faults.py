@@ -18,6 +18,15 @@ generator, so a seed replays the same schedule (the cluster's own timing still v
   before the cluster starts); the heal frees it and restarts the node if it stopped.
 * ``churn``: a new node joins, an old one is drained and, once empty (or when the hold ends), stopped and
   removed.
+* ``churn-undrain``: a node is drained, undrained while its replicas move, and drained again; the heal waits
+  for it to empty and undrains it, so replicas move back to a node that held them before.
+* ``churn-rejoin``: a node is drained; the heal waits for it to empty, stops and removes it, and starts it
+  again, so the node that left joins again (same id; its data directory kept or wiped, by the seed) and
+  replicas are placed on it again.
+
+The churn kinds first add a node when no more than the replication factor are active (a drain is refused
+otherwise), so they work from three nodes up; every drain is bounded (``drain_timeout_s``) and one that does
+not finish is recorded (``drain``, ``info``), which the checker counts as a stalled drain.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import contextlib
 import os
 import random
 import re
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -35,8 +45,9 @@ from multiraft.client import Admin, MultiraftError
 from multiraft.launcher import ClusterInfo, add_node, kill_node, start_node, stop_node, wait_serving
 from multiraft.nemesis.history import History
 from multiraft.node.debug import CUTS_FILE, CutPlan
+from storage._format import ENV_DIRNAME
 
-__all__ = ["FAULT_KINDS", "Nemesis", "Fault"]
+__all__ = ["FAULT_KINDS", "Nemesis", "Fault", "kill_all_at_once"]
 
 FAULT_KINDS = (
     "kill",
@@ -51,8 +62,12 @@ FAULT_KINDS = (
     "corrupt-truncate",
     "disk-full",
     "churn",
+    "churn-undrain",
+    "churn-rejoin",
 )
 _RESTART_TIMEOUT_S = 60.0
+_UNDRAIN_AFTER_S = (0.2, 1.0)
+"""How long a churn-undrain lets the first drain (and then the undrain) move replicas before the next step."""
 _VALUE = re.compile(rb"producer-[0-9]+:[0-9]+")
 
 
@@ -76,6 +91,7 @@ class Nemesis:
         topic: str,
         disk_node: int | None = None,
         drain_timeout_s: float = 60.0,
+        replication: int = 3,
     ) -> None:
         self.cluster = cluster
         self.admin = admin
@@ -84,7 +100,9 @@ class Nemesis:
         self.topic = topic
         self.disk_node = disk_node
         self.drain_timeout_s = drain_timeout_s
+        self.replication = replication
         self.members = sorted(cluster.nodes)  # nodes that are part of the cluster (not removed)
+        self.draining: set[int] = set()  # members left draining (a drain that did not finish)
         self.active: Fault | None = None
         self._generation = 0
 
@@ -122,6 +140,10 @@ class Nemesis:
                 self._filler().unlink()
         elif fault.kind == "churn":
             self._finish_churn(fault)
+        elif fault.kind == "churn-undrain":
+            self._finish_churn_undrain(fault)
+        elif fault.kind == "churn-rejoin":
+            self._finish_churn_rejoin(fault)
         error = ""
         for _ in range(2):  # a node that stopped itself (e.g. on a full disk) may die after the first look
             try:
@@ -173,8 +195,7 @@ class Nemesis:
         return Fault("pause-leader", (leader,))
 
     def _pause_follower(self) -> Fault | None:
-        leader = self._leader(self.rng.randrange(self._partitions()))
-        followers = [n for n in self.members if n != leader]
+        followers = self._followers(self.rng.randrange(self._partitions()))
         if not followers:
             return None
         victim = self.rng.choice(followers)
@@ -214,14 +235,16 @@ class Nemesis:
         return self._corrupt("truncate")
 
     def _corrupt(self, how: str) -> Fault | None:
-        partition = self.rng.randrange(self._partitions())
-        leader = self._leader(partition)
-        followers = [n for n in self.members if n != leader]
+        followers = self._followers(self.rng.randrange(self._partitions()))
         if not followers:
             return None
         victim = self.rng.choice(followers)
         stop_node(self.cluster, victim)
-        data = next((Path(self.cluster.nodes[victim].directory) / "data").rglob("data.mdb"))
+        # The live store's file: a store set aside after an earlier cut (log.lmdb.unrepairable-*) has one too.
+        data = Path(self.cluster.nodes[victim].directory) / "data" / ENV_DIRNAME / "data.mdb"
+        if not data.exists():
+            start_node(self.cluster, victim)
+            return None
         detail: dict[str, object] = {"file": str(data)}
         with data.open("r+b") as file:
             content = file.read()
@@ -269,42 +292,120 @@ class Nemesis:
     def _churn(self) -> Fault | None:
         if len(self.members) < 3:
             return None
-        leaving = self.rng.choice(self.members)
-        joined = add_node(self.cluster, wait=True)
-        self.members.append(joined.node_id)
-        self.admin.drain_node(leaving)
-        return Fault("churn", (joined.node_id, leaving), {"joined": joined.node_id, "drained": leaving})
+        leaving = self.rng.choice(self._active())
+        joined = self._join()
+        self._drain(leaving)
+        return Fault("churn", (joined, leaving), {"joined": joined, "drained": leaving})
 
     def _finish_churn(self, fault: Fault) -> None:
         drained = int(str(fault.detail["drained"]))
-        deadline = time.monotonic() + self.drain_timeout_s
+        if self._await_drained(drained, time.monotonic() + self.drain_timeout_s):
+            self._leave(drained)
+
+    def _churn_undrain(self) -> Fault | None:
+        joined = self._spare()
+        node = self.rng.choice(self._active())
+        self._drain(node)
+        time.sleep(self.rng.uniform(*_UNDRAIN_AFTER_S))
+        self._undrain(node)
+        time.sleep(self.rng.uniform(*_UNDRAIN_AFTER_S))
+        self._drain(node)
+        return Fault("churn-undrain", (node,), {"drained": node, "joined": joined})
+
+    def _finish_churn_undrain(self, fault: Fault) -> None:
+        node = int(str(fault.detail["drained"]))
+        self._await_drained(node, time.monotonic() + self.drain_timeout_s)
+        # Drained or not, it becomes active again: the rebalancer moves replicas back to it.
+        with contextlib.suppress(MultiraftError):
+            self._undrain(node)
+
+    def _churn_rejoin(self) -> Fault | None:
+        joined = self._spare()
+        node = self.rng.choice(self._active())
+        self._drain(node)
+        wipe = self.rng.random() < 0.5
+        return Fault("churn-rejoin", (node,), {"drained": node, "joined": joined, "wipe": wipe})
+
+    def _finish_churn_rejoin(self, fault: Fault) -> None:
+        node = int(str(fault.detail["drained"]))
+        if not self._await_drained(node, time.monotonic() + self.drain_timeout_s):
+            with contextlib.suppress(MultiraftError):
+                self._undrain(node)
+            return
+        removed = self._leave(node)
+        data = Path(self.cluster.nodes[node].directory) / "data"
+        wipe = removed and bool(fault.detail.get("wipe"))  # never the data of a node still holding replicas
+        if wipe:
+            # Children only: the data directory may be a mount point (the disk-full node's tmpfs).
+            for child in list(data.iterdir()):
+                if child.is_dir():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+        start_node(self.cluster, node)
+        self.members.append(node)
+        self.history.record("nemesis", "ok", "rejoin", node=node, removed=removed, wiped=wipe)
+
+    # ------------------------------------------------------------------------------------------ churn steps
+
+    def _active(self) -> list[int]:
+        return [n for n in self.members if n not in self.draining]
+
+    def _spare(self) -> int | None:
+        """Add a node when draining one would leave fewer active nodes than the replication factor."""
+        return self._join() if len(self._active()) <= self.replication else None
+
+    def _join(self) -> int:
+        joined = add_node(self.cluster, wait=True).node_id
+        self.members.append(joined)
+        self.history.record("nemesis", "ok", "join", node=joined)
+        return joined
+
+    def _drain(self, node: int) -> None:
+        self.admin.drain_node(node)
+        self.draining.add(node)
+        self.history.record("nemesis", "ok", "drain", node=node)
+
+    def _undrain(self, node: int) -> None:
+        self.admin.undrain_node(node)
+        self.draining.discard(node)
+        self.history.record("nemesis", "ok", "undrain", node=node)
+
+    def _await_drained(self, node: int, deadline: float) -> bool:
+        """Until ``node`` holds no replica and leads nothing; False (recorded: a stalled drain) at ``deadline``."""
         status = "unknown"
         for _ in range(10_000):
             with contextlib.suppress(MultiraftError):
-                drain = self.admin.drain_node(drained)
+                drain = self.admin.drain_node(node)
                 if drain.safe_to_stop:
-                    break
+                    self.history.record("nemesis", "ok", "drained", node=node)
+                    return True
                 moves = [f"{m.topic}/{m.partition} {m.from_node}->{m.to_node} {m.phase}"
                          for m in self.admin.describe_cluster().moves]  # fmt: skip
                 status = f"{drain.replicas_left} replicas and {drain.leaders_left} leaders left; moves {moves}"
             if time.monotonic() > deadline:
-                self.history.record(
-                    "nemesis", "info", "drain", node=drained, error=f"not drained in time, kept: {status}"
-                )
-                return
+                self.history.record("nemesis", "info", "drain", node=node, error=f"not drained in time, kept: {status}")
+                return False
             time.sleep(0.5)
-        stop_node(self.cluster, drained)
-        self.members.remove(drained)
+        return False
+
+    def _leave(self, node: int) -> bool:
+        """Stop the drained ``node`` and remove it from the cluster; False (recorded) if removal is refused."""
+        deadline = time.monotonic() + self.drain_timeout_s
+        stop_node(self.cluster, node)
+        self.members.remove(node)
+        self.draining.discard(node)
         for _ in range(100):
             try:
-                self.admin.remove_node(drained)
+                self.admin.remove_node(node)
                 break
             except MultiraftError as exc:
                 if time.monotonic() > deadline:
-                    self.history.record("nemesis", "info", "remove", node=drained, error=repr(exc))
-                    return
+                    self.history.record("nemesis", "info", "remove", node=node, error=repr(exc))
+                    return False
                 time.sleep(0.5)
-        self.history.record("nemesis", "ok", "remove", node=drained)
+        self.history.record("nemesis", "ok", "remove", node=node)
+        return True
 
     # ----------------------------------------------------------------------------------------- helpers
 
@@ -313,6 +414,13 @@ class Nemesis:
 
     def _leader(self, partition: int) -> int:
         return self.admin.describe_topic(self.topic).partitions[partition].leader
+
+    def _followers(self, partition: int) -> list[int]:
+        """The running members that replicate ``partition`` but do not lead it (at 5 or more nodes a
+        partition lives on 3 of them); any member but its leader if none is known."""
+        described = self.admin.describe_topic(self.topic).partitions[partition]
+        followers = [n for n in described.replicas if n != described.leader and n in self.members]
+        return followers or [n for n in self.members if n != described.leader]
 
     def _signal(self, node_id: int, signum: signal.Signals) -> None:
         node = self.cluster.nodes[node_id]
@@ -345,6 +453,20 @@ class Nemesis:
             start_node(self.cluster, node_id)
         if stopped:
             wait_serving(self.cluster, stopped, timeout_s=_RESTART_TIMEOUT_S)
+
+
+def kill_all_at_once(cluster: ClusterInfo) -> list[int]:
+    """Freeze every running node (SIGSTOP), then SIGKILL them: none sees another stop, so none campaigns and
+    appends an entry of a new term that the nodes already gone never get (a graceful stop, one node after
+    another, does: its leaders hand over or time out). What stays on disk is what Raft made durable. Returns
+    the ids that were running."""
+    running = [n for n, node in sorted(cluster.nodes.items()) if node.pid > 0 and _runs(node.pid, node.config_path)]
+    for node_id in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(cluster.nodes[node_id].pid, signal.SIGSTOP)
+    for node_id in running:
+        kill_node(cluster, node_id)
+    return running
 
 
 def _reap(pid: int) -> str:

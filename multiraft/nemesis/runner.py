@@ -3,8 +3,11 @@
 :func:`run_once` is the whole run: a fresh cluster in its own directory (nodes with the debug cuts switch on),
 a topic, the clients of :mod:`multiraft.nemesis.clients`, a schedule of faults drawn from the seed (quiet,
 inject, hold, heal, again until the duration ends), a final heal, a bounded wait for the cluster to
-acknowledge writes again, a final read of every partition, and an offline comparison of every replica once
-the cluster has settled and stopped. Everything lands in ``history.jsonl`` in the run's directory, and
+acknowledge writes again, a final read of every partition, the final placement of every replica and a
+bounded wait for nodes to give back the logs of replicas moved off them (:mod:`multiraft.nemesis.replicas`),
+and an offline comparison of the placed replicas once the cluster has stopped (every node frozen, then
+killed: a graceful stop, node after node, lets a leader that is left append an entry the stopped nodes never
+get). Everything lands in ``history.jsonl`` in the run's directory, and
 :func:`multiraft.nemesis.checker.check` judges it. Every wait is bounded.
 """
 
@@ -19,14 +22,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from multiraft.client import Admin, Consumer, MultiraftError, UnknownTopicError
+from multiraft.client import Admin, Consumer, MultiraftError, TopicExistsError, UnknownTopicError
 from multiraft.launcher import ClusterInfo, cluster_down, cluster_up, load_cluster
 from multiraft.nemesis.checker import CheckResult, check
 from multiraft.nemesis.clients import AdminClient, ClientSettings, GroupClient, ProducerClient, ReaderClient
-from multiraft.nemesis.faults import FAULT_KINDS, Nemesis
+from multiraft.nemesis.faults import FAULT_KINDS, Nemesis, kill_all_at_once
 from multiraft.nemesis.history import History
+from multiraft.nemesis.replicas import Placement, await_removals, compare_replicas, record_placement
 from multiraft.node.debug import DEBUG_ISOLATION
-from storage import LogStore, StorageError
 
 __all__ = ["RunSettings", "RunResult", "run_once", "FAST_NODE_SETTINGS", "disk_faults_possible"]
 
@@ -44,6 +47,7 @@ _OFFSETS_TOPIC = "__consumer_offsets"
 _FINAL_READ_TIMEOUT_S = 60.0
 _DISK_BYTES = 48 << 20
 _CLIENTS_OUTLIVE_S = 3_600.0
+_COMPARED_TOPICS = (TOPIC, _OFFSETS_TOPIC)
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,10 @@ class RunSettings:
     read, comparison)."""
     faults: tuple[str, ...] = FAULT_KINDS
     nodes: int = 3
-    partitions: int = 3
+    """Nodes the cluster starts with (3 to 9); churn may add some. The topic has replication 3, so at 5 or
+    more nodes its partitions live on some nodes only and rebalancing moves replicas between them."""
+    partitions: int = 0
+    """Partitions of the run's topic; 0: as many as nodes, at least 3 (every node leads about one)."""
     producers: int = 2
     hold_s: tuple[float, float] = (1.0, 2.5)
     """A fault lasts this long (uniform), longer than an election timeout."""
@@ -64,6 +71,15 @@ class RunSettings:
     """How long the healed cluster may take to have every partition led and no follower behind."""
     drain_timeout_s: float = 60.0
     """How long a churn's drained node may take to empty (else it is kept, and the history says so)."""
+    placement_timeout_s: float = 30.0
+    """How long the settled cluster may take to agree on one placement with no replica move in flight."""
+    removal_bound_s: float = 15.0
+    """How long after the final placement a node may keep the log of a replica moved off it (its removal
+    grace is 5 s, ``REMOVAL_GRACE_S`` in multiraft/node/reconfigure.py, plus a reconciler pass)."""
+
+    @property
+    def topic_partitions(self) -> int:
+        return self.partitions or max(3, self.nodes)
 
     def validate(self) -> RunSettings:
         unknown = sorted(set(self.faults) - set(FAULT_KINDS))
@@ -73,8 +89,12 @@ class RunSettings:
             raise ValueError("faults: name at least one kind")
         if self.nodes < 3:
             raise ValueError(f"nodes: at least 3 (a quorum that survives a fault), got {self.nodes}")
+        if self.nodes > 9:
+            raise ValueError(f"nodes: at most 9 on one machine, got {self.nodes}")
         if self.duration_s <= 0:
             raise ValueError(f"duration_s: must be > 0, got {self.duration_s}")
+        if self.partitions < 0:
+            raise ValueError(f"partitions: must be >= 0 (0: as many as nodes), got {self.partitions}")
         return self
 
 
@@ -133,11 +153,14 @@ def run_once(settings: RunSettings, directory: str | Path) -> RunResult:
                        nodes=settings.nodes, duration_s=settings.duration_s)  # fmt: skip
         with _mounted_disk(root, disk_node), _debug_cuts_on():
             cluster = cluster_up(root / "cluster", settings.nodes, FAST_NODE_SETTINGS)
+            ending: tuple[list[int], Placement | None] = (sorted(cluster.nodes), None)
             try:
-                _run(settings, cluster, history, rng, faults, disk_node)
+                ending = _run(settings, cluster, history, rng, faults, disk_node)
+                history.record("runner", "ok", "stop", nodes=kill_all_at_once(cluster))
             finally:
                 cluster_down(cluster.directory)
-            _compare_replicas(load_cluster(cluster.directory), history)
+            members, placement = ending
+            compare_replicas(load_cluster(cluster.directory), history, members, placement, _COMPARED_TOPICS)
         events = history.events()
     return RunResult(
         settings, root, check(events, recovery_bound_s=settings.recovery_bound_s), time.monotonic() - started, skipped
@@ -151,23 +174,28 @@ def _run(
     rng: random.Random,
     faults: list[str],
     disk_node: int | None,
-) -> None:
+) -> tuple[list[int], Placement | None]:
+    """The run up to the final read, the final placement and the removals; returns the member nodes (those
+    not removed) and the placement (None if it could not be read)."""
     replication = min(3, settings.nodes)
+    partitions = settings.topic_partitions
     admin = Admin(cluster.bootstrap, request_timeout_s=10)
     try:
-        admin.create_topic(TOPIC, partitions=settings.partitions, replication_factor=replication)
+        with contextlib.suppress(TopicExistsError):  # a retry after an attempt that timed out but created it
+            admin.create_topic(TOPIC, partitions=partitions, replication_factor=replication)
         # The runner stops the clients; this bound only ends them if it cannot (heals can take minutes: a
         # drain, nodes that do not come back).
         client_deadline = time.monotonic() + settings.duration_s + _CLIENTS_OUTLIVE_S
-        common = ClientSettings(cluster.bootstrap, TOPIC, settings.partitions, history, deadline=client_deadline)
+        common = ClientSettings(cluster.bootstrap, TOPIC, partitions, history, deadline=client_deadline)
         producers = [ProducerClient(common, i, seed=rng.randrange(2**32)) for i in range(settings.producers)]
         readers = [ReaderClient(common), GroupClient(common), AdminClient(common, replication_factor=replication)]
         workers = [*producers, *readers]
         for worker in workers:
             worker.start()
         nemesis = Nemesis(
-            cluster, admin, history, rng, topic=TOPIC, disk_node=disk_node, drain_timeout_s=settings.drain_timeout_s
-        )
+            cluster, admin, history, rng, topic=TOPIC, disk_node=disk_node, drain_timeout_s=settings.drain_timeout_s,
+            replication=replication,
+        )  # fmt: skip
         try:
             _schedule(settings, nemesis, rng, faults)
         finally:
@@ -177,7 +205,14 @@ def _run(
         for worker in workers:
             worker.stop()
         _settle(admin, history, nemesis.members, settings.settle_timeout_s)
-        _final_read(cluster.bootstrap, admin, history, settings.partitions)
+        _final_read(cluster.bootstrap, admin, history, partitions)
+        placement = record_placement(cluster, history, nemesis.members, _COMPARED_TOPICS, settings.placement_timeout_s)
+        if placement is not None:
+            await_removals(
+                cluster, history, nemesis.members, placement, settings.removal_bound_s,
+                counted=(_OFFSETS_TOPIC,), replication=replication,
+            )  # fmt: skip
+        return list(nemesis.members), placement
     finally:
         admin.close()
 
@@ -240,17 +275,18 @@ def _settle(admin: Admin, history: History, members: list[int], timeout_s: float
 
 
 def _final_read(bootstrap: str, admin: Admin, history: History, partitions: int) -> None:
-    """Every committed record of every partition, from the start to the high watermark."""
+    """Every committed record of every partition, from the start to the high watermark. A partition whose
+    high watermark cannot be had (no leader) is not read, and the others still are: the checker then counts
+    only its acknowledged records as unreadable."""
     history.record("final", "invoke", "final-read")
-    try:
-        ends = admin.list_offsets(TOPIC, "latest")
-    except MultiraftError as exc:
-        history.record("final", "fail", "final-read", error=f"high watermarks: {exc!r}")
+    ends, unknown = _high_watermarks(admin, partitions)
+    if not ends:
+        history.record("final", "fail", "final-read", error=f"high watermarks: {unknown}")
         return
     rows: list[list[object]] = []
     deadline = time.monotonic() + _FINAL_READ_TIMEOUT_S
     with Consumer(bootstrap, auto_offset_reset="earliest", request_timeout_s=10) as consumer:
-        consumer.assign([(TOPIC, p) for p in range(partitions)], start="earliest")
+        consumer.assign([(TOPIC, p) for p in sorted(ends)], start="earliest")
         positions = dict.fromkeys(range(partitions), 0)
         last_error = ""
         for _ in range(100_000):
@@ -270,65 +306,33 @@ def _final_read(bootstrap: str, admin: Admin, history: History, partitions: int)
                 rows.append([record.partition, record.offset, key, value])
                 positions[record.partition] = max(positions[record.partition], record.offset + 1)
     short = {p: (positions[p], ends.get(p, 0)) for p in positions if positions[p] < ends.get(p, 0)}
-    if short:
+    if short or unknown:
         error = f"read up to (position, end): {short}; last error: {last_error or 'none'}"
+        if unknown:
+            error = f"high watermarks unknown: {unknown}; {error}"
         history.record("final", "fail", "final-read", error=error, rows=rows, positions=_by_name(positions))
     else:
         history.record("final", "ok", "final-read", rows=rows, positions=_by_name(positions))
 
 
+def _high_watermarks(admin: Admin, partitions: int) -> tuple[dict[int, int], dict[int, str]]:
+    """Each partition's high watermark, and why it is unknown for those no leader answered for."""
+    try:
+        return admin.list_offsets(TOPIC, "latest"), {}
+    except MultiraftError:
+        pass  # one partition without a leader fails the whole request: ask each alone
+    ends: dict[int, int] = {}
+    unknown: dict[int, str] = {}
+    for partition in range(partitions):
+        try:
+            ends |= admin.list_offsets(TOPIC, "latest", [partition])
+        except MultiraftError as exc:
+            unknown[partition] = repr(exc)
+    return ends, unknown
+
+
 def _by_name(positions: dict[int, int]) -> dict[str, int]:
     return {str(p): n for p, n in positions.items()}
-
-
-def _compare_replicas(cluster: ClusterInfo, history: History) -> None:
-    """Offline, every replica's Raft log of every partition, entry by entry over the range they share (a
-    replica may have compacted a longer prefix), and the same last index."""
-    settled = [e for e in history.events() if e.f == "settle" and e.type == "ok"]
-    members = settled[-1].value["members"] if settled else sorted(cluster.nodes)
-    logs: dict[int, dict[tuple[str, int], list[tuple[int, int, int, bytes]]]] = {}
-    try:
-        for node_id in members:
-            with LogStore.open(Path(cluster.nodes[node_id].directory) / "data") as store:
-                logs[node_id] = {}
-                for topic, partition in store.logs():
-                    if topic not in (TOPIC, _OFFSETS_TOPIC):
-                        continue
-                    log = store.log(topic, partition, create=False)
-                    entries = log.entries(log.first_index(), log.last_index() + 1)
-                    logs[node_id][(topic, partition)] = [
-                        (e.index, e.term, int(e.kind), bytes(e.payload)) for e in entries
-                    ]
-    except (StorageError, OSError) as exc:
-        history.record("runner", "fail", "replicas", error=f"node {node_id}: {exc!r}")
-        return
-    divergent: list[str] = []
-    compared = 0
-    for key in sorted({k for node_logs in logs.values() for k in node_logs}):
-        holders = {n: node_logs[key] for n, node_logs in logs.items() if key in node_logs}
-        if len(holders) < 2:
-            continue
-        compared += 1
-        (first_node, first), *others = holders.items()
-        for node_id, other in others:
-            difference = _difference(first, other)
-            if difference:
-                divergent.append(f"{key[0]}/{key[1]}: nodes {first_node} and {node_id} {difference}")
-    history.record("runner", "ok", "replicas", compared=compared, divergent=divergent)
-
-
-def _difference(a: list[tuple[int, int, int, bytes]], b: list[tuple[int, int, int, bytes]]) -> str:
-    if not a or not b:
-        return "" if not a and not b else f"one is empty ({len(a)} vs {len(b)} entries)"
-    if a[-1][0] != b[-1][0]:
-        return f"end at different indexes ({a[-1][0]} vs {b[-1][0]})"
-    start = max(a[0][0], b[0][0])
-    mine = a[start - a[0][0] :]
-    theirs = b[start - b[0][0] :]
-    for x, y in zip(mine, theirs, strict=False):
-        if x != y:
-            return f"differ at index {x[0]} (terms {x[1]} vs {y[1]}, {len(x[3])} vs {len(y[3])} bytes)"
-    return ""
 
 
 @contextlib.contextmanager

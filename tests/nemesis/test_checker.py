@@ -209,3 +209,28 @@ def test_a_drain_that_does_not_finish_within_its_bound_is_a_stalled_drain() -> N
     script.close()
     result = check(script.events)
     assert (result.stalled_drains, result.valid) == (1, False)
+
+
+def test_a_log_a_node_kept_past_the_removal_bound_for_a_replica_moved_off_it_is_a_retained_replica() -> None:
+    script = _clean()
+    script.add("runner", "ok", "removals", waited_s=0.0, bound_s=15.0)  # an earlier look found nothing
+    script.add("runner", "info", "removals", kept=["node 2: nemesis/1", "node 4: nemesis/0"], bound_s=15.0)
+    script.close()
+    result = check(script.events)
+    assert (result.retained_replicas, result.valid) == (2, False)
+    assert "node 2: nemesis/1" in result.examples["retained_replicas"][0]
+
+
+def test_stores_that_could_not_be_looked_at_for_removed_replicas_fail_the_run() -> None:
+    script = _clean()
+    script.add("runner", "info", "removals", kept=[], bound_s=15.0, error="node 3: Error('lock')")
+    script.close()
+    assert check(script.events).retained_replicas == 1
+
+
+def test_removals_given_back_within_the_bound_pass() -> None:
+    script = _clean()
+    script.add("runner", "ok", "removals", waited_s=4.5, bound_s=15.0)
+    script.close()
+    result = check(script.events)
+    assert result.valid, result.problems()

@@ -1,10 +1,12 @@
-"""Seeded nemesis runs against real 3-node clusters on 127.0.0.1, one short run per family of faults.
+"""Seeded nemesis runs against real clusters on 127.0.0.1: one short run per family of faults at three nodes,
+and two at five (where a partition lives on three of the nodes, so rebalancing moves replicas).
 
 Each run injects every kind of its family at least once (the kinds are dealt from a shuffled deck), heals,
 and checks its history: no acknowledged record lost, duplicated or reordered, nothing read that was not
-committed, no committed group offset going back, replicas byte-identical, writes acknowledged again after
-the heal. ``-m slow`` runs many longer seeded runs of every kind and prints the table of
-``docs/reliability.md`` (``multiraft nemesis --runs 100`` does the same from the command line).
+committed, no committed group offset going back, the replicas the final placement names byte-identical,
+the logs of replicas moved off a node given back within a bound, writes acknowledged again after the heal.
+``-m slow`` runs many longer seeded runs of every kind at 3, 5 and 7 nodes and prints the table of
+``docs/reliability.md`` (``multiraft nemesis --runs 100 --nodes N`` does the same from the command line).
 """
 
 from __future__ import annotations
@@ -15,18 +17,35 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from multiraft.nemesis import FAULT_KINDS, RunResult, RunSettings, run_once, summarize, summary_markdown
+from multiraft.nemesis import (
+    FAULT_KINDS,
+    RunResult,
+    RunSettings,
+    load_history,
+    run_once,
+    summarize,
+    summary_markdown,
+)
 from multiraft.nemesis.report import runs_table, summary_table
 from multiraft.nemesis.runner import disk_faults_possible
 
 pytestmark = pytest.mark.integration
 
 # Short and bounded for CI: a fault holds 1 to 2.5 s (several election timeouts of 250 to 500 ms).
-_CI = {"settle_timeout_s": 15.0, "drain_timeout_s": 20.0, "recovery_bound_s": 30.0}
+_CHURN = ("churn", "churn-undrain", "churn-rejoin")
+# Open on the node side (issue 23), found by these runs; the runs pass once they are fixed:
+_MOVES_OPEN = (
+    "open (issue 23): a replica placed again on a node that held it cannot vote (term guard), and a node that "
+    "drops a moved replica commits the deletion only at its next Raft round, so an idle node keeps the log "
+    "(retained_replicas); see docs/reliability.md, finding 8"
+)
 
 
-def _run(tmp_path: Path, seed: int, faults: tuple[str, ...], duration_s: float) -> RunResult:
-    result = run_once(RunSettings(seed, duration_s, faults, **_CI), tmp_path / f"run-{seed}")
+def _run(tmp_path: Path, seed: int, faults: tuple[str, ...], duration_s: float, nodes: int = 3) -> RunResult:
+    settings = RunSettings(
+        seed, duration_s, faults, nodes, settle_timeout_s=15.0, drain_timeout_s=20.0, recovery_bound_s=30.0
+    )
+    result = run_once(settings, tmp_path / f"run-{seed}")
     assert set(result.check.faults) == set(faults) - set(result.skipped), f"not every kind ran: {result.check.faults}"
     return result
 
@@ -53,6 +72,25 @@ def test_membership_churn_during_writes_loses_nothing_and_the_drained_node_is_re
     _assert_valid(_run(tmp_path, 15, ("churn",), 1.0))
 
 
+@pytest.mark.xfail(strict=False, reason=_MOVES_OPEN)
+def test_drain_undrain_drain_again_and_a_removed_node_that_joins_again_lose_nothing(tmp_path: Path) -> None:
+    result = _run(tmp_path, 16, _CHURN[1:], 1.0)
+    _assert_valid(result)
+    steps = [(e.f, e.type) for e in load_history(result.history_path) if e.process == "nemesis"]
+    assert ("undrain", "ok") in steps and ("rejoin", "ok") in steps, steps
+
+
+@pytest.mark.xfail(strict=False, reason=_MOVES_OPEN)
+def test_five_nodes_under_every_kind_of_churn_move_replicas_and_lose_nothing(tmp_path: Path) -> None:
+    _assert_valid(_run(tmp_path, 17, _CHURN, 8.0, nodes=5))
+
+
+@pytest.mark.xfail(strict=False, reason=_MOVES_OPEN)
+def test_five_nodes_under_kills_power_loss_and_partitions_of_every_shape_lose_nothing(tmp_path: Path) -> None:
+    faults = ("kill-minority", "power-loss", "partition-halves", "partition-bridge", "pause-follower")
+    _assert_valid(_run(tmp_path, 18, faults, 8.0, nodes=5))
+
+
 def test_a_follower_with_a_flipped_bit_in_its_data_file_repairs_itself(tmp_path: Path) -> None:
     _assert_valid(_run(tmp_path, 14, ("corrupt-bitflip",), 1.0))
 
@@ -67,12 +105,13 @@ def test_a_full_disk_on_one_node_loses_no_acknowledged_record(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-def test_many_seeded_runs_of_every_fault_kind_find_no_anomaly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("nodes", [3, 5, 7])
+def test_many_seeded_runs_of_every_fault_kind_find_no_anomaly(tmp_path: Path, nodes: int) -> None:
     runs = int(os.environ.get("NEMESIS_RUNS", "100"))
     duration_s = float(os.environ.get("NEMESIS_DURATION_S", "60"))
     first = int(os.environ.get("NEMESIS_SEED", "1000"))
     results = [
-        run_once(RunSettings(seed, duration_s, FAULT_KINDS), tmp_path / f"run-{seed}")
+        run_once(RunSettings(seed, duration_s, FAULT_KINDS, nodes), tmp_path / f"run-{seed}")
         for seed in range(first, first + runs)
     ]
     console = Console(width=200)
