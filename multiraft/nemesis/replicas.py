@@ -113,7 +113,9 @@ def unplaced_logs(
 
 
 def compare_logs(
-    logs: Mapping[int, Mapping[LogKey, LogEntries]], placement: Placement | None
+    logs: Mapping[int, Mapping[LogKey, LogEntries]],
+    placement: Placement | None,
+    commits: Mapping[int, Mapping[LogKey, int]] | None = None,
 ) -> tuple[int, list[str], list[str]]:
     """Compare the logs of each partition's placed voters: (partitions compared, divergences, logs left out).
 
@@ -135,20 +137,26 @@ def compare_logs(
         if len(holders) < 2:
             continue
         compared += 1
+        committed = None if commits is None else max(commits.get(n, {}).get(key, 0) for n in holders)
         (first_node, first), *others = holders.items()
         for node_id, other in others:
-            found = difference(first, other)
+            found = difference(first, other, committed)
             if found:
                 divergent.append(f"{name}: nodes {first_node} and {node_id} {found}")
     return compared, divergent, left_out
 
 
-def difference(a: LogEntries, b: LogEntries) -> str:
-    """How two replicas' logs differ over the range both hold, or at their ends ("" if they agree)."""
+def difference(a: LogEntries, b: LogEntries, committed: int | None = None) -> str:
+    """How two replicas' logs differ over the range both hold, or at their ends ("" if they agree).
+
+    With ``committed`` (the highest commit index any of the partition's replicas stored), a log may end
+    before the other only past it: a leader elected just before the stop appends an entry the frozen nodes
+    never get, which Raft replaces or commits later. Without it, both must end at the same index."""
     if not a or not b:
         return "" if not a and not b else f"one is empty ({len(a)} vs {len(b)} entries)"
-    if a[-1][0] != b[-1][0]:
-        return f"end at different indexes ({a[-1][0]} vs {b[-1][0]})"
+    if a[-1][0] != b[-1][0] and (committed is None or min(a[-1][0], b[-1][0]) < committed):
+        at = "" if committed is None else f", committed {committed}"
+        return f"end at different indexes ({a[-1][0]} vs {b[-1][0]}{at})"
     start = max(a[0][0], b[0][0])
     mine = a[start - a[0][0] :]
     theirs = b[start - b[0][0] :]
@@ -288,17 +296,20 @@ def compare_replicas(
     cluster: ClusterInfo, history: History, members: list[int], placement: Placement | None, topics: tuple[str, ...]
 ) -> None:
     """Offline (the cluster stopped), the Raft logs of the replicas the placement names, entry by entry over
-    the range they share (a replica may have compacted a longer prefix), and the same last index."""
+    the range they share (a replica may have compacted a longer prefix), and every committed entry on each."""
     logs: dict[int, dict[LogKey, LogEntries]] = {}
+    commits: dict[int, dict[LogKey, int]] = {}
     node_id = 0
     try:
         for node_id in members:
             with LogStore.open(Path(cluster.nodes[node_id].directory) / "data") as store:
                 logs[node_id] = {}
+                commits[node_id] = {}
                 for topic, partition in store.logs():
                     if topic not in topics:
                         continue
                     log = store.log(topic, partition, create=False)
+                    commits[node_id][(topic, partition)] = log.hard_state().commit
                     entries = log.entries(log.first_index(), log.last_index() + 1)
                     logs[node_id][(topic, partition)] = [
                         (e.index, e.term, int(e.kind), bytes(e.payload)) for e in entries
@@ -306,5 +317,5 @@ def compare_replicas(
     except (StorageError, OSError) as exc:
         history.record("runner", "fail", "replicas", error=f"node {node_id}: {exc!r}")
         return
-    compared, divergent, left_out = compare_logs(logs, placement)
+    compared, divergent, left_out = compare_logs(logs, placement, commits)
     history.record("runner", "ok", "replicas", compared=compared, divergent=divergent, not_placed=left_out)

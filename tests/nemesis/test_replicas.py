@@ -53,6 +53,24 @@ def test_replicas_that_compacted_different_prefixes_agree_over_what_they_share()
     assert compare_logs(logs, Placement({"nemesis/0": [1, 2]}, {}))[:2] == (1, [])
 
 
+_PLACED = Placement({"nemesis/2": [1, 3, 4]}, {})
+
+
+def test_a_replica_may_lack_only_entries_past_every_stored_commit_at_the_stop() -> None:
+    """Five-node run seed 17: node 4 became leader (a hand-back to the preferred leader) and appended its first
+    entry of the new term just before the freeze; nodes 1 and 3 never got it. Uncommitted: not a divergence."""
+    logs = {1: {("nemesis", 2): _log(2603)}, 3: {("nemesis", 2): _log(2603)}, 4: {("nemesis", 2): _log(2604)}}
+    commits = {n: {("nemesis", 2): 2603} for n in (1, 3, 4)}
+    assert compare_logs(logs, _PLACED, commits)[:2] == (1, [])
+
+
+def test_a_replica_that_lacks_a_committed_entry_at_the_stop_is_divergent() -> None:
+    logs = {1: {("nemesis", 2): _log(2603)}, 3: {("nemesis", 2): _log(2600)}, 4: {("nemesis", 2): _log(2603)}}
+    commits = {1: {("nemesis", 2): 2603}, 3: {("nemesis", 2): 2600}, 4: {("nemesis", 2): 2602}}
+    _, divergent, _ = compare_logs(logs, _PLACED, commits)
+    assert divergent == ["nemesis/2: nodes 1 and 3 end at different indexes (2603 vs 2600, committed 2603)"]
+
+
 def test_a_node_that_stores_a_log_of_a_partition_the_placement_does_not_give_it_has_not_given_it_back() -> None:
     placement = Placement({"nemesis/0": [1, 2, 3], "nemesis/1": [2, 3, 4]}, {"nemesis/1": [1]})
     stored = {
