@@ -33,14 +33,6 @@ pytestmark = pytest.mark.integration
 
 # Short and bounded for CI: a fault holds 1 to 2.5 s (several election timeouts of 250 to 500 ms).
 _CHURN = ("churn", "churn-undrain", "churn-rejoin")
-# Open on the node side (issue 23), found by these runs; the runs pass once they are fixed:
-_MOVES_OPEN = (
-    "open (issue 23): a replica placed again on a node that held it cannot vote (term guard), and a node that "
-    "drops a moved replica commits the deletion only at its next Raft round, so an idle node keeps the log "
-    "(retained_replicas); see docs/reliability.md, finding 8"
-)
-
-
 def _run(tmp_path: Path, seed: int, faults: tuple[str, ...], duration_s: float, nodes: int = 3) -> RunResult:
     settings = RunSettings(
         seed, duration_s, faults, nodes, settle_timeout_s=15.0, drain_timeout_s=20.0, recovery_bound_s=30.0
@@ -72,7 +64,6 @@ def test_membership_churn_during_writes_loses_nothing_and_the_drained_node_is_re
     _assert_valid(_run(tmp_path, 15, ("churn",), 1.0))
 
 
-@pytest.mark.xfail(strict=False, reason=_MOVES_OPEN)
 def test_drain_undrain_drain_again_and_a_removed_node_that_joins_again_lose_nothing(tmp_path: Path) -> None:
     result = _run(tmp_path, 16, _CHURN[1:], 1.0)
     _assert_valid(result)
@@ -80,12 +71,10 @@ def test_drain_undrain_drain_again_and_a_removed_node_that_joins_again_lose_noth
     assert ("undrain", "ok") in steps and ("rejoin", "ok") in steps, steps
 
 
-@pytest.mark.xfail(strict=False, reason=_MOVES_OPEN)
 def test_five_nodes_under_every_kind_of_churn_move_replicas_and_lose_nothing(tmp_path: Path) -> None:
     _assert_valid(_run(tmp_path, 17, _CHURN, 8.0, nodes=5))
 
 
-@pytest.mark.xfail(strict=False, reason=_MOVES_OPEN)
 def test_five_nodes_under_kills_power_loss_and_partitions_of_every_shape_lose_nothing(tmp_path: Path) -> None:
     faults = ("kill-minority", "power-loss", "partition-halves", "partition-bridge", "pause-follower")
     _assert_valid(_run(tmp_path, 18, faults, 8.0, nodes=5))
