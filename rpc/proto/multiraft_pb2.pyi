@@ -1309,11 +1309,42 @@ class GroupListing(_message.Message):
 Global___GroupListing: _TypeAlias = GroupListing  # noqa: Y015
 
 @_typing.final
+class UnavailablePartition(_message.Message):
+    """A partition that did not answer a request fanned out to many (its groups are missing from the answer)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    @_builtins.property
+    def error(self) -> Global___Error:
+        """why: no leader elected, or the leader known did not answer in time"""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        error: Global___Error | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnavailablePartition: _TypeAlias = UnavailablePartition  # noqa: Y015
+
+@_typing.final
 class ListGroupsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     GROUPS_FIELD_NUMBER: _builtins.int
     LISTINGS_FIELD_NUMBER: _builtins.int
+    UNAVAILABLE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """sorted"""
@@ -1322,15 +1353,20 @@ class ListGroupsResponse(_message.Message):
     def listings(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupListing]:
         """the same groups, in the same order"""
 
+    @_builtins.property
+    def unavailable(self) -> _containers.RepeatedCompositeFieldContainer[Global___UnavailablePartition]:
+        """The __consumer_offsets partitions that did not answer in time: the listing above is partial."""
+
     def __init__(
         self,
         *,
         groups: _abc.Iterable[_builtins.str] | None = ...,
         listings: _abc.Iterable[Global___GroupListing] | None = ...,
+        unavailable: _abc.Iterable[Global___UnavailablePartition] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "listings", b"listings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "listings", b"listings", "unavailable", b"unavailable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -331,7 +331,7 @@ def test_offsets_are_checked_before_anything_is_sent() -> None:
         with pytest.raises(UnknownTopicError):
             await service.commit_offsets("g", [CommittedOffset("nope", 0, 1)])
         assert await service.fetch_offsets("g", [("orders", 1)]) == [CommittedOffset("orders", 1, -1)]
-        assert await service.list_groups() == []
+        assert await service.list_groups() == ([], [])
         assert store.offsets_calls == [] and peers.calls == []
 
     asyncio.run(scenario())
