@@ -25,7 +25,7 @@ from multiraft.cli._options import (
     with_tls_options,
 )
 from multiraft.cli._topic import print_table
-from multiraft.errors import UnknownMemberError
+from multiraft.errors import MultiraftError, UnknownMemberError
 
 if TYPE_CHECKING:
     from multiraft.cli._group_reset import ResetSpec
@@ -250,7 +250,10 @@ def describe(
             elif description.error is not None:
                 failed.append(f"error: cannot describe group {name!r}: {describe_error(description.error)}")
             else:
-                lagged.append(group_lag(admin, description))
+                try:
+                    lagged.append(group_lag(admin, description))
+                except MultiraftError as exc:  # its offsets' partition lost its leader since: this group only
+                    failed.append(f"error: cannot read the offsets of group {name!r}: {describe_error(exc)}")
         addresses = {n.node_id: n.client_address for n in admin.describe_cluster().nodes} if lagged else {}
     if not names and not unavailable:
         console.print("no consumer groups")

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from multiraft.cli._common import console
 from multiraft.cli._group import PARTIAL_EXIT_CODE
-from multiraft.cli._group_lag import GroupLag, member_lags, partition_lags
+from multiraft.cli._group_lag import GroupLag, high_watermarks, leader_answered, member_lags, partition_lags
 from multiraft.cli._options import (
     BootstrapOption,
     ClusterDirOption,
@@ -30,7 +30,7 @@ from multiraft.cli._topic import format_replica_lag, partition_status, print_tab
 from multiraft.errors import MultiraftError, UnknownTopicError
 
 if TYPE_CHECKING:
-    from rpc.client import Admin, ClusterInfo, GroupDescription, PartitionInfo, TopicInfo
+    from rpc.client import Admin, ClusterInfo, GroupDescription, TopicInfo
 
 __all__ = ["status"]
 
@@ -48,7 +48,7 @@ _STATE_STYLES = {
 
 
 _SECTIONS = ("cluster", "topics", "groups")
-_TOPIC_WORKERS = 8  # topics described at once: one whose leader does not answer costs its own bound only
+_WORKERS = 8  # topics described (groups' offsets read) at once
 
 
 @dataclass
@@ -82,6 +82,27 @@ class _Snapshot:
         return all(s.done and s.error is None for s in self.sections.values()) and self.groups_error is None
 
 
+def _each_at_once(items: list[str], work: Callable[[str], None]) -> None:
+    """``work(item)`` for every item, ``_WORKERS`` at a time: one that waits out its bound (a partition
+    without a leader) costs that bound once, not once per item after it."""
+    pending = list(reversed(items))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                item = pending.pop()
+            work(item)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(_WORKERS, len(items)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 class _Gatherer:
     """Runs each section in a daemon thread of its own against one deadline: a section stuck on a partition
     that cannot answer shows as unavailable, with what it was waiting for, and never holds up the others
@@ -93,7 +114,7 @@ class _Gatherer:
         self._lock = threading.Lock()
         self._snapshot = _Snapshot()
         self._topics: dict[str, TopicInfo] = {}
-        self._groups: list[_GroupState] = []
+        self._groups: dict[str, _GroupState] = {}
         self._group_failures: list[str] = []
 
     def run(self) -> _Snapshot:
@@ -142,31 +163,21 @@ class _Gatherer:
         self._step(section, "listing the topics")
         names = sorted(t.name for t in self._admin.list_topics())
         self._step(section, f"describing {len(names)} topics")
-        pending = list(reversed(names))
         failures: list[str] = []
 
-        def worker() -> None:
-            while True:
+        def describe(name: str) -> None:
+            try:
+                described = self._admin.describe_topic(name)
+            except UnknownTopicError:  # deleted since it was listed
+                return
+            except MultiraftError as exc:
                 with self._lock:
-                    if not pending:
-                        return
-                    name = pending.pop()
-                try:
-                    described = self._admin.describe_topic(name)
-                except UnknownTopicError:  # deleted since it was listed
-                    continue
-                except MultiraftError as exc:
-                    with self._lock:
-                        failures.append(f"{name}: {describe_error(exc)}")
-                    continue
-                with self._lock:
-                    self._topics[name] = described
+                    failures.append(f"{name}: {describe_error(exc)}")
+                return
+            with self._lock:
+                self._topics[name] = described
 
-        workers = [threading.Thread(target=worker, daemon=True) for _ in range(min(_TOPIC_WORKERS, len(names)))]
-        for thread in workers:
-            thread.start()
-        for thread in workers:
-            thread.join()
+        _each_at_once(names, describe)
         if failures:
             with self._lock:
                 section.error = "; ".join(sorted(failures))
@@ -184,9 +195,10 @@ class _Gatherer:
             return
         self._step(section, f"describing {len(names)} consumer groups")
         described = self._admin.describe_groups(names)
-        for name in names:
+        self._step(section, f"reading the committed offsets of {len(names)} consumer groups")
+
+        def offsets(name: str) -> None:
             description = described.get(name)
-            self._step(section, f"reading the committed offsets of group {name!r}")
             try:
                 if description is None:
                     raise MultiraftError("the cluster did not describe it")
@@ -196,11 +208,12 @@ class _Gatherer:
             except MultiraftError as exc:  # one group's coordinator being away hides only that group
                 with self._lock:
                     self._group_failures.append(f"{name}: {describe_error(exc)}")
-                continue
+                return
+            found = {(tp.topic, tp.partition): offset for tp, offset in committed.items()}
             with self._lock:
-                self._groups.append(
-                    _GroupState(description, {(tp.topic, tp.partition): o for tp, o in committed.items()})
-                )
+                self._groups[name] = _GroupState(description, found)
+
+        _each_at_once(names, offsets)
 
     # ------------------------------------------------------------------------------------------- collect
 
@@ -210,9 +223,10 @@ class _Gatherer:
             snapshot.topics = [self._topics[name] for name in sorted(self._topics)]
             ends = _log_ends(snapshot.topics)
             snapshot.groups = [
-                GroupLag(g.description, tuple(partition_lags(g.description, g.committed, ends))) for g in self._groups
+                GroupLag(g.description, tuple(partition_lags(g.description, g.committed, ends)))
+                for _, g in sorted(self._groups.items())
             ]
-            failures = list(self._group_failures)
+            failures = sorted(self._group_failures)
             for section in snapshot.sections.values():
                 if not section.done:
                     section.error = f"no answer within {self._timeout_s:g}s (was {section.step})"
@@ -228,13 +242,10 @@ class _Gatherer:
 
 def _log_ends(topics: list[TopicInfo]) -> dict[tuple[str, int], int]:
     """The high watermark of each partition whose leader answered (a group's lag is unknown elsewhere)."""
-    return {(t.name, p.partition): p.high_watermark for t in topics for p in t.partitions if _answered(p)}
-
-
-def _answered(partition: PartitionInfo) -> bool:
-    """Whether a leader answered for the partition: without its live status a description has no term (and
-    a high watermark of 0, a leader the node last heard of), which must not read as an empty partition."""
-    return partition.leader_epoch > 0
+    ends: dict[tuple[str, int], int] = {}
+    for topic in topics:
+        ends.update(high_watermarks(topic))
+    return ends
 
 
 def _as_json(snapshot: _Snapshot) -> dict[str, Any]:
@@ -268,13 +279,13 @@ def _as_json(snapshot: _Snapshot) -> dict[str, Any]:
                 "partitions": [
                     {
                         "partition": p.partition,
-                        "leader": p.leader if _answered(p) else 0,
-                        "leader_answered": _answered(p),
+                        "leader": p.leader if leader_answered(p) else 0,
+                        "leader_answered": leader_answered(p),
                         "last_known_leader": p.leader,
                         "replicas": list(p.replicas),
                         "in_sync_replicas": list(p.in_sync_replicas),
-                        "log_start_offset": p.log_start_offset if _answered(p) else None,
-                        "high_watermark": p.high_watermark if _answered(p) else None,
+                        "log_start_offset": p.log_start_offset if leader_answered(p) else None,
+                        "high_watermark": p.high_watermark if leader_answered(p) else None,
                         "replica_lag": {str(node): lag for node, lag in sorted(p.replica_lag.items())},
                         "under_replicated": (topic.name, p.partition) in under
                         or bool(set(p.replicas) - set(p.in_sync_replicas)),
@@ -361,7 +372,7 @@ def _print_tables(snapshot: _Snapshot) -> None:
             )
         for topic in snapshot.topics:
             for p in topic.partitions:
-                answered = _answered(p)
+                answered = leader_answered(p)
                 partitions.add_row(
                     topic.name,
                     str(p.partition),

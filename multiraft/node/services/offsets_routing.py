@@ -40,9 +40,9 @@ __all__ = ["OffsetsRouter", "RoutingSettings", "PartAnswer", "REQUEST_TIMEOUT_S"
 
 REQUEST_TIMEOUT_S = 15.0
 ATTEMPT_S = 2.0
-# An operator's read waits this long for a leader: several election timeouts (1-2 s at the defaults), and
+# An operator's read waits this long for a leader: several election timeouts (0.5-1 s at the defaults), and
 # well within a client's attempt, so a wedged partition is reported by the node rather than timed out by it.
-ADMIN_TOTAL_S = 4.0
+ADMIN_TOTAL_S = 3.0
 _DIAL_S = 0.3  # a leader we have no connection to is likely dead; look again soon
 _RETRY_S = 0.05
 
