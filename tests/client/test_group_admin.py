@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import pytest
 
@@ -193,8 +195,8 @@ class _Refusing(grpc.RpcError):
     def details(self) -> str:
         return self._status.details
 
-    def trailing_metadata(self) -> object:
-        return self._status.trailing_metadata
+    def trailing_metadata(self) -> Any:  # the stubs type it as _Metadatum; grpc gives (key, value) pairs
+        return tuple(self._status.trailing_metadata)
 
 
 class _RefusingChannel(_Channel):
