@@ -230,3 +230,28 @@ def test_a_member_call_waits_out_the_longer_bound_not_the_operators_one() -> Non
         assert any(node == 3 for node, _ in peers.calls)
 
     asyncio.run(scenario())
+
+
+class SilentStore(FakeStore):
+    """A local replica that believes it leads but never confirms a read (its quorum is gone)."""
+
+    async def offsets(self, group_id: int, operation: Any) -> Any:
+        self.offsets_calls.append((group_id, operation))
+        await asyncio.Event().wait()
+
+
+def test_an_offsets_read_a_local_replica_cannot_confirm_fails_as_leaderless_within_the_operators_bound() -> None:
+    async def scenario() -> None:
+        found = directory(cluster_with_topic())
+        store = SilentStore()
+        settings = OffsetsSettings(PARTITIONS, 3, admin_read_s=0.3)
+        offsets = OffsetsService(settings, found, found, store, FakeController(found), PartitionPeers(set()))  # type: ignore[arg-type]
+        await offsets.router.ensure_topic()
+        group = _group_in(1)
+        # bounded by the test only as a guard: the service's own bound (0.3 s) is what ends the call
+        with pytest.raises(LeaderNotAvailableError, match=r"__consumer_offsets/1 \(replicas 1,2,3\)") as caught:
+            await asyncio.wait_for(offsets.fetch_offsets(group, []), 10)
+        assert "did not confirm a read" in caught.value.message
+        assert len(store.offsets_calls) >= 1
+
+    asyncio.run(scenario())

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from multiraft.errors import InvalidArgumentError, RequestTimeoutError
+from multiraft.errors import InvalidArgumentError, UnavailableError
 from multiraft.groups import NO_GENERATION
 from multiraft.node.offsets import CommittedOffset, encode_commit
 from multiraft.node.peer_call import ask_peer
@@ -191,10 +191,12 @@ class OffsetsService:
 
 
 async def _bounded(answer: Awaitable[Any], timeout_s: float) -> Any:
+    """A local read within ``timeout_s``: one that does not come is a replica that cannot confirm its
+    leadership with a quorum, so no leader to read from (retried, then LEADER_NOT_AVAILABLE)."""
     try:
         return await asyncio.wait_for(answer, timeout_s)
     except TimeoutError:
-        raise RequestTimeoutError(f"the local replica did not serve the read in {timeout_s:g}s") from None
+        raise UnavailableError(f"the local replica did not confirm a read in {timeout_s:g}s") from None
 
 
 def check_group_name(group: str) -> None:

@@ -184,21 +184,21 @@ class OffsetsRouter:
             except (UnavailableError, RequestTimeoutError) as exc:
                 last_error = exc
             await asyncio.sleep(_RETRY_S if not hint else 0)
-        raise self.leaderless(group_id, f"{what} not served in {total_s:g}s", last_error)
+        raise self.unserved(group_id, f"{what} not served in {total_s:g}s", last_error)
 
-    def leaderless(self, group_id: int, what: str, last_error: MultiraftError) -> LeaderNotAvailableError:
+    def unserved(self, group_id: int, what: str, last_error: MultiraftError) -> MultiraftError:
         """The error of a request no leader of offsets group ``group_id`` served: names the partition, its
-        replicas, the leader this node knows of (if any) and what the last attempt met."""
+        replicas, the leader this node knows of (if any) and what the last attempt met. A leader that took
+        the request but did not finish it in time (its outcome unknown) is a RequestTimeoutError; no leader
+        to take it, a LeaderNotAvailableError."""
         partition, replicas = self._where(group_id)
+        where = f"{OFFSETS_TOPIC}/{partition} (replicas {','.join(map(str, replicas)) or '?'})"
+        if isinstance(last_error, RequestTimeoutError):
+            return RequestTimeoutError(f"{where}: {what} ({last_error.message})")
         leader = self._leaders.leader_of(group_id)
         state = f"leader node {leader} not answering" if leader else "no leader elected"
         cause = last_error.message
         if isinstance(last_error, NotLeaderError) and not last_error.leader_id:
             state, cause = "no leader elected", ""
-        replicas_text = ",".join(map(str, replicas)) or "?"
         because = f" ({cause})" if cause else ""
-        return LeaderNotAvailableError(
-            f"{OFFSETS_TOPIC}/{partition} (replicas {replicas_text}): {state}; {what}{because}",
-            topic=OFFSETS_TOPIC,
-            partition=partition,
-        )
+        return LeaderNotAvailableError(f"{where}: {state}; {what}{because}", topic=OFFSETS_TOPIC, partition=partition)
