@@ -161,7 +161,7 @@ async def _wedged_service(
     found = directory(cluster_with_topic())
     peers = PartitionPeers(down)
     settings = OffsetsSettings(PARTITIONS, 3, admin_read_s=admin_read_s)
-    offsets = OffsetsService(settings, found, found, FakeStore(), FakeController(found), peers)
+    offsets = OffsetsService(settings, found, found, FakeStore(), FakeController(found), peers)  # type: ignore[arg-type]
     await offsets.router.ensure_topic()
     group_ids = offsets.router.group_ids()
     found.learn_leaders([LeaderAnnouncement(group_ids[p], node, 4) for p, node in leaders.items()])
