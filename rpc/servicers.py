@@ -383,6 +383,7 @@ class AdminServicer(pb_grpc.AdminServicer):
                 for m in cluster.moves
             ],
             partitions=cluster.partitions,
+            moves_error=cluster.moves_error or "",
         )
 
     @_mapped

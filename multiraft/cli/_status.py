@@ -47,7 +47,7 @@ _STATE_STYLES = {
 }
 
 
-_SECTIONS = ("cluster", "topics", "groups")
+_SECTIONS = ("cluster", "moves", "topics", "groups")  # moves come with the cluster's description
 _WORKERS = 8  # topics described (groups' offsets read) at once
 
 
@@ -121,11 +121,7 @@ class _Gatherer:
         deadline = time.monotonic() + self._timeout_s
         threads = [
             threading.Thread(target=self._section, args=(name, work), name=f"status-{name}", daemon=True)
-            for name, work in (
-                ("cluster", self._cluster),
-                ("topics", self._topics_section),
-                ("groups", self._groups_section),
-            )
+            for name, work in self._work()
         ]
         for thread in threads:
             thread.start()
@@ -228,8 +224,14 @@ class _Gatherer:
             ]
             failures = sorted(self._group_failures)
             for section in snapshot.sections.values():
-                if not section.done:
+                if not section.done and section.name != "moves":
                     section.error = f"no answer within {self._timeout_s:g}s (was {section.step})"
+            cluster, moves = snapshot.sections["cluster"], snapshot.sections["moves"]
+            moves.done = True
+            if snapshot.cluster is None:
+                moves.error = cluster.error
+            elif snapshot.cluster.moves_error is not None:
+                moves.error = snapshot.cluster.moves_error
             groups = snapshot.sections["groups"]
             if groups.error is not None:
                 failures.append(groups.error)
@@ -409,7 +411,8 @@ def _print_cluster(cluster: ClusterInfo) -> None:
     controller = f"node {cluster.controller_id}" if cluster.controller_id else "[red]none (no controller leader)"
     console.print(
         f"cluster [bold]{cluster.cluster_id}[/bold]  controller leader: {controller}  "
-        f"partitions: {cluster.partitions}  under-replicated: {len(under)}  moves in flight: {len(cluster.moves)}",
+        f"partitions: {cluster.partitions}  under-replicated: {len(under)}  "
+        f"moves in flight: {len(cluster.moves) if cluster.moves_error is None else '?'}",
         highlight=False,
     )
 
@@ -429,6 +432,8 @@ def _print_cluster(cluster: ClusterInfo) -> None:
         )
     print_table(nodes)
 
+    if cluster.moves_error is not None:
+        _unavailable("replica moves in flight", cluster.moves_error)
     if cluster.moves:
         moves = Table(title="replica moves in flight")
         for column in ("topic", "partition", "from", "to", "phase", "copied", "ETA"):
@@ -508,7 +513,7 @@ def status(
     """Nodes, the controller leader, every partition (leader, replicas, ISR, lag), replica moves in flight (bytes
     copied, ETA) and consumer-group lag.
 
-    The sections (cluster and moves, topics, consumer groups) are asked at once, each within --timeout; one
+    The sections (cluster with its replica moves, topics, consumer groups) are asked at once, each within --timeout; one
     that cannot answer in time (a partition without a leader, a node away) is shown as unavailable with the
     reason, beside what the others got. Exits 3 when part of the status is missing."""
     with open_admin(bootstrap, cluster_dir, timeout) as admin:

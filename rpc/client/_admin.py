@@ -114,6 +114,9 @@ class ClusterInfo:
     under_replicated: tuple[tuple[str, int], ...]
     partitions: int
     moves: tuple[MoveInfo, ...] = ()
+    moves_error: str | None = None
+    """Why ``moves`` could not be read (the controller leader did not answer; ``moves`` is then empty, which
+    does not mean none are in flight); None when they were."""
 
 
 def _topic(message: pb.TopicInfo) -> TopicInfo:
@@ -259,6 +262,7 @@ class Admin(GroupAdmin, SecurityAdmin):
                 )
                 for m in response.moves
             ),
+            moves_error=response.moves_error or None,
         )
 
     def drain_node(self, node_id: int, *, force: bool = False) -> DrainStatus:

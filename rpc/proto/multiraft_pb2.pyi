@@ -1116,9 +1116,12 @@ class DescribeClusterResponse(_message.Message):
     UNDER_REPLICATED_FIELD_NUMBER: _builtins.int
     MOVES_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    MOVES_ERROR_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     controller_id: _builtins.int
     partitions: _builtins.int
+    moves_error: _builtins.str
+    """Why the moves in flight could not be read (the controller leader did not answer); empty when they were."""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeInfo]: ...
     @_builtins.property
@@ -1137,10 +1140,11 @@ class DescribeClusterResponse(_message.Message):
         under_replicated: _abc.Iterable[Global___TopicPartition] | None = ...,
         moves: _abc.Iterable[Global___ReplicaMove] | None = ...,
         partitions: _builtins.int = ...,
+        moves_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "controller_id", b"controller_id", "loads", b"loads", "moves", b"moves", "nodes", b"nodes", "partitions", b"partitions", "under_replicated", b"under_replicated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "controller_id", b"controller_id", "loads", b"loads", "moves", b"moves", "moves_error", b"moves_error", "nodes", b"nodes", "partitions", b"partitions", "under_replicated", b"under_replicated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

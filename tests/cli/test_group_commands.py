@@ -409,3 +409,18 @@ def test_status_shows_a_partition_no_leader_answered_for_as_such_not_as_an_empty
     assert rows[("spark-monitor", 1)] is None and rows[("spark-monitor", 0)] == 40
     table = invoked(_run("status"))
     assert "no leader answering (last known leader: node 1)" in " ".join(table.split())
+
+
+def test_status_says_the_moves_in_flight_are_unknown_when_the_controller_leader_did_not_answer(
+    admin: FakeAdmin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    silent = "the controller leader (node 2) did not say which moves are in flight within 2s: timed out"
+    described = dataclasses.replace(admin.describe_cluster(), moves_error=silent)
+    monkeypatch.setattr(admin, "describe_cluster", lambda: described)
+    result = _run("status", "--json")
+    assert result.exit_code == PARTIAL_EXIT_CODE
+    status = json.loads(result.stdout)
+    assert status["sections"]["moves"] == {"available": False, "error": silent}
+    assert status["sections"]["cluster"] == {"available": True, "error": None}
+    table = " ".join(_run("status").stdout.split())
+    assert "moves in flight: ?" in table and f"replica moves in flight unavailable: {silent}" in table

@@ -78,6 +78,7 @@ class ClusterDescription:
     under_replicated: tuple[tuple[str, int], ...]
     partitions: int
     moves: tuple[MoveReport, ...] = ()  # replica moves in flight (known to the controller leader)
+    moves_error: str | None = None  # why ``moves`` could not be read (then empty), None when they were
 
 
 @dataclass(frozen=True, slots=True)
