@@ -30,7 +30,7 @@ from multiraft.cli._topic import format_replica_lag, partition_status, print_tab
 from multiraft.errors import MultiraftError, UnknownTopicError
 
 if TYPE_CHECKING:
-    from rpc.client import Admin, ClusterInfo, GroupDescription, TopicInfo
+    from rpc.client import Admin, ClusterInfo, GroupDescription, PartitionInfo, TopicInfo
 
 __all__ = ["status"]
 
@@ -291,6 +291,7 @@ def _as_json(snapshot: _Snapshot) -> dict[str, Any]:
                         "replica_lag": {str(node): lag for node, lag in sorted(p.replica_lag.items())},
                         "under_replicated": (topic.name, p.partition) in under
                         or bool(set(p.replicas) - set(p.in_sync_replicas)),
+                        "quorum_in_sync": leader_answered(p) and _quorum_in_sync(p),
                     }
                     for p in topic.partitions
                 ],
@@ -383,9 +384,7 @@ def _print_tables(snapshot: _Snapshot) -> None:
                     ",".join(map(str, p.in_sync_replicas)) or "-",
                     str(p.high_watermark) if answered else "?",
                     format_replica_lag(p.leader, p.replicas, p.replica_lag),
-                    partition_status(p.leader, p.replicas, p.in_sync_replicas, (topic.name, p.partition) in under)
-                    if answered
-                    else _no_answer(p.leader),
+                    _partition_status(p, (topic.name, p.partition) in under) if answered else _no_answer(p.leader),
                 )
         print_table(partitions)
     elif sections["topics"].error is None:
@@ -397,6 +396,18 @@ def _print_tables(snapshot: _Snapshot) -> None:
         _print_groups(snapshot.groups)
     elif snapshot.groups_error is None:
         console.print("no consumer groups")
+
+
+def _quorum_in_sync(partition: PartitionInfo) -> bool:
+    """Whether a majority of the replicas is in sync: below it the leader cannot commit (writes wait)."""
+    return len(set(partition.in_sync_replicas) & set(partition.replicas)) > len(partition.replicas) // 2
+
+
+def _partition_status(partition: PartitionInfo, under: bool) -> Text:
+    if partition.leader and not _quorum_in_sync(partition):
+        in_sync = ",".join(map(str, partition.in_sync_replicas)) or "none"
+        return Text(f"no quorum in sync ({in_sync} of {len(partition.replicas)}): writes wait", style="bold red")
+    return partition_status(partition.leader, partition.replicas, partition.in_sync_replicas, under)
 
 
 def _no_answer(last_known: int) -> Text:

@@ -424,3 +424,18 @@ def test_status_says_the_moves_in_flight_are_unknown_when_the_controller_leader_
     assert status["sections"]["cluster"] == {"available": True, "error": None}
     table = " ".join(_run("status").stdout.split())
     assert "moves in flight: ?" in table and f"replica moves in flight unavailable: {silent}" in table
+
+
+def test_status_flags_a_partition_whose_leader_has_no_quorum_in_sync(admin: FakeAdmin) -> None:
+    # A quiescent leader whose followers died keeps its role until something wakes it: it still answers.
+    real = admin.describe_topic
+
+    def alone(name: str) -> TopicInfo:
+        described = real(name)
+        lonely = dataclasses.replace(described.partitions[0], in_sync_replicas=(1,))
+        return dataclasses.replace(described, partitions=(lonely, described.partitions[1]))
+
+    admin.describe_topic = alone  # type: ignore[method-assign]
+    status = json.loads(invoked(_run("status", "--json")))
+    assert [p["quorum_in_sync"] for p in status["topics"][0]["partitions"]] == [False, True]
+    assert "no quorum in sync (1 of 3): writes wait" in " ".join(invoked(_run("status")).split())

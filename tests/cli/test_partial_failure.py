@@ -72,12 +72,15 @@ def test_leaderless_offsets_partitions_are_named_while_status_group_list_and_the
         **FAST_GROUPS,
     )
     cluster.create_topic("events", 1, 3)
+    cluster.create_topic("halves", 6, 2)
     groups = _groups_by_partition()
     with Admin(cluster.bootstrap, request_timeout_s=30) as admin:
         for group in groups.values():
             admin.commit_group_offsets(group, {("events", 0): 0})
         assert {g.group for g in admin.list_groups_result().listings} == set(groups.values())
 
+        led_by_3 = {p.partition for p in admin.describe_topic("halves").partitions if p.leader == 3}
+        assert led_by_3, "placement spreads the leaders of 6 partitions over 3 nodes"
         cluster.kill(3)
 
         # group list: the groups of the partitions that answered, the others named, exit "partial"
@@ -111,7 +114,16 @@ def test_leaderless_offsets_partitions_are_named_while_status_group_list_and_the
         assert all(s["available"] for s in status["sections"].values()), status["sections"]
         assert {g["group"] for g in status["group_summaries"]} == listed
         assert _named_partitions(status["groups_error"]) == stuck
-        assert [t["name"] for t in status["topics"]] == ["events"]
+        assert [t["name"] for t in status["topics"]] == ["events", "halves"]
+        # a partition whose leader is gone is shown as such, not as an empty one (high watermark 0)
+        halves = {p["partition"]: p for p in status["topics"][1]["partitions"]}
+        for partition in led_by_3:
+            assert not halves[partition]["leader_answered"] and halves[partition]["high_watermark"] is None
+            assert halves[partition]["last_known_leader"] in (0, 3)
+        # and one whose quiescent leader lost its only follower (it keeps its role until woken) cannot commit
+        for partition in halves.values():
+            if 3 in partition["replicas"]:
+                assert not (partition["leader_answered"] and partition["quorum_in_sync"]), partition
 
         # node 3 back: every partition elects again and the listing is whole
         cluster.start(3)
