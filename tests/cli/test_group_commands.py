@@ -439,3 +439,11 @@ def test_status_flags_a_partition_whose_leader_has_no_quorum_in_sync(admin: Fake
     status = json.loads(invoked(_run("status", "--json")))
     assert [p["quorum_in_sync"] for p in status["topics"][0]["partitions"]] == [False, True]
     assert "no quorum in sync (1 of 3): writes wait" in " ".join(invoked(_run("status")).split())
+
+
+def test_describe_all_groups_describes_those_listed_and_names_the_partitions_that_were_not(admin: FakeAdmin) -> None:
+    admin.unavailable = (WEDGED,)
+    result = _run("group", "describe", "--all-groups", "--json")
+    assert result.exit_code == PARTIAL_EXIT_CODE
+    assert [json.loads(line)["group"] for line in result.stdout.splitlines()] == ["billing", "spark-monitor"]
+    assert "groups of __consumer_offsets/7 not listed" in result.stderr
