@@ -34,7 +34,8 @@ whichever side of the wire an error started on::
     ├── AssignmentChangedError      a planned replica change lost a race with another change; plan again
     ├── RequestTimeoutError         the request did not complete within its deadline (outcome unknown)
     ├── UnavailableError            the node or cluster cannot serve now; retry later
-    │   └── ConnectionFailedError   the client could not reach any node
+    │   ├── ConnectionFailedError   the client could not reach any node
+    │   └── LeaderNotAvailableError a partition has no leader that answers (``topic``, ``partition`` name it)
     ├── UnsupportedError            the node's version does not serve this method (UNIMPLEMENTED)
     ├── ResourceExhaustedError      a node budget (in-flight bytes, calls) or resource is used up; retry later
     │   └── InsufficientStorageError disk, LMDB map or segment slots below their low-water mark; ``resource``,
@@ -92,6 +93,7 @@ __all__ = [
     "ResourceExhaustedError",
     "UnavailableError",
     "ConnectionFailedError",
+    "LeaderNotAvailableError",
     "UnsupportedError",
     "StorageFailureError",
     "InsufficientStorageError",
@@ -327,6 +329,14 @@ class UnavailableError(MultiraftError):
 
 class ConnectionFailedError(UnavailableError):
     reason = "CONNECTION_FAILED"
+
+
+class LeaderNotAvailableError(UnavailableError):
+    """No leader of the partition ``topic``/``partition`` answered within the node's bound (none elected, or
+    the one known unreachable): every node would say the same, so asking another does not help; retriable
+    later (Kafka's ``LEADER_NOT_AVAILABLE``)."""
+
+    reason = "LEADER_NOT_AVAILABLE"
 
 
 class UnsupportedError(MultiraftError):

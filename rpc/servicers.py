@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 from multiraft.errors import InvalidArgumentError, MultiraftError
 from multiraft.groups import NO_GENERATION
 from multiraft.logging import get_logger
-from multiraft.node.offsets import CommittedOffset
+from multiraft.node.offsets import OFFSETS_TOPIC, CommittedOffset
 from rpc.limits import RequestLimits, Undecodable, check_request
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         OffsetsService,
         ProduceAck,
         TopicDescription,
+        UnansweredPartition,
     )
 
 __all__ = ["LogServicer", "AdminServicer"]
@@ -382,6 +383,7 @@ class AdminServicer(pb_grpc.AdminServicer):
                 for m in cluster.moves
             ],
             partitions=cluster.partitions,
+            moves_error=cluster.moves_error or "",
         )
 
     @_mapped
@@ -389,13 +391,16 @@ class AdminServicer(pb_grpc.AdminServicer):
         self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListGroupsResponse:
         if self._groups is None:
-            return pb.ListGroupsResponse(groups=await self._offsets.list_groups())
-        rows = await self._groups.listings()
+            names, unanswered = await self._offsets.list_groups()
+            return pb.ListGroupsResponse(groups=names, unavailable=_unavailable_pb(unanswered))
+        listed = await self._groups.listings()
         listings = [
             pb.GroupListing(group=r.group, state=r.state, protocol_type=r.protocol_type, members=r.members)
-            for r in rows
+            for r in listed.rows
         ]
-        return pb.ListGroupsResponse(groups=[r.group for r in rows], listings=listings)
+        return pb.ListGroupsResponse(
+            groups=[r.group for r in listed.rows], listings=listings, unavailable=_unavailable_pb(listed.unanswered)
+        )
 
     @_mapped
     async def DrainNode(  # noqa: N802
@@ -444,6 +449,13 @@ class _ByteBudget:
     def release(self, size: int) -> None:
         self._used -= size
         self._freed.set()
+
+
+def _unavailable_pb(unanswered: list[UnansweredPartition]) -> list[pb.UnavailablePartition]:
+    return [
+        pb.UnavailablePartition(topic=OFFSETS_TOPIC, partition=u.partition, error=to_proto_error(u.error))
+        for u in unanswered
+    ]
 
 
 def _invalid(message: str, field: str) -> MultiraftError:

@@ -25,13 +25,16 @@ from multiraft.cli._options import (
     with_tls_options,
 )
 from multiraft.cli._topic import print_table
-from multiraft.errors import UnknownMemberError
+from multiraft.errors import MultiraftError, UnknownMemberError
 
 if TYPE_CHECKING:
     from multiraft.cli._group_reset import ResetSpec
-    from rpc.client import Admin, GroupDescription
+    from rpc.client import Admin, GroupDescription, UnavailablePartition
 
-__all__ = ["group_app", "describe_payload", "plan_payload"]
+__all__ = ["group_app", "describe_payload", "plan_payload", "PARTIAL_EXIT_CODE"]
+
+PARTIAL_EXIT_CODE = 3
+"""Exit code of a command that printed only part of its answer: the rest (named on stderr) did not answer."""
 
 group_app = typer.Typer(
     help="List, describe and delete consumer groups; reset their committed offsets.", no_args_is_help=True
@@ -69,9 +72,13 @@ def list_(
     cluster_dir: ClusterDirOption = None,
     timeout: TimeoutOption = 30.0,
 ) -> None:
-    """Every consumer group (members or committed offsets) with its state, protocol type and member count."""
+    """Every consumer group (members or committed offsets) with its state, protocol type and member count.
+
+    Every ``__consumer_offsets`` partition is asked at once; one without a leader is named on stderr and its
+    groups are missing from the list, which is then partial: exit code 3."""
     with open_admin(bootstrap, cluster_dir, timeout) as admin:
-        listings = admin.list_group_listings()
+        result = admin.list_groups_result()
+    listings = result.listings
     if as_json:
         _print_json(
             [
@@ -79,18 +86,29 @@ def list_(
                 for g in listings
             ]
         )
-        return
-    if not listings:
+    elif listings:
+        table = Table(title="consumer groups")
+        for column in ("group", "state", "protocol", "members"):
+            table.add_column(column, justify="right" if column == "members" else "left")
+        for g in listings:
+            table.add_row(
+                g.group, Text(g.state, style=_STATE_STYLES.get(g.state, "")), _dash(g.protocol_type), str(g.members)
+            )
+        print_table(table)
+    elif result.complete:
         console.print("no consumer groups")
-        return
-    table = Table(title="consumer groups")
-    for column in ("group", "state", "protocol", "members"):
-        table.add_column(column, justify="right" if column == "members" else "left")
-    for g in listings:
-        table.add_row(
-            g.group, Text(g.state, style=_STATE_STYLES.get(g.state, "")), _dash(g.protocol_type), str(g.members)
+    _warn_unavailable(result.unavailable)
+    if not result.complete:
+        raise typer.Exit(PARTIAL_EXIT_CODE)
+
+
+def _warn_unavailable(unavailable: Iterable[UnavailablePartition]) -> None:
+    """One stderr line per partition that did not answer (so stdout stays the listing, JSON or not)."""
+    for missing in unavailable:
+        print(
+            f"warning: groups of {missing.topic}/{missing.partition} not listed: {describe_error(missing.error)}",
+            file=sys.stderr,
         )
-    print_table(table)
 
 
 def describe_payload(lagged: GroupLag, coordinator_address: str | None) -> dict[str, Any]:
@@ -208,16 +226,36 @@ def describe(
     timeout: TimeoutOption = 30.0,
 ) -> None:
     """State, assignor, generation, coordinator, members, and per partition its owner, committed offset, log end
-    offset and lag (a group with committed offsets only, like a Spark query's monitoring group, shows them too)."""
+    offset and lag (a group with committed offsets only, like a Spark query's monitoring group, shows them too).
+
+    A group that cannot be described (its coordinator's ``__consumer_offsets`` partition has no leader) is
+    named on stderr and the others are shown: exit code 1 (3 with --all-groups when only the listing was
+    partial)."""
     if bool(groups) == all_groups:
         raise typer.BadParameter("name the groups or give --all-groups", param_hint="GROUP.../--all-groups")
+    unavailable: tuple[UnavailablePartition, ...] = ()
+    failed: list[str] = []
+    lagged: list[GroupLag] = []
     with open_admin(bootstrap, cluster_dir, timeout) as admin:
-        names = admin.list_groups() if all_groups else list(dict.fromkeys(groups))
-        answers = admin.describe_groups(names)
-        described = [_described(name, answers.get(name)) for name in names]
-        lagged = [group_lag(admin, d) for d in described]
-        addresses = {n.node_id: n.client_address for n in admin.describe_cluster().nodes} if names else {}
-    if not names:
+        if all_groups:
+            listed = admin.list_groups_result()
+            names, unavailable = [g.group for g in listed.listings], listed.unavailable
+        else:
+            names = list(dict.fromkeys(groups))
+        answers = admin.describe_groups(names) if names else {}
+        for name in names:
+            description = answers.get(name)
+            if description is None:
+                failed.append(f"error: the cluster did not describe group {name!r}")
+            elif description.error is not None:
+                failed.append(f"error: cannot describe group {name!r}: {describe_error(description.error)}")
+            else:
+                try:
+                    lagged.append(group_lag(admin, description))
+                except MultiraftError as exc:  # its offsets' partition lost its leader since: this group only
+                    failed.append(f"error: cannot read the offsets of group {name!r}: {describe_error(exc)}")
+        addresses = {n.node_id: n.client_address for n in admin.describe_cluster().nodes} if lagged else {}
+    if not names and not unavailable:
         console.print("no consumer groups")
     for one in lagged:
         address = addresses.get(one.description.coordinator_id)
@@ -225,6 +263,13 @@ def describe(
             _print_json(describe_payload(one, address))
         else:
             _print_description(one, address)
+    for line in failed:
+        print(line, file=sys.stderr)
+    _warn_unavailable(unavailable)
+    if failed:
+        raise typer.Exit(1)
+    if unavailable:
+        raise typer.Exit(PARTIAL_EXIT_CODE)
 
 
 @group_app.command("delete")

@@ -15,9 +15,18 @@ from typing import TYPE_CHECKING
 from multiraft.errors import UnknownTopicError
 
 if TYPE_CHECKING:
-    from rpc.client import Admin, GroupDescription, GroupMemberInfo
+    from rpc.client import Admin, GroupDescription, GroupMemberInfo, PartitionInfo, TopicInfo
 
-__all__ = ["PartitionLag", "GroupLag", "group_lag", "member_lags", "partition_lags", "log_ends"]
+__all__ = [
+    "PartitionLag",
+    "GroupLag",
+    "group_lag",
+    "member_lags",
+    "partition_lags",
+    "log_ends",
+    "high_watermarks",
+    "leader_answered",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,18 +84,37 @@ def member_lags(description: GroupDescription, partitions: Iterable[PartitionLag
 
 
 def log_ends(admin: Admin, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    """The high watermark of each partition (those of deleted topics left out)."""
+    """The high watermark of each partition whose leader answered (those of deleted topics, and those no
+    leader answered for in the node's bound, are left out: their lag is unknown, not measured against 0)."""
     by_topic: dict[str, set[int]] = {}
     for topic, partition in partitions:
         by_topic.setdefault(topic, set()).add(partition)
     ends: dict[tuple[str, int], int] = {}
     for topic, wanted in sorted(by_topic.items()):
         try:
-            latest = admin.list_offsets(topic, "latest")  # every partition: one asked-for may be gone
+            # One bounded call per topic: the node asks every leader at once and leaves out one that does
+            # not answer, where a ListOffsets per partition would wait for a leaderless one until the deadline.
+            described = admin.describe_topic(topic)
         except UnknownTopicError:
             continue
-        ends.update(((topic, p), offset) for p, offset in latest.items() if p in wanted)
+        ends.update(high_watermarks(described, wanted))
     return ends
+
+
+def high_watermarks(topic: TopicInfo, wanted: Iterable[int] | None = None) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> high watermark of the partitions (``wanted``: those only) whose leader answered."""
+    chosen = None if wanted is None else set(wanted)
+    return {
+        (topic.name, p.partition): p.high_watermark
+        for p in topic.partitions
+        if leader_answered(p) and (chosen is None or p.partition in chosen)
+    }
+
+
+def leader_answered(partition: PartitionInfo) -> bool:
+    """Whether a leader answered for the partition: without its live status a description has no term (and
+    a high watermark of 0, the leader the node last heard of), which must not read as an empty partition."""
+    return partition.leader_epoch > 0
 
 
 def group_lag(admin: Admin, description: GroupDescription) -> GroupLag:

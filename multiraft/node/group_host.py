@@ -47,6 +47,7 @@ from multiraft.node.peer_groups import (
     GroupLeave,
     GroupListingRow,
     GroupOperation,
+    GroupsAnswer,
     GroupsList,
     GroupSync,
 )
@@ -171,6 +172,15 @@ class GroupHost(SchedulerOwned):
             completion(None, client_error(exc))
         except MultiraftError as exc:
             completion(None, exc)
+
+    @on_owner_thread
+    def read(self, group: Group, operation: GroupsList | GroupDescribe) -> GroupsAnswer:
+        """The answer of a read-only operation, now (the caller confirmed the leadership with a quorum)."""
+        self._ready(group)
+        now = self._clock()
+        if isinstance(operation, GroupsList):
+            return self.listings(now)
+        return self.describe(operation.group, now)
 
     @on_owner_thread
     def check_commit(

@@ -11,7 +11,7 @@ from multiraft import controller as ctl
 from multiraft.errors import MultiraftError, NotLeaderError, RequestTimeoutError
 from multiraft.logging import get_logger
 from multiraft.node.offsets import OFFSETS_TOPIC, OffsetsMachine
-from multiraft.node.peer_groups import GroupOperation
+from multiraft.node.peer_groups import GroupDescribe, GroupOperation, GroupsList
 from multiraft.node.scheduler import Completion, Scheduler
 from multiraft.node.threads import SchedulerHandoff
 
@@ -30,8 +30,14 @@ def serve_group_operation(
     if group is None or not isinstance(group.machine, OffsetsMachine):
         completion(None, NotLeaderError(f"this node hosts no offsets group {group_id}"))
         return
+    host = group.machine.host
     try:
-        group.machine.host.handle(group, operation, completion)
+        if isinstance(operation, GroupsList | GroupDescribe):
+            # Confirmed by a quorum first, as offsets reads are (reads.py): a leader that lost its quorum
+            # while quiescent never checks it, and would list or describe from memory as if it still led.
+            scheduler.read(group, lambda: host.read(group, operation), completion)
+        else:
+            host.handle(group, operation, completion)
     except Exception as exc:  # a bug met by one request fails that request only, at once
         log.exception("group request failed unexpectedly", operation=type(operation).__name__, error=repr(exc))
         completion(None, MultiraftError(f"internal error serving {type(operation).__name__}: {exc!r}"))

@@ -3,7 +3,8 @@
 :class:`StatusCollector` asks each partition's leader (this node's store, or a peer) for its live status:
 leader, term, high watermark, in-sync replicas, lag, segment copies. :class:`MoveReporter` asks the
 controller leader for the replica moves it has in flight. Both give what they could gather: a leader that
-does not answer in time is left out, as ``multiraft status`` shows it.
+does not answer in time is left out, as ``multiraft status`` shows it; moves the controller leader does not
+report in time are an UnavailableError (no answer is not "no moves in flight").
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from multiraft import controller as ctl
+from multiraft.errors import UnavailableError
 from multiraft.node.peer_messages import (
     STATUS_OK,
     MoveReport,
     PartitionStatus,
     RequestKind,
+    decode_error,
     decode_moves,
     decode_partition_statuses,
     encode_group_ids,
@@ -98,6 +101,11 @@ class MoveReporter:
             return [move_report(m) for m in self._local()]
         try:
             status, body = await self._peers.call(leader, RequestKind.MOVES, b"", _ASK_TIMEOUT_S)
-        except (ConnectionError, TimeoutError):
-            return []
-        return decode_moves(body) if status == STATUS_OK else []
+        except (ConnectionError, TimeoutError) as exc:
+            raise UnavailableError(
+                f"the controller leader (node {leader}) did not say which moves are in flight within "
+                f"{_ASK_TIMEOUT_S:g}s: {exc or type(exc).__name__}"
+            ) from exc
+        if status != STATUS_OK:
+            raise decode_error(body, source=f"controller leader {leader}")
+        return decode_moves(body)

@@ -13,7 +13,13 @@ from rpc.client._admin import (
 )
 from rpc.client._cluster import ClusterClient, Metadata, PartitionMetadata, TopicMetadata, parse_bootstrap
 from rpc.client._consumer import Consumer, arrow_schema
-from rpc.client._group_admin import GroupDescription, GroupListing, GroupMemberInfo
+from rpc.client._group_admin import (
+    GroupDescription,
+    GroupListing,
+    GroupListingResult,
+    GroupMemberInfo,
+    UnavailablePartition,
+)
 from rpc.client._partitioner import partition_for_key
 from rpc.client._producer import Producer
 from rpc.client._records import BatchMetadata, Record, RecordMetadata, TopicPartition
@@ -34,6 +40,8 @@ __all__ = [
     "DrainStatus",
     "GroupDescription",
     "GroupListing",
+    "GroupListingResult",
+    "UnavailablePartition",
     "GroupMemberInfo",
     "Metadata",
     "MoveInfo",

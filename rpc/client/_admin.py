@@ -14,7 +14,7 @@ from multiraft.errors import (
     UnknownTopicError,
 )
 from rpc.client._cluster import ClusterClient
-from rpc.client._group_admin import GroupAdmin
+from rpc.client._group_admin import GroupAdmin, call_any_node_final
 from rpc.client._records import TopicPartition
 from rpc.client._security_admin import SecurityAdmin
 from rpc.client._tls import TlsSettings
@@ -114,6 +114,9 @@ class ClusterInfo:
     under_replicated: tuple[tuple[str, int], ...]
     partitions: int
     moves: tuple[MoveInfo, ...] = ()
+    moves_error: str | None = None
+    """Why ``moves`` could not be read (the controller leader did not answer; ``moves`` is then empty, which
+    does not mean none are in flight); None when they were."""
 
 
 def _topic(message: pb.TopicInfo) -> TopicInfo:
@@ -259,6 +262,7 @@ class Admin(GroupAdmin, SecurityAdmin):
                 )
                 for m in response.moves
             ),
+            moves_error=response.moves_error or None,
         )
 
     def drain_node(self, node_id: int, *, force: bool = False) -> DrainStatus:
@@ -352,16 +356,19 @@ class Admin(GroupAdmin, SecurityAdmin):
 
     def list_groups(self) -> list[str]:
         """The consumer groups that have committed offsets (or members), sorted; see also
-        :meth:`list_group_listings` and :meth:`describe_groups`."""
-        response = self._client.call_any(lambda stub, timeout: stub.ListGroups(pb.ListGroupsRequest(), timeout=timeout))
-        return sorted(response.groups)
+        :meth:`list_group_listings` and :meth:`describe_groups`. LeaderNotAvailableError when part of them
+        could not be listed (:meth:`list_groups_result` gives what did answer)."""
+        return [listing.group for listing in self.list_group_listings()]
 
     def group_offsets(self, group: str) -> dict[TopicPartition, int]:
-        """Every offset ``group`` committed: the next offset it will consume, per partition."""
+        """Every offset ``group`` committed: the next offset it will consume, per partition.
+        LeaderNotAvailableError at once when the group's ``__consumer_offsets`` partition has no leader."""
         if not group:
             raise InvalidArgumentError("group must not be empty", field="group")
         request = pb.FetchOffsetsRequest(group=group)
-        response = self._client.call_any_log(lambda stub, timeout: stub.FetchOffsets(request, timeout=timeout))
+        response = call_any_node_final(
+            self._client, lambda channel, timeout: pb_grpc.LogStub(channel).FetchOffsets(request, timeout=timeout)
+        )
         committed = {TopicPartition(o.topic, o.partition): o.offset for o in response.offsets if o.offset >= 0}
         return dict(sorted(committed.items()))
 

@@ -12,17 +12,21 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from multiraft.errors import InvalidArgumentError, MultiraftError
+import grpc
+
+from multiraft.errors import InvalidArgumentError, LeaderNotAvailableError, MultiraftError
 from rpc.client._cluster import ClusterClient
 from rpc.client._records import TopicPartition
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from rpc.status import from_proto_error
+from rpc.status import from_proto_error, from_rpc_error
 
 __all__ = [
     "GroupAdmin",
     "GroupDescription",
     "GroupListing",
+    "GroupListingResult",
+    "UnavailablePartition",
     "GroupMemberInfo",
     "INACTIVE_GROUP_STATES",
     "group_description",
@@ -95,6 +99,75 @@ class GroupListing:
     """How many members the group has now."""
 
 
+@dataclass(frozen=True, slots=True)
+class UnavailablePartition:
+    """A ``__consumer_offsets`` partition that did not answer a listing: its groups are missing from it."""
+
+    topic: str
+    partition: int
+    error: MultiraftError
+    """Why: usually :class:`~multiraft.errors.LeaderNotAvailableError` (no leader elected, or the leader known
+    did not answer in time); the message names the partition's replicas."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListingResult:
+    """``Admin.list_groups_result()``: the groups of the partitions that answered, and those that did not
+    (Kafka's ``ListConsumerGroupsResult.valid()`` and ``errors()``)."""
+
+    listings: tuple[GroupListing, ...]
+    """By name."""
+    unavailable: tuple[UnavailablePartition, ...] = ()
+    """Empty when every partition answered (the listing is complete)."""
+
+    @property
+    def complete(self) -> bool:
+        return not self.unavailable
+
+    def raise_if_partial(self) -> None:
+        """LeaderNotAvailableError naming every partition that did not answer, if any did not."""
+        if self.unavailable:
+            raise LeaderNotAvailableError(
+                "the group listing is partial: " + "; ".join(u.error.message for u in self.unavailable),
+                topic=self.unavailable[0].topic,
+                partition=",".join(str(u.partition) for u in self.unavailable),
+            )
+
+
+class _FinalAnswerError(Exception):
+    """Carries a node's final answer out of ``call_any_node``'s retry loop."""
+
+    def __init__(self, error: MultiraftError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def final_on_leaderless(call: Callable[[grpc.Channel, float], Response]) -> Callable[[grpc.Channel, float], Response]:
+    """``call``, but a node's LeaderNotAvailableError ends the retries at once (it is raised by
+    :func:`unwrap_final`): the node already waited its bound for a leader, and every other node would route
+    to the same partition and say the same."""
+
+    def once(channel: grpc.Channel, timeout: float) -> Response:
+        try:
+            return call(channel, timeout)
+        except grpc.RpcError as exc:
+            error = from_rpc_error(exc)
+            if isinstance(error, LeaderNotAvailableError):
+                raise _FinalAnswerError(error) from exc
+            raise
+
+    return once
+
+
+def call_any_node_final(client: ClusterClient, call: Callable[[grpc.Channel, float], Response]) -> Response:
+    """``client.call_any_node(call)``, except that a partition without a leader fails at once (see
+    :func:`final_on_leaderless`)."""
+    try:
+        return client.call_any_node(final_on_leaderless(call))
+    except _FinalAnswerError as answered:
+        raise answered.error from None
+
+
 def _tp(message: pb.TopicPartition) -> TopicPartition:
     return TopicPartition(message.topic, message.partition)
 
@@ -139,7 +212,7 @@ class GroupAdmin:
     _client: ClusterClient
 
     def _call_groups(self, call: Callable[[pb_grpc.GroupsStub, float], Response]) -> Response:
-        return self._client.call_any_node(lambda channel, timeout: call(pb_grpc.GroupsStub(channel), timeout))
+        return call_any_node_final(self._client, lambda channel, timeout: call(pb_grpc.GroupsStub(channel), timeout))
 
     def describe_groups(self, groups: str | Iterable[str]) -> dict[str, GroupDescription]:
         """State, assignor, generation, coordinator and members (with their partitions) of each group, in the
@@ -163,8 +236,10 @@ class GroupAdmin:
         response = self._call_groups(lambda stub, timeout: stub.DeleteGroups(request, timeout=timeout))
         return {r.group: (from_proto_error(r.error) if r.HasField("error") else None) for r in response.results}
 
-    def list_group_listings(self) -> list[GroupListing]:
-        """Every group that has committed offsets or members, with its state and member count, by name."""
+    def list_groups_result(self) -> GroupListingResult:
+        """Every group that has committed offsets or members, with its state and member count, by name, from
+        the ``__consumer_offsets`` partitions that answered; those that did not (no leader) are named in
+        ``unavailable`` rather than failing the whole listing (as ``rpk group list`` does)."""
         response = self._client.call_any(lambda stub, timeout: stub.ListGroups(pb.ListGroupsRequest(), timeout=timeout))
         listed = {
             item.group: GroupListing(item.group, item.state, item.protocol_type, item.members)
@@ -172,7 +247,18 @@ class GroupAdmin:
         }
         for name in response.groups:  # a node that predates listings names the groups only
             listed.setdefault(name, GroupListing(name, "Unknown", "", 0))
-        return [listed[name] for name in sorted(listed)]
+        unavailable = tuple(
+            UnavailablePartition(u.topic, u.partition, from_proto_error(u.error)) for u in response.unavailable
+        )
+        return GroupListingResult(tuple(listed[name] for name in sorted(listed)), unavailable)
+
+    def list_group_listings(self) -> list[GroupListing]:
+        """Every group that has committed offsets or members, with its state and member count, by name;
+        LeaderNotAvailableError (naming the partitions) when part of the groups could not be listed (see
+        :meth:`list_groups_result` for what did answer)."""
+        result = self.list_groups_result()
+        result.raise_if_partial()
+        return list(result.listings)
 
     def commit_group_offsets(
         self, group: str, offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int]

@@ -1116,9 +1116,12 @@ class DescribeClusterResponse(_message.Message):
     UNDER_REPLICATED_FIELD_NUMBER: _builtins.int
     MOVES_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    MOVES_ERROR_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     controller_id: _builtins.int
     partitions: _builtins.int
+    moves_error: _builtins.str
+    """Why the moves in flight could not be read (the controller leader did not answer); empty when they were."""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeInfo]: ...
     @_builtins.property
@@ -1137,10 +1140,11 @@ class DescribeClusterResponse(_message.Message):
         under_replicated: _abc.Iterable[Global___TopicPartition] | None = ...,
         moves: _abc.Iterable[Global___ReplicaMove] | None = ...,
         partitions: _builtins.int = ...,
+        moves_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "controller_id", b"controller_id", "loads", b"loads", "moves", b"moves", "nodes", b"nodes", "partitions", b"partitions", "under_replicated", b"under_replicated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "controller_id", b"controller_id", "loads", b"loads", "moves", b"moves", "moves_error", b"moves_error", "nodes", b"nodes", "partitions", b"partitions", "under_replicated", b"under_replicated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1309,11 +1313,42 @@ class GroupListing(_message.Message):
 Global___GroupListing: _TypeAlias = GroupListing  # noqa: Y015
 
 @_typing.final
+class UnavailablePartition(_message.Message):
+    """A partition that did not answer a request fanned out to many (its groups are missing from the answer)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    @_builtins.property
+    def error(self) -> Global___Error:
+        """why: no leader elected, or the leader known did not answer in time"""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        error: Global___Error | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnavailablePartition: _TypeAlias = UnavailablePartition  # noqa: Y015
+
+@_typing.final
 class ListGroupsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     GROUPS_FIELD_NUMBER: _builtins.int
     LISTINGS_FIELD_NUMBER: _builtins.int
+    UNAVAILABLE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """sorted"""
@@ -1322,15 +1357,20 @@ class ListGroupsResponse(_message.Message):
     def listings(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupListing]:
         """the same groups, in the same order"""
 
+    @_builtins.property
+    def unavailable(self) -> _containers.RepeatedCompositeFieldContainer[Global___UnavailablePartition]:
+        """The __consumer_offsets partitions that did not answer in time: the listing above is partial."""
+
     def __init__(
         self,
         *,
         groups: _abc.Iterable[_builtins.str] | None = ...,
         listings: _abc.Iterable[Global___GroupListing] | None = ...,
+        unavailable: _abc.Iterable[Global___UnavailablePartition] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "listings", b"listings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "listings", b"listings", "unavailable", b"unavailable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

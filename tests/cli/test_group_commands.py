@@ -6,21 +6,29 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pytest
 
 from multiraft.cli import _group as group_cli
 from multiraft.cli import _status as status_cli
+from multiraft.cli._group import PARTIAL_EXIT_CODE
 from multiraft.client import (
     ClusterInfo,
+    ConnectionFailedError,
     CoordinatorMovedError,
     GroupDescription,
     GroupListing,
+    GroupListingResult,
     GroupMemberInfo,
     GroupNotEmptyError,
+    LeaderNotAvailableError,
+    PartitionInfo,
+    TopicInfo,
     TopicPartition,
+    UnavailablePartition,
     UnknownMemberError,
 )
 from rpc.client import NodeInfo
@@ -71,6 +79,9 @@ class FakeAdmin:
         }
         self.commits: list[tuple[str, dict[tuple[str, int], int]]] = []
         self.refuse_commit = False
+        self.unavailable: tuple[UnavailablePartition, ...] = ()  # offsets partitions that do not answer
+        self.stuck: set[str] = set()  # calls that never return (until the test ends)
+        self.released = threading.Event()
 
     def __enter__(self) -> FakeAdmin:
         return self
@@ -83,6 +94,15 @@ class FakeAdmin:
 
     def list_group_listings(self) -> list[GroupListing]:
         return [GroupListing(g.group, g.state, g.protocol_type, len(g.members)) for _, g in sorted(self.groups.items())]
+
+    def list_groups_result(self) -> GroupListingResult:
+        self._maybe_stuck("list_groups_result")
+        return GroupListingResult(tuple(self.list_group_listings()), self.unavailable)
+
+    def _maybe_stuck(self, call: str) -> None:
+        if call in self.stuck:
+            self.released.wait(60)
+            raise ConnectionFailedError("the test ended")
 
     def describe_groups(self, groups: Iterable[str]) -> dict[str, GroupDescription]:
         return {g: self.groups.get(g, _group(g, "Dead")) for g in groups}
@@ -114,19 +134,28 @@ class FakeAdmin:
         self.commits.append((group, dict(offsets)))
 
     def describe_cluster(self) -> ClusterInfo:
+        self._maybe_stuck("describe_cluster")
         nodes = tuple(NodeInfo(n, f"127.0.0.1:700{n}", "", "alive") for n in (1, 2, 3))
         return ClusterInfo("test", 1, nodes, (), (), 0)
 
-    def list_topics(self) -> list[Any]:
-        return []
+    def list_topics(self) -> list[TopicInfo]:
+        return [self.describe_topic("events")]
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        self._maybe_stuck("describe_topic")
+        partitions = tuple(
+            PartitionInfo(p, 1, (1, 2, 3), (1, 2, 3), 1, end, start, 2) for (t, p), (start, end) in self.log.items()
+        )
+        return TopicInfo(name, partitions, {}, 3)
 
 
 @pytest.fixture
-def admin(monkeypatch: pytest.MonkeyPatch) -> FakeAdmin:
+def admin(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAdmin]:
     fake = FakeAdmin()
     monkeypatch.setattr(group_cli, "open_admin", lambda *args: fake)
     monkeypatch.setattr(status_cli, "open_admin", lambda *args: fake)
-    return fake
+    yield fake
+    fake.released.set()
 
 
 def _run(*args: str) -> Any:
@@ -275,11 +304,13 @@ def test_status_shows_each_groups_state_members_and_lag_and_each_members_lag(adm
 
 def test_status_shows_the_other_groups_when_one_cannot_be_described(admin: FakeAdmin) -> None:
     admin.groups["broken"] = dataclasses.replace(_group("broken", ""), error=CoordinatorMovedError("moving"))
-    status = json.loads(invoked(_run("status", "--json")))
+    result = _run("status", "--json")
+    assert result.exit_code == PARTIAL_EXIT_CODE, result.output
+    status = json.loads(result.stdout)
     assert [g["group"] for g in status["group_summaries"]] == ["billing", "spark-monitor"]
     assert status["groups_error"] == "broken: moving (COORDINATOR_NOT_AVAILABLE)"
-    table = invoked(_run("status"))
-    assert "consumer groups unavailable: broken" in table and "spark-monitor" in table
+    table = _run("status").stdout
+    assert "some consumer groups unavailable: broken" in table and "spark-monitor" in table
 
 
 def test_describe_takes_several_groups_or_all_of_them_one_json_line_each(admin: FakeAdmin) -> None:
@@ -293,3 +324,126 @@ def test_describe_takes_several_groups_or_all_of_them_one_json_line_each(admin: 
     assert _run("group", "describe", "billing", "--all-groups").exit_code == 2
     admin.groups.clear()
     assert "no consumer groups" in invoked(_run("group", "describe", "--all-groups"))
+
+
+WEDGED = UnavailablePartition(
+    "__consumer_offsets",
+    7,
+    LeaderNotAvailableError("__consumer_offsets/7 (replicas 2,3): no leader elected", partition=7),
+)
+
+
+def test_group_list_lists_what_answered_names_the_partition_that_did_not_and_exits_partial(admin: FakeAdmin) -> None:
+    admin.unavailable = (WEDGED,)
+    result = _run("group", "list", "--json")
+    assert result.exit_code == PARTIAL_EXIT_CODE
+    assert [g["group"] for g in json.loads(result.stdout)] == ["billing", "spark-monitor"]
+    assert "groups of __consumer_offsets/7 not listed" in result.stderr
+    assert "no leader elected (LEADER_NOT_AVAILABLE)" in result.stderr
+    table = _run("group", "list")
+    assert table.exit_code == PARTIAL_EXIT_CODE and "billing" in table.stdout
+    admin.groups.clear()
+    empty = _run("group", "list")
+    assert empty.exit_code == PARTIAL_EXIT_CODE and "no consumer groups" not in empty.stdout
+
+
+def test_describe_shows_the_groups_it_could_and_names_the_one_whose_coordinator_has_no_leader(
+    admin: FakeAdmin,
+) -> None:
+    wedged = LeaderNotAvailableError("__consumer_offsets/7 (replicas 2,3): no leader elected", partition=7)
+    admin.groups["stuck"] = dataclasses.replace(_group("stuck", ""), error=wedged)
+    result = _run("group", "describe", "stuck", "billing", "--json")
+    assert result.exit_code == 1
+    assert [json.loads(line)["group"] for line in result.stdout.splitlines()] == ["billing"]
+    assert "cannot describe group 'stuck': __consumer_offsets/7 (replicas 2,3): no leader elected" in result.stderr
+
+
+def test_status_shows_the_sections_that_answered_when_the_group_listing_never_does(admin: FakeAdmin) -> None:
+    admin.stuck = {"list_groups_result"}
+    result = _run("status", "--json", "--timeout", "1")
+    assert result.exit_code == PARTIAL_EXIT_CODE, result.output
+    status = json.loads(result.stdout)
+    assert status["sections"]["cluster"] == {"available": True, "error": None}
+    assert status["sections"]["topics"] == {"available": True, "error": None}
+    assert status["sections"]["groups"]["available"] is False
+    assert status["groups_error"] == "no answer within 1s (was listing the consumer groups)"
+    assert [n["node_id"] for n in status["nodes"]] == [1, 2, 3]
+    assert [t["name"] for t in status["topics"]] == ["events"]
+
+
+def test_status_shows_the_groups_and_topics_when_the_cluster_section_never_answers(admin: FakeAdmin) -> None:
+    admin.stuck = {"describe_cluster"}
+    result = _run("status", "--timeout", "1")
+    assert result.exit_code == PARTIAL_EXIT_CODE, result.output
+    assert "cluster, nodes and replica moves unavailable: no answer within 1s (was describing the cluster)" in (
+        " ".join(result.stdout.split())
+    )
+    assert "events" in result.stdout and "spark-monitor" in result.stdout
+
+
+def test_status_names_the_offsets_partition_whose_groups_it_could_not_list(admin: FakeAdmin) -> None:
+    admin.unavailable = (WEDGED,)
+    result = _run("status", "--json")
+    assert result.exit_code == PARTIAL_EXIT_CODE
+    status = json.loads(result.stdout)
+    assert [g["group"] for g in status["group_summaries"]] == ["billing", "spark-monitor"]
+    assert status["groups_error"].startswith("groups of __consumer_offsets/7 not listed: ")
+
+
+def test_status_shows_a_partition_no_leader_answered_for_as_such_not_as_an_empty_one(admin: FakeAdmin) -> None:
+    real = admin.describe_topic
+
+    def one_silent(name: str) -> TopicInfo:
+        described = real(name)
+        silent = dataclasses.replace(described.partitions[1], in_sync_replicas=(), high_watermark=0, leader_epoch=0)
+        return dataclasses.replace(described, partitions=(described.partitions[0], silent))
+
+    admin.describe_topic = one_silent  # type: ignore[method-assign]
+    status = json.loads(invoked(_run("status", "--json")))
+    (events,) = status["topics"]
+    silent = events["partitions"][1]
+    assert (silent["leader"], silent["leader_answered"], silent["last_known_leader"]) == (0, False, 1)
+    assert silent["high_watermark"] is None
+    # spark-monitor committed 40 on events/1: its lag there is unknown, not 0 - 40
+    rows = {(g["group"], g["partition"]): g["lag"] for g in status["groups"] if g["topic"] == "events"}
+    assert rows[("spark-monitor", 1)] is None and rows[("spark-monitor", 0)] == 40
+    table = invoked(_run("status"))
+    assert "no leader answering (last known leader: node 1)" in " ".join(table.split())
+
+
+def test_status_says_the_moves_in_flight_are_unknown_when_the_controller_leader_did_not_answer(
+    admin: FakeAdmin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    silent = "the controller leader (node 2) did not say which moves are in flight within 2s: timed out"
+    described = dataclasses.replace(admin.describe_cluster(), moves_error=silent)
+    monkeypatch.setattr(admin, "describe_cluster", lambda: described)
+    result = _run("status", "--json")
+    assert result.exit_code == PARTIAL_EXIT_CODE
+    status = json.loads(result.stdout)
+    assert status["sections"]["moves"] == {"available": False, "error": silent}
+    assert status["sections"]["cluster"] == {"available": True, "error": None}
+    table = " ".join(_run("status").stdout.split())
+    assert "moves in flight: ?" in table and f"replica moves in flight unavailable: {silent}" in table
+
+
+def test_status_flags_a_partition_whose_leader_has_no_quorum_in_sync(admin: FakeAdmin) -> None:
+    # A quiescent leader whose followers died keeps its role until something wakes it: it still answers.
+    real = admin.describe_topic
+
+    def alone(name: str) -> TopicInfo:
+        described = real(name)
+        lonely = dataclasses.replace(described.partitions[0], in_sync_replicas=(1,))
+        return dataclasses.replace(described, partitions=(lonely, described.partitions[1]))
+
+    admin.describe_topic = alone  # type: ignore[method-assign]
+    status = json.loads(invoked(_run("status", "--json")))
+    assert [p["quorum_in_sync"] for p in status["topics"][0]["partitions"]] == [False, True]
+    assert "no quorum in sync (1 of 3): writes wait" in " ".join(invoked(_run("status")).split())
+
+
+def test_describe_all_groups_describes_those_listed_and_names_the_partitions_that_were_not(admin: FakeAdmin) -> None:
+    admin.unavailable = (WEDGED,)
+    result = _run("group", "describe", "--all-groups", "--json")
+    assert result.exit_code == PARTIAL_EXIT_CODE
+    assert [json.loads(line)["group"] for line in result.stdout.splitlines()] == ["billing", "spark-monitor"]
+    assert "groups of __consumer_offsets/7 not listed" in result.stderr

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import grpc
 import pytest
 
 from multiraft.client import (
     Admin,
+    ConnectionFailedError,
     GroupDescription,
     GroupListing,
     GroupMemberInfo,
     GroupNotEmptyError,
     InvalidArgumentError,
+    LeaderNotAvailableError,
+    MultiraftError,
     TopicPartition,
+    UnavailableError,
     UnknownTopicError,
 )
 from rpc.client import ClusterClient
 from rpc.client._group_admin import group_description
 from rpc.proto import multiraft_pb2 as pb
+from rpc.status import to_status
 
 
 def test_a_described_group_carries_its_members_and_their_sorted_assignments() -> None:
@@ -173,3 +181,81 @@ def test_commit_group_offsets_commits_outside_any_generation() -> None:
     assert name == "CommitOffsets"
     assert request.group == "etl" and not request.member_id and not request.HasField("generation")  # type: ignore[attr-defined]
     assert sorted((o.topic, o.partition, o.offset) for o in request.offsets) == [("t", 0, 3), ("t", 1, 5)]  # type: ignore[attr-defined]
+
+
+class _Refusing(grpc.RpcError):
+    """A node's answer carrying a multiraft error, as ``rpc.status.to_status`` sends it."""
+
+    def __init__(self, error: MultiraftError) -> None:
+        self._status = to_status(error)
+
+    def code(self) -> grpc.StatusCode:
+        return self._status.code
+
+    def details(self) -> str:
+        return self._status.details
+
+    def trailing_metadata(self) -> Any:  # the stubs type it as _Metadatum; grpc gives (key, value) pairs
+        return tuple(self._status.trailing_metadata)
+
+
+class _RefusingChannel(_Channel):
+    def __init__(self, error: MultiraftError, calls: list[str]) -> None:
+        super().__init__({})
+        self.error, self.calls = error, calls
+
+    def unary_unary(self, method: str, *args: object, **kwargs: object) -> object:
+        def call(request: object, timeout: float | None = None, **_: object) -> object:
+            self.calls.append(method.rsplit("/", 1)[1])
+            raise _Refusing(self.error)
+
+        return call
+
+
+class _ThreeNodes(ClusterClient):
+    """The real retry loop over three nodes, each answering with ``error``."""
+
+    def __init__(self, error: MultiraftError) -> None:
+        super().__init__("127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", request_timeout_s=1.0)
+        self.calls: list[str] = []
+        self._error = error
+
+    def channel(self, address: str) -> grpc.Channel:
+        return _RefusingChannel(self._error, self.calls)  # type: ignore[return-value]
+
+
+def test_a_groups_partition_without_a_leader_fails_at_once_rather_than_being_asked_of_every_node() -> None:
+    wedged = LeaderNotAvailableError("__consumer_offsets/4 (replicas 2,3): no leader elected", partition=4)
+    client = _ThreeNodes(wedged)
+    with pytest.raises(LeaderNotAvailableError, match="__consumer_offsets/4"):
+        Admin(client).group_offsets("billing")
+    assert client.calls == ["FetchOffsets"]
+    with pytest.raises(LeaderNotAvailableError):
+        Admin(client).delete_groups("billing")
+    assert client.calls == ["FetchOffsets", "DeleteGroups"]
+
+
+def test_a_node_that_cannot_serve_is_still_retried_on_the_others() -> None:
+    client = _ThreeNodes(UnavailableError("starting"))
+    with pytest.raises(ConnectionFailedError):
+        Admin(client).group_offsets("billing")
+    assert len(client.calls) > 1
+
+
+def test_a_partial_listing_keeps_what_answered_and_names_the_partitions_that_did_not() -> None:
+    error = pb.Error(reason="LEADER_NOT_AVAILABLE", message="__consumer_offsets/4 (replicas 2,3): no leader elected")
+    response = pb.ListGroupsResponse(
+        groups=["a"],
+        listings=[pb.GroupListing(group="a", state="Empty")],
+        unavailable=[pb.UnavailablePartition(topic="__consumer_offsets", partition=4, error=error)],
+    )
+    admin = Admin(_Client(_Channel({"ListGroups": response})))
+    result = admin.list_groups_result()
+    assert result.listings == (GroupListing("a", "Empty", "", 0),) and not result.complete
+    ((missing),) = result.unavailable
+    assert (missing.topic, missing.partition) == ("__consumer_offsets", 4)
+    assert isinstance(missing.error, LeaderNotAvailableError)
+    with pytest.raises(LeaderNotAvailableError, match="partial: __consumer_offsets/4"):
+        admin.list_group_listings()
+    with pytest.raises(LeaderNotAvailableError):
+        admin.list_groups()

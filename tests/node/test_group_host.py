@@ -340,8 +340,49 @@ def test_a_bug_met_by_one_group_request_answers_it_internal_at_once(monkeypatch:
     monkeypatch.setattr(node.machine.host, "handle", broken)
     scheduler = SimpleNamespace(groups={7: SimpleNamespace(machine=node.machine)})
     answer = _Answer()
-    serve_group_operation(scheduler, 7, GroupsList(), answer)  # type: ignore[arg-type]
+    serve_group_operation(scheduler, 7, GroupDelete("billing"), answer)  # type: ignore[arg-type]
     assert isinstance(answer.error, MultiraftError) and answer.error.reason == "INTERNAL"
     missing = _Answer()
     serve_group_operation(scheduler, 8, GroupsList(), missing)  # type: ignore[arg-type]
     assert isinstance(missing.error, NotLeaderError)
+
+
+class _Reads:
+    """A scheduler whose linearizable reads wait until the test confirms (a quorum answered) or fails them."""
+
+    def __init__(self, node: Node) -> None:
+        self.groups = {7: node.group}
+        node.group.machine = node.machine  # type: ignore[attr-defined]
+        self.pending: list[tuple[Any, Any]] = []
+
+    def read(self, group: Any, serve: Any, completion: Any) -> None:
+        self.pending.append((serve, completion))
+
+    def confirm(self) -> None:
+        pending, self.pending = self.pending, []
+        for serve, completion in pending:
+            completion(serve(), None)
+
+    def lose_quorum(self) -> None:
+        pending, self.pending = self.pending, []
+        for _, completion in pending:
+            completion(None, NotLeaderError("stepped down: no quorum", leader_id=0))
+
+
+def test_listing_and_describing_wait_for_a_quorum_to_confirm_the_leader_like_offset_reads() -> None:
+    # A leader that lost its quorum while quiescent never checks it, and would answer from memory.
+    node = _node()
+    _one_member_group(node)
+    reads = _Reads(node)
+    listed, described = _Answer(), _Answer()
+    serve_group_operation(reads, 7, GroupsList(), listed)  # type: ignore[arg-type]
+    serve_group_operation(reads, 7, GroupDescribe("billing"), described)  # type: ignore[arg-type]
+    assert (listed.calls, described.calls) == (0, 0), "nothing is answered before a quorum confirms"
+    reads.confirm()
+    assert [row.group for row in listed.result] == ["billing"]
+    assert described.result.group_id == "billing" and len(described.result.members) == 1
+
+    deposed = _Answer()
+    serve_group_operation(reads, 7, GroupsList(), deposed)  # type: ignore[arg-type]
+    reads.lose_quorum()
+    assert isinstance(deposed.error, NotLeaderError) and deposed.result is None

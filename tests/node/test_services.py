@@ -49,6 +49,7 @@ from multiraft.node.services import (
     OffsetsService,
     OffsetsSettings,
 )
+from multiraft.node.status import MoveReporter
 from storage import ENTRY_OVERHEAD_BYTES, StorageConfig
 from storage.batch import encode_batch
 from tests.node._fakes import (
@@ -331,7 +332,7 @@ def test_offsets_are_checked_before_anything_is_sent() -> None:
         with pytest.raises(UnknownTopicError):
             await service.commit_offsets("g", [CommittedOffset("nope", 0, 1)])
         assert await service.fetch_offsets("g", [("orders", 1)]) == [CommittedOffset("orders", 1, -1)]
-        assert await service.list_groups() == []
+        assert await service.list_groups() == ([], [])
         assert store.offsets_calls == [] and peers.calls == []
 
     asyncio.run(scenario())
@@ -377,14 +378,30 @@ def test_the_offsets_commit_limits_are_node_config_keys_within_what_a_log_entry_
 # ----------------------------------------------------------------------------------------------- admin service
 
 
-def admin_service(found: Any, stat: FakeStatus | None = None, liveness: FakeLiveness | None = None) -> AdminService:
-    class NoMoves:
-        async def moves(self) -> list[Any]:
-            return []
+class NoMoves:
+    async def moves(self) -> list[Any]:
+        return []
 
+
+class SilentController:
+    """A moves source whose controller leader does not answer (MoveReporter raises then)."""
+
+    async def moves(self) -> list[Any]:
+        raise UnavailableError("the controller leader (node 2) did not say which moves are in flight within 2s")
+
+
+def admin_service(
+    found: Any, stat: FakeStatus | None = None, liveness: FakeLiveness | None = None, moves: Any = None
+) -> AdminService:
     settings = AdminSettings("c1", default_partitions=2, default_replication_factor=3, max_topic_partitions=100)
     return AdminService(
-        settings, found, found, liveness or FakeLiveness(), FakeController(found), stat or FakeStatus(), NoMoves()
+        settings,
+        found,
+        found,
+        liveness or FakeLiveness(),
+        FakeController(found),
+        stat or FakeStatus(),
+        moves or NoMoves(),
     )
 
 
@@ -430,6 +447,18 @@ def test_describe_cluster_counts_leaders_and_flags_partitions_short_of_in_sync_r
         assert {node: leaders for node, _, leaders in described.loads} == {1: 1, 2: 1, 3: 0}
         assert [n.state for n in described.nodes] == ["alive", "alive", "dead"]
         assert (described.cluster_id, described.controller_id, described.partitions) == ("c1", 1, 2)
+        assert described.moves == () and described.moves_error is None
+
+    asyncio.run(scenario())
+
+
+def test_describe_cluster_says_the_moves_are_unknown_when_the_controller_leader_does_not_answer() -> None:
+    async def scenario() -> None:
+        found = directory(cluster_with_topic("orders", partitions=2))
+        described = await admin_service(found, moves=SilentController()).describe_cluster()
+        assert described.moves == ()
+        assert described.moves_error is not None and "did not say which moves" in described.moves_error
+        assert [n.node_id for n in described.nodes] == [1, 2, 3], "the rest of the description stands"
 
     asyncio.run(scenario())
 
@@ -509,3 +538,14 @@ def test_the_partitions_led_here_follow_their_views_leadership() -> None:
     found.remove_view(third)
     assert found.led_here() == {second.group_id: 4}
     assert found.leader_of(second.group_id) == 1
+
+
+def test_the_move_reporter_raises_when_the_controller_leader_does_not_answer_rather_than_saying_none() -> None:
+    async def scenario() -> None:
+        peers = FakePeers()  # no scripted answer: the controller leader (node 2) refuses the connection
+        reporter = MoveReporter(1, lambda: 2, list, peers)
+        with pytest.raises(UnavailableError, match=r"controller leader \(node 2\)"):
+            await reporter.moves()
+        assert await MoveReporter(1, lambda: 1, list, peers).moves() == []  # led here: asked locally
+
+    asyncio.run(scenario())

@@ -88,9 +88,9 @@ class FaultyServices:
         self._step("fetch_offsets")
         return [CommittedOffset("orders", 0, 3)]
 
-    async def list_groups(self) -> list[str]:
+    async def list_groups(self) -> tuple[list[str], list[Any]]:
         self._step("list_groups")
-        return ["g"]
+        return ["g"], []
 
     # groups
     async def join(self, group: str, request: Any) -> g.JoinReply:

@@ -19,6 +19,7 @@ import pytest
 
 from multiraft.errors import (
     InvalidArgumentError,
+    LeaderNotAvailableError,
     MultiraftError,
     NotEnoughReplicasError,
     NotLeaderError,
@@ -34,6 +35,7 @@ from multiraft.node.services import (
     PartitionDescription,
     ProduceAck,
     TopicDescription,
+    UnansweredPartition,
 )
 from rpc.groups_servicer import GroupsServicer
 from rpc.proto import multiraft_pb2 as pb
@@ -90,9 +92,10 @@ class FakeData:
 @dataclass
 class FakeOffsets:
     groups: list[str] = field(default_factory=list)
+    unanswered: list[UnansweredPartition] = field(default_factory=list)
 
-    async def list_groups(self) -> list[str]:
-        return self.groups
+    async def list_groups(self) -> tuple[list[str], list[UnansweredPartition]]:
+        return self.groups, self.unanswered
 
 
 @dataclass
@@ -531,3 +534,18 @@ def test_list_groups_answers_the_offsets_service() -> None:
             return await stubs.admin.ListGroups(pb.ListGroupsRequest(), timeout=TIMEOUT_S)
 
     assert list(run(scenario).groups) == ["a", "b"]
+
+
+def test_list_groups_names_the_offsets_partitions_that_did_not_answer_beside_the_groups_that_did() -> None:
+    wedged = LeaderNotAvailableError("__consumer_offsets/4 (replicas 2,3): no leader elected", partition=4)
+    offsets = FakeOffsets(["a"], [UnansweredPartition(4, wedged)])
+
+    async def scenario() -> pb.ListGroupsResponse:
+        async with serving(offsets=offsets) as stubs:
+            return await stubs.admin.ListGroups(pb.ListGroupsRequest(), timeout=TIMEOUT_S)
+
+    response = run(scenario)
+    assert list(response.groups) == ["a"]
+    ((missing),) = response.unavailable
+    assert (missing.topic, missing.partition, missing.error.reason) == ("__consumer_offsets", 4, "LEADER_NOT_AVAILABLE")
+    assert "no leader elected" in missing.error.message

@@ -8,10 +8,12 @@ from multiraft.node.services.results import (
     ClusterDescription,
     DrainStatus,
     FetchResult,
+    GroupListings,
     NodeDescription,
     PartitionDescription,
     ProduceAck,
     TopicDescription,
+    UnansweredPartition,
 )
 
 __all__ = [
@@ -31,4 +33,6 @@ __all__ = [
     "NodeDescription",
     "ClusterDescription",
     "DrainStatus",
+    "GroupListings",
+    "UnansweredPartition",
 ]

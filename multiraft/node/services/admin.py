@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from multiraft import controller as ctl
-from multiraft.errors import InvalidArgumentError, UnknownNodeError, UnknownTopicError
+from multiraft.errors import InvalidArgumentError, MultiraftError, UnknownNodeError, UnknownTopicError
 from multiraft.node.peer_messages import CreateTopicRequest, NodeStateRequest, PartitionStatus
 from multiraft.node.protocols import (
     ClusterView,
@@ -189,6 +189,11 @@ class AdminService:
             if len(status.in_sync_replicas if status is not None else ()) < wanted:
                 under.append((p.topic, p.partition))
         loads = tuple((node, replicas.get(node, 0), leaders.get(node, 0)) for node in sorted(replicas))
+        moves_error: str | None = None
+        try:
+            moves = tuple(await self._moves.moves())
+        except MultiraftError as exc:  # the rest of the description stands; no moves is not "none in flight"
+            moves, moves_error = (), exc.message
         return ClusterDescription(
             self.settings.cluster_id,
             self._cluster.controller_leader,
@@ -196,7 +201,8 @@ class AdminService:
             loads,
             tuple(under),
             len(partitions),
-            tuple(await self._moves.moves()),
+            moves,
+            moves_error,
         )
 
     async def drain_node(self, node_id: int, *, force: bool = False) -> DrainStatus:

@@ -37,6 +37,7 @@ from multiraft.node.peer_messages import RequestKind
 from multiraft.node.protocols import PeerCaller
 from multiraft.node.services.offsets import check_group_name
 from multiraft.node.services.offsets_routing import ATTEMPT_S, REQUEST_TIMEOUT_S, OffsetsRouter
+from multiraft.node.services.results import GroupListings, UnansweredPartition
 
 __all__ = ["GroupsService", "GroupsSettings", "GroupDescriptionResult", "LONG_POLL_MARGIN_S", "MAX_USER_DATA_BYTES"]
 
@@ -98,7 +99,9 @@ class GroupsService:
             try:
                 check_group_name(group)
                 group_id = await self._router.group_id_of(group)
-                record: g.GroupMetadataRecord = await self._call(group, GroupDescribe(group))
+                record: g.GroupMetadataRecord = await self._partition_call(
+                    group_id, GroupDescribe(group), ATTEMPT_S, total_s=self._router.admin_total_s
+                )
                 return GroupDescriptionResult(group, record, self._router.leader_of(group_id))
             except MultiraftError as exc:
                 return GroupDescriptionResult(group, None, 0, exc)
@@ -109,20 +112,28 @@ class GroupsService:
         async def one(group: str) -> MultiraftError | None:
             try:
                 check_group_name(group)
-                await self._call(group, GroupDelete(group))
+                group_id = await self._router.group_id_of(group)
+                await self._partition_call(group_id, GroupDelete(group), ATTEMPT_S, total_s=self._router.admin_total_s)
             except MultiraftError as exc:
                 return exc
             return None
 
         return list(await asyncio.gather(*(one(group) for group in groups)))
 
-    async def listings(self) -> list[GroupListingRow]:
-        """Every group with committed offsets or a group record, sorted by name."""
+    async def listings(self) -> GroupListings:
+        """Every group with committed offsets or a group record, sorted by name, of the partitions that
+        answered within the router's ``admin_total_s``; the others are named with their error, not waited out."""
         operation = GroupsList()
-        answers = await asyncio.gather(
-            *(self._partition_call(group_id, operation, ATTEMPT_S) for group_id in self._router.group_ids())
-        )
-        return sorted((row for rows in answers for row in rows), key=lambda row: row.group)
+
+        async def listed(group_id: int) -> list[GroupListingRow]:
+            rows: list[GroupListingRow] = await self._partition_call(
+                group_id, operation, ATTEMPT_S, total_s=self._router.admin_total_s
+            )
+            return rows
+
+        answers = await self._router.fan_out(listed)
+        rows = sorted((row for a in answers for row in a.value or ()), key=lambda row: row.group)
+        return GroupListings(rows, [UnansweredPartition(a.partition, a.error) for a in answers if a.error is not None])
 
     async def serve(self, request: GroupsRequest) -> bytes:
         """A peer's request for a coordinator hosted here: the encoded answer."""
@@ -138,7 +149,9 @@ class GroupsService:
         group_id = await self._router.group_id_of(group)
         return await self._partition_call(group_id, operation, attempt_s)
 
-    async def _partition_call(self, group_id: int, operation: GroupOperation, attempt_s: float) -> Any:
+    async def _partition_call(
+        self, group_id: int, operation: GroupOperation, attempt_s: float, *, total_s: float | None = None
+    ) -> Any:
         request = GroupsRequest(group_id, operation)
 
         async def remote(leader: int, timeout_s: float) -> Any:
@@ -151,7 +164,7 @@ class GroupsService:
             lambda timeout_s: self._local.call(group_id, operation, timeout_s),
             remote,
             attempt_s=attempt_s,
-            total_s=max(REQUEST_TIMEOUT_S, attempt_s + ATTEMPT_S),
+            total_s=total_s if total_s is not None else max(REQUEST_TIMEOUT_S, attempt_s + ATTEMPT_S),
             what="consumer group request",
         )
 

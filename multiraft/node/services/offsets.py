@@ -8,11 +8,11 @@ request is harmless (a commit writes the same offsets again).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from multiraft.errors import InvalidArgumentError
+from multiraft.errors import InvalidArgumentError, UnavailableError
 from multiraft.groups import NO_GENERATION
 from multiraft.node.offsets import CommittedOffset, encode_commit
 from multiraft.node.peer_call import ask_peer
@@ -28,7 +28,8 @@ from multiraft.node.peer_messages import (
     encode_offsets_request,
 )
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, PeerCaller, StoreHandle
-from multiraft.node.services.offsets_routing import OffsetsRouter, RoutingSettings
+from multiraft.node.services.offsets_routing import ADMIN_TOTAL_S, REQUEST_TIMEOUT_S, OffsetsRouter, RoutingSettings
+from multiraft.node.services.results import UnansweredPartition
 
 __all__ = ["OffsetsService", "OffsetsSettings", "MAX_GROUP_NAME", "MAX_OFFSET_METADATA", "check_group_name"]
 
@@ -46,6 +47,7 @@ class OffsetsSettings:
     default_replication_factor: int
     max_offsets_per_commit: int = 10_000  # NodeConfig.max_offsets_per_commit
     max_offsets_commit_bytes: int = 4 * 1024 * 1024  # NodeConfig.max_offsets_commit_bytes
+    admin_read_s: float = ADMIN_TOTAL_S  # seconds a describe, list or fetch waits for a partition's leader
 
 
 class OffsetsService:
@@ -67,7 +69,7 @@ class OffsetsService:
         self._controller = controller
         self._peers = peers
         self._router = OffsetsRouter(
-            RoutingSettings(settings.offsets_partitions, settings.default_replication_factor),
+            RoutingSettings(settings.offsets_partitions, settings.default_replication_factor, settings.admin_read_s),
             cluster,
             leaders,
             controller,
@@ -136,9 +138,17 @@ class OffsetsService:
             and committed.commit_time_ms >= topic.created_ms
         )
 
-    async def list_groups(self) -> list[str]:
-        answers = await asyncio.gather(*(self._partition_call(g, OffsetsList()) for g in self._router.group_ids()))
-        return sorted({str(name) for names in answers for name in names})
+    async def list_groups(self) -> tuple[list[str], list[UnansweredPartition]]:
+        """The groups with committed offsets in the partitions that answered, and the partitions that did not
+        (each bounded by ``admin_read_s``: one without a leader does not hide the others)."""
+
+        async def names(group_id: int) -> list[str]:
+            found: list[str] = await self._partition_call(group_id, OffsetsList())
+            return found
+
+        answers = await self._router.fan_out(names)
+        listed = sorted({str(name) for a in answers for name in a.value or ()})
+        return listed, [UnansweredPartition(a.partition, a.error) for a in answers if a.error is not None]
 
     async def serve(self, request: OffsetsRequest) -> Any:
         """A peer's request for an offsets group led here."""
@@ -150,12 +160,22 @@ class OffsetsService:
         return await self._partition_call(await self._router.group_id_of(group), operation)
 
     async def _partition_call(self, group_id: int, operation: Operation) -> Any:
-        """Serve an operation on the leader of offsets group ``group_id``, wherever it is."""
+        """Serve an operation on the leader of offsets group ``group_id``, wherever it is. Reads are bounded
+        by ``admin_read_s`` (a local read is bounded by its attempt: a replica that cannot reach its quorum
+        must not hold one for the store's whole timeout); a commit keeps the longer bound."""
         request = OffsetsRequest(group_id, operation)
+        if isinstance(operation, OffsetsCommit):
+            return await self._router.call(
+                group_id,
+                lambda _timeout_s: self._store.offsets(group_id, operation),
+                lambda leader, timeout_s: self._remote(leader, request, timeout_s),
+                total_s=REQUEST_TIMEOUT_S,
+            )
         return await self._router.call(
             group_id,
-            lambda _timeout_s: self._store.offsets(group_id, operation),
+            lambda timeout_s: _bounded(self._store.offsets(group_id, operation), timeout_s),
             lambda leader, timeout_s: self._remote(leader, request, timeout_s),
+            total_s=self._router.admin_total_s,
         )
 
     async def _remote(self, leader: int, request: OffsetsRequest, timeout_s: float) -> Any:
@@ -168,6 +188,15 @@ class OffsetsService:
         if isinstance(operation, OffsetsList):
             return list(decode_strings(answer))
         return None
+
+
+async def _bounded(answer: Awaitable[Any], timeout_s: float) -> Any:
+    """A local read within ``timeout_s``: one that does not come is a replica that cannot confirm its
+    leadership with a quorum, so no leader to read from (retried, then LEADER_NOT_AVAILABLE)."""
+    try:
+        return await asyncio.wait_for(answer, timeout_s)
+    except TimeoutError:
+        raise UnavailableError(f"the local replica did not confirm a read in {timeout_s:g}s") from None
 
 
 def check_group_name(group: str) -> None:

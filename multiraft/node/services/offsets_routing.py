@@ -4,19 +4,27 @@ A group's offsets and its coordinator live in partition ``crc32c(group) % partit
 (created on first use), served by that partition's leader wherever it is. Requests go there in attempts: a
 dead leader is only noticed by timing out, and its successor may be up already. An attempt is short for a
 request answered at once, and as long as the wait for a long poll (a JoinGroup waits for its generation).
+
+A partition that cannot elect a leader (its replicas lost their quorum) must not stall what does not need it:
+a request gives up after its bound with ``LeaderNotAvailableError`` naming the partition, its replicas and
+what the last attempt met, and an operator's read (describe, list, fetch) is bounded by ``ADMIN_TOTAL_S``, a
+few election timeouts, so it answers well within a client's deadline. Listing every group asks every
+partition at once and reports the partitions that did not answer beside the groups of those that did
+(:meth:`OffsetsRouter.fan_out`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from multiraft import controller as ctl
 from multiraft.errors import (
     CoordinatorMovedError,
+    LeaderNotAvailableError,
     MultiraftError,
     NotLeaderError,
     RequestTimeoutError,
@@ -28,10 +36,13 @@ from multiraft.node.peer_messages import CreateTopicRequest
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, PeerCaller
 from multiraft.node.services._waits import wait_for_topic
 
-__all__ = ["OffsetsRouter", "RoutingSettings", "REQUEST_TIMEOUT_S", "ATTEMPT_S"]
+__all__ = ["OffsetsRouter", "RoutingSettings", "PartAnswer", "REQUEST_TIMEOUT_S", "ATTEMPT_S", "ADMIN_TOTAL_S"]
 
 REQUEST_TIMEOUT_S = 15.0
 ATTEMPT_S = 2.0
+# An operator's read waits this long for a leader: several election timeouts (0.5-1 s at the defaults), and
+# well within a client's attempt, so a wedged partition is reported by the node rather than timed out by it.
+ADMIN_TOTAL_S = 3.0
 _DIAL_S = 0.3  # a leader we have no connection to is likely dead; look again soon
 _RETRY_S = 0.05
 
@@ -41,9 +52,20 @@ Remote = Callable[[int, float], Awaitable[T]]  # (leader node id, timeout s) -> 
 
 
 @dataclass(frozen=True, slots=True)
+class PartAnswer(Generic[T]):
+    """One ``__consumer_offsets`` partition's answer to a fan-out: ``value``, or ``error`` when it had none."""
+
+    partition: int
+    group_id: int
+    value: T | None = None
+    error: MultiraftError | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RoutingSettings:
     offsets_partitions: int
     default_replication_factor: int
+    admin_total_s: float = ADMIN_TOTAL_S  # seconds an operator's read waits for a partition's leader
 
 
 class OffsetsRouter:
@@ -65,6 +87,11 @@ class OffsetsRouter:
         self._topic_lock = asyncio.Lock()
 
     @property
+    def admin_total_s(self) -> float:
+        """How long an operator's read (describe, list, fetch) waits for a partition's leader."""
+        return self._settings.admin_total_s
+
+    @property
     def exists(self) -> bool:
         return OFFSETS_TOPIC in self._cluster.cluster.topics
 
@@ -75,6 +102,31 @@ class OffsetsRouter:
 
     def leader_of(self, group_id: int) -> int:
         return self._leaders.leader_of(group_id)
+
+    def _where(self, group_id: int) -> tuple[int, tuple[int, ...]]:
+        """(partition, replicas) of offsets group ``group_id``; (-1, ()) if the topic no longer has it."""
+        topic = self._cluster.cluster.topics.get(OFFSETS_TOPIC)
+        for index, partition in enumerate(topic.partitions if topic is not None else ()):
+            if partition.group_id == group_id:
+                return index, tuple(partition.replicas)
+        return -1, ()
+
+    async def fan_out(
+        self, call: Callable[[int], Awaitable[T]], group_ids: Sequence[int] | None = None
+    ) -> list[PartAnswer[T]]:
+        """``call(group_id)`` on every partition of the topic at once (``group_ids``: those only): each answer
+        or error, in partition order. One partition failing or waiting does not hold up the others' answers
+        beyond the bound its own call keeps."""
+        chosen = self.group_ids() if group_ids is None else list(group_ids)
+
+        async def one(group_id: int) -> PartAnswer[T]:
+            partition = self._where(group_id)[0]
+            try:
+                return PartAnswer(partition, group_id, value=await call(group_id))
+            except MultiraftError as exc:
+                return PartAnswer(partition, group_id, error=exc)
+
+        return list(await asyncio.gather(*(one(group_id) for group_id in chosen)))
 
     async def group_id_of(self, group: str) -> int:
         """The Raft group of ``group``'s partition, creating the topic on first use."""
@@ -115,7 +167,7 @@ class OffsetsRouter:
         coordinator (``CoordinatorMovedError``) is the caller's to handle (it rejoins)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + total_s
-        last_error: MultiraftError = UnavailableError("the offsets partition has no leader yet")
+        last_error: MultiraftError = UnavailableError("no leader known")
         hint = 0
         while loop.time() < deadline:
             leader = hint or self._leaders.leader_of(group_id)
@@ -129,7 +181,24 @@ class OffsetsRouter:
                 raise
             except NotLeaderError as exc:
                 last_error, hint = exc, exc.leader_id
-            except UnavailableError as exc:
+            except (UnavailableError, RequestTimeoutError) as exc:
                 last_error = exc
             await asyncio.sleep(_RETRY_S if not hint else 0)
-        raise RequestTimeoutError(f"{what} not served in {total_s:.0f}s: {last_error.message}")
+        raise self.unserved(group_id, f"{what} not served in {total_s:g}s", last_error)
+
+    def unserved(self, group_id: int, what: str, last_error: MultiraftError) -> MultiraftError:
+        """The error of a request no leader of offsets group ``group_id`` served: names the partition, its
+        replicas, the leader this node knows of (if any) and what the last attempt met. A leader that took
+        the request but did not finish it in time (its outcome unknown) is a RequestTimeoutError; no leader
+        to take it, a LeaderNotAvailableError."""
+        partition, replicas = self._where(group_id)
+        where = f"{OFFSETS_TOPIC}/{partition} (replicas {','.join(map(str, replicas)) or '?'})"
+        if isinstance(last_error, RequestTimeoutError):
+            return RequestTimeoutError(f"{where}: {what} ({last_error.message})")
+        leader = self._leaders.leader_of(group_id)
+        state = f"leader node {leader} not answering" if leader else "no leader elected"
+        cause = last_error.message
+        if isinstance(last_error, NotLeaderError) and not last_error.leader_id:
+            state, cause = "no leader elected", ""
+        because = f" ({cause})" if cause else ""
+        return LeaderNotAvailableError(f"{where}: {state}; {what}{because}", topic=OFFSETS_TOPIC, partition=partition)

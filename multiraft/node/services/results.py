@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from multiraft.errors import MultiraftError
+from multiraft.node.peer_groups import GroupListingRow
 from multiraft.node.peer_messages import MoveReport
 
 __all__ = [
@@ -14,6 +16,8 @@ __all__ = [
     "NodeDescription",
     "ClusterDescription",
     "DrainStatus",
+    "UnansweredPartition",
+    "GroupListings",
 ]
 
 
@@ -74,6 +78,7 @@ class ClusterDescription:
     under_replicated: tuple[tuple[str, int], ...]
     partitions: int
     moves: tuple[MoveReport, ...] = ()  # replica moves in flight (known to the controller leader)
+    moves_error: str | None = None  # why ``moves`` could not be read (then empty), None when they were
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +89,20 @@ class DrainStatus:
     @property
     def safe_to_stop(self) -> bool:
         return self.replicas_left == 0 and self.leaders_left == 0
+
+
+@dataclass(frozen=True, slots=True)
+class UnansweredPartition:
+    """A ``__consumer_offsets`` partition that did not answer a listing in time, and why."""
+
+    partition: int
+    error: MultiraftError
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListings:
+    """The groups of the partitions that answered (by name) and the partitions that did not: a listing is
+    partial, not failed, when some partition has no leader (as ``rpk group list`` shows it)."""
+
+    rows: list[GroupListingRow]
+    unanswered: list[UnansweredPartition] = field(default_factory=list)
