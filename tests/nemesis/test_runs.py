@@ -33,6 +33,8 @@ pytestmark = pytest.mark.integration
 
 # Short and bounded for CI: a fault holds 1 to 2.5 s (several election timeouts of 250 to 500 ms).
 _CHURN = ("churn", "churn-undrain", "churn-rejoin")
+
+
 def _run(tmp_path: Path, seed: int, faults: tuple[str, ...], duration_s: float, nodes: int = 3) -> RunResult:
     settings = RunSettings(
         seed, duration_s, faults, nodes, settle_timeout_s=15.0, drain_timeout_s=20.0, recovery_bound_s=30.0
