@@ -45,6 +45,7 @@ __all__ = [
     "client_tls",
     "remember_tls",
     "with_tls_options",
+    "count",
     "fail",
     "open_admin",
     "credentials",
@@ -150,6 +151,11 @@ def fail(message: str, code: int = 1) -> NoReturn:
     """One line on stderr, then exit ``code``."""
     print(f"error: {one_line(message)}", file=sys.stderr)
     raise typer.Exit(code)
+
+
+def count(number: int, noun: str) -> str:
+    """``1 record``, ``2 records``: a number and its noun, singular for one."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def one_line(text: str) -> str:

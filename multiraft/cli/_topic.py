@@ -17,6 +17,7 @@ from multiraft.cli._options import (
     BootstrapOption,
     ClusterDirOption,
     TimeoutOption,
+    count,
     fail,
     open_admin,
     with_tls_options,
@@ -60,10 +61,6 @@ def partition_status(leader: int, replicas: tuple[int, ...], in_sync: tuple[int,
     return Text("ok", style="green")
 
 
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
-
-
 def _ids(nodes: tuple[int, ...]) -> str:
     return ",".join(str(n) for n in nodes) or "-"
 
@@ -90,7 +87,7 @@ def create(
     with open_admin(bootstrap, cluster_dir, timeout) as admin:
         topic = admin.create_topic(name, partitions=partitions, replication_factor=replication_factor, configs=configs)
     console.print(
-        f"created topic {topic.name!r}: {_count(len(topic.partitions), 'partition')}, "
+        f"created topic {topic.name!r}: {count(len(topic.partitions), 'partition')}, "
         f"replication factor {topic.replication_factor}",
         highlight=False,
     )
@@ -153,7 +150,7 @@ def describe(
         _print_json(payload)
         return
     console.print(
-        f"topic [bold]{topic.name}[/bold]: {_count(len(topic.partitions), 'partition')}, "
+        f"topic [bold]{topic.name}[/bold]: {count(len(topic.partitions), 'partition')}, "
         f"replication factor {topic.replication_factor}",
         highlight=False,
     )
