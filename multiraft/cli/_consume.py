@@ -64,6 +64,8 @@ def parse_start(text: str) -> Start:
     lowered = text.strip().lower()
     if lowered in ("earliest", "latest"):
         return lowered
+    if re.fullmatch(r"-0+", lowered):  # not "0 records before the end": that is latest
+        raise typer.BadParameter("-0 is ambiguous: use latest (the end) or 0 (offset 0)", param_hint="--from")
     if re.fullmatch(r"[+-]?\d+", lowered):
         return int(lowered)
     if re.fullmatch(r"@\d+", lowered):
@@ -216,10 +218,14 @@ def consume(
         wanted = sorted(set(partition)) if partition else list(range(count))
         missing = [p for p in wanted if p >= count]
         if missing:
-            fail(f"topic {topic!r} has {count} partitions, there is no partition {missing[0]} (UNKNOWN_PARTITION)")
+            fail(
+                f"topic {topic!r} has {count} partition{'' if count == 1 else 's'}, there is no partition {missing[0]} "
+                "(UNKNOWN_PARTITION)"
+            )
         ends = admin.list_offsets(topic, "latest", wanted)
-        earliest = admin.list_offsets(topic, "earliest", wanted) if isinstance(start, int) and start < 0 else {}
+        earliest = admin.list_offsets(topic, "earliest", wanted) if isinstance(start, int) else {}
     tps = [TopicPartition(topic, p) for p in wanted]
+    positions = _exact_positions(topic, start, wanted, earliest, ends, follow) if isinstance(start, int) else {}
     consumer = Consumer(
         addresses,
         group_id=group,
@@ -231,10 +237,10 @@ def consume(
     )
     run = _Run(consumer, sys.stdout.buffer, group)
     try:
-        if isinstance(start, int) and start < 0:
+        if positions:
             consumer.assign(tps, start="latest")
             for tp in tps:
-                consumer.seek(tp, max(earliest[tp.partition], ends[tp.partition] + start))
+                consumer.seek(tp, positions[tp.partition])
         elif follow and not partition:
             consumer.subscribe(topic, start=start)  # follows partitions added while it runs
         else:
@@ -251,6 +257,39 @@ def consume(
             consumer.close()
     if sys.stderr.isatty():
         print(f"consumed {run.written} records from {topic}", file=sys.stderr)
+
+
+def _exact_positions(
+    topic: str, start: int, partitions: list[int], earliest: dict[int, int], ends: dict[int, int], follow: bool
+) -> dict[int, int]:
+    """Where ``--from OFFSET`` (or ``-N``) starts in each partition.
+
+    ``-N`` stops at the log start. An offset below the log start (retention dropped it) starts at the log
+    start. An offset past the end is an error, unless ``--follow``: then, as kcat does (librdkafka's
+    ``auto.offset.reset=largest``), the partition is followed from its end, with a note on stderr.
+    """
+    positions: dict[int, int] = {}
+    beyond: list[str] = []
+    for p in partitions:
+        low, high = earliest[p], ends[p]
+        if start < 0:
+            positions[p] = max(low, high + start)
+        elif start > high:
+            beyond.append(f"{topic}/{p} ends at {high}")
+            positions[p] = high
+        else:
+            if start < low:
+                print(f"note: {topic}/{p} starts at {low} (older records were deleted); reading from there",
+                      file=sys.stderr)  # fmt: skip
+            positions[p] = max(low, start)
+    if beyond and not follow:
+        fail(
+            f"offset {start} is past the end of the log: {', '.join(beyond)}; --from latest --follow waits for "
+            "new records (OFFSET_OUT_OF_RANGE)"
+        )
+    if beyond:
+        print(f"note: offset {start} is past the end ({', '.join(beyond)}); following from the end", file=sys.stderr)
+    return positions
 
 
 def _loop(

@@ -1,15 +1,20 @@
-"""How ``--help`` reads: the conventions of rpk, kcat and most Unix tools rather than typer 0.29's own.
+"""How ``--help`` and usage errors read: the conventions of rpk, kcat and most Unix tools rather than typer
+0.29's own.
 
 typer 0.29 prints a type after every option, ``<bool>`` after plain flags too, and writes a required
 argument as ``{TOPIC}`` in the usage line. A flag takes no value, so it shows none; a required argument is
-plain ``TOPIC`` and an optional one ``[TOPIC]``. (typer has no setting for either; these two small overrides
-are tested by ``tests/cli/test_help.py``.)
+plain ``TOPIC`` and an optional one ``[TOPIC]``. typer 0.29 also checks values with pydantic and shows its
+text (``Value error, 'avro' is not one of ...``, ``Input should be greater than or equal to 0``); an operator
+reads ``'avro' is not one of ...`` and ``must be 0 or more, not -1``. (typer has no setting for any of these;
+the small overrides below are tested by ``tests/cli/test_help.py``.)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import typer._coercion
+import typer._param_types
 from typer.core import TyperArgument, TyperOption
 
 __all__ = ["apply"]
@@ -29,7 +34,34 @@ def _usage_name(self: TyperArgument) -> str:
 _original_option_type = TyperOption.display_type_rich  # kept once, so apply() may run twice
 
 
+_BOUNDS = {
+    "greater_than_equal": ("ge", "must be {} or more"),
+    "greater_than": ("gt", "must be more than {}"),
+    "less_than_equal": ("le", "must be {} or less"),
+    "less_than": ("lt", "must be less than {}"),
+}
+_PARSING = {"int_parsing": "an integer", "float_parsing": "a number", "bool_parsing": "true or false"}
+
+
+def validation_message(exc: Any) -> str:
+    """A pydantic ``ValidationError``'s first error as an operator reads it."""
+    errors = exc.errors()
+    if not errors:
+        return str(exc)
+    error = errors[0]
+    kind, given, context = error.get("type", ""), error.get("input"), error.get("ctx") or {}
+    if kind in _BOUNDS:
+        key, text = _BOUNDS[kind]
+        return f"{text.format(context.get(key))}, not {given}"
+    if kind in _PARSING:
+        return f"{given!r} is not {_PARSING[kind]}"
+    message = str(error.get("msg", exc))
+    return message.removeprefix("Value error, ").rstrip(".")
+
+
 def apply() -> None:
-    """Install both overrides (idempotent)."""
+    """Install the overrides (idempotent)."""
+    typer._coercion.get_error_msg = validation_message  # type: ignore[attr-defined]
+    typer._param_types.get_error_msg = validation_message  # type: ignore[attr-defined]
     TyperOption.display_type_rich = _option_type  # type: ignore[method-assign]
     TyperArgument._usage_display_name = _usage_name  # type: ignore[method-assign]

@@ -170,7 +170,14 @@ def describe_error(exc: BaseException) -> str:
 
 
 def bootstrap_addresses(bootstrap: str | None, cluster_dir: Path | None) -> str:
+    """The addresses to bootstrap from; a malformed --bootstrap is a usage error (exit 2)."""
     if bootstrap:
+        from rpc.client import parse_bootstrap
+
+        try:
+            parse_bootstrap(bootstrap)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--bootstrap / -b") from exc
         return bootstrap
     if cluster_dir is not None:
         from multiraft.launcher import load_cluster

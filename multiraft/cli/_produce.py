@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
@@ -21,9 +21,9 @@ from multiraft.cli._common import err_console
 from multiraft.cli._options import (
     BootstrapOption,
     ClusterDirOption,
-    TimeoutOption,
     bootstrap_addresses,
     client_tls,
+    count,
     credentials,
     describe_error,
     fail,
@@ -34,7 +34,7 @@ from multiraft.cli._options import (
 from multiraft.cli._topic import key_values
 
 if TYPE_CHECKING:
-    from multiraft.client import RecordMetadata
+    from multiraft.client import Producer, RecordMetadata
 
 __all__ = ["produce", "Compression"]
 
@@ -109,6 +109,30 @@ def _print_offset(future: Future[RecordMetadata]) -> None:
         sys.stdout.write(f"failed ({reason})\n")
 
 
+_WAIT_NOTE_S = 2.0
+
+
+def _flush(producer: Producer, tally: _Tally, records: int, topic: str, timeout_s: float) -> None:
+    """Wait for every record's acknowledgement (each fails after ``timeout_s``), saying on stderr what it
+    waits for every few seconds."""
+    from multiraft.errors import RequestTimeoutError
+
+    give_up = time.monotonic() + timeout_s + 30.0  # a record fails by its delivery timeout well before this
+    while True:
+        try:
+            producer.flush(timeout_s=_WAIT_NOTE_S)
+            return
+        except RequestTimeoutError:
+            if time.monotonic() > give_up:
+                return  # close() fails what is left
+            waiting = records - tally.acknowledged - tally.failed
+            print(
+                f"waiting for {count(waiting, 'record')} to be acknowledged by {topic} (each fails after "
+                f"--timeout {timeout_s:g} s)",
+                file=sys.stderr,
+            )
+
+
 @with_tls_options
 def produce(
     topic: str = typer.Argument(..., metavar="TOPIC", help="Topic to write to."),
@@ -132,21 +156,33 @@ def produce(
     ),
     bootstrap: BootstrapOption = None,
     cluster_dir: ClusterDirOption = None,
-    timeout: TimeoutOption = 30.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            min=0.1,
+            help="Seconds to deliver each record, retries included (and to wait for each request).",
+            rich_help_panel="Connection",
+        ),
+    ] = 30.0,
 ) -> None:
     """Write one record per line of stdin (or --file), then print a summary on stderr.
 
-    Exits 1 with one line on stderr if any record was not acknowledged.
+    --timeout bounds each record's delivery (retries included). Exits 1 with one line on stderr if any record
+    was not acknowledged; at the first failure it stops reading the input and says so.
     """
     from multiraft.client import Producer
 
     headers = [(key, value.encode()) for key, value in key_values(header, "--header").items()]
+    if key_separator is not None and not key_separator:
+        raise typer.BadParameter("an empty separator would make every line a key with no value", param_hint="-K")
     separator = unescape(key_separator) if key_separator else None
     tally = _Tally()
     pending: deque[Future[RecordMetadata]] = deque()
     records = read_bytes = 0
     started = time.monotonic()
     interrupted = False
+    skipped = False  # input left unsent after the first failure
     total_bytes = file.stat().st_size if file is not None else 0
     show_progress = file is not None and err_console.is_terminal
     progress = Progress(
@@ -164,6 +200,7 @@ def produce(
         compression=compression.value,
         linger_ms=linger_ms,
         request_timeout_s=timeout,
+        delivery_timeout_s=timeout,  # --timeout bounds each record's delivery, retries included
         **credentials(cluster_dir),
         tls=client_tls(cluster_dir),
     )
@@ -175,7 +212,8 @@ def produce(
             stack.enter_context(progress)
             task = progress.add_task(f"producing to {topic}", total=total_bytes or None)
             shown = 0
-            for line, size in _lines(stream):
+            lines = _lines(stream)
+            for line, size in lines:
                 key: bytes | None = None
                 value = line
                 if separator is not None:
@@ -194,22 +232,23 @@ def produce(
                     while pending and (pending[0].done() or len(pending) > _MAX_PENDING):
                         _print_offset(pending.popleft())
                 if tally.failed:  # exit 1 is certain now; do not send (or re-resolve a bad topic for) the rest
+                    skipped = next(lines, None) is not None
                     break
                 if read_bytes - shown >= _PROGRESS_EVERY_BYTES:
                     progress.update(task, completed=read_bytes)
                     shown = read_bytes
             progress.update(task, completed=read_bytes)
-            producer.flush(timeout_s=None)
+            _flush(producer, tally, records, topic, timeout)
         while pending:
             _print_offset(pending.popleft())
         sys.stdout.flush()
     except KeyboardInterrupt:
         interrupted = True
-        print(f"interrupted after {records} records were sent", file=sys.stderr)
+        print(f"interrupted after {count(records, 'record')} had been sent", file=sys.stderr)
         raise typer.Exit(130) from None
     except BrokenPipeError:  # --verbose into `| head`: stop reading input, say how far it got
         silence_stdout()
-        fail(f"stdout was closed after {records} records were sent; the rest of the input was not read")
+        fail(f"stdout was closed after {count(records, 'record')} had been sent; the rest of the input was not read")
     finally:
         with contextlib.suppress(Exception):  # what did not make it is counted in the tally
             producer.close(timeout_s=2.0 if interrupted else timeout)
@@ -218,7 +257,8 @@ def produce(
     if unacknowledged:
         error = tally.first_error
         first = describe_error(error) if error is not None else "not acknowledged before the producer closed"
-        fail(f"{unacknowledged} of {records} records failed; first: {first}")
+        note = f"; stopped at the first failure: the input after line {records} was not sent" if skipped else ""
+        fail(f"{unacknowledged} of {count(records, 'record')} failed; first: {first}{note}")
     rate = records / seconds if seconds > 0 else 0.0
     print(
         f"produced {records} record{'' if records == 1 else 's'} ({_human_bytes(read_bytes)}) to {topic} "
