@@ -5,7 +5,7 @@ Every fenced block says what it is by its info string (the word after the openin
 * ``python``: run with ``exec``, the blocks of one page in one namespace, in page order. The page's
   ``127.0.0.1:PORT[,...]`` addresses become the test cluster's; ``bootstrap`` is that address, ``handle()``
   takes a record and ``running`` (the pages' ``while running:``) is true until ``handle()`` got one (at most
-  20 s).
+  20 s; a loop that handled none fails the test).
 * ``console``: a shell session. Each ``$ COMMAND`` runs with ``bash`` (``multiraft`` on the PATH,
   ``MULTIRAFT_BOOTSTRAP`` set to the cluster) and must exit as the session shows (``[exit N]`` after its
   output; 0 when absent); every ``error: ...`` line shown must be what it printed. ``$ cat FILE`` of a file
@@ -95,11 +95,13 @@ class _Running:
     def __init__(self, limit_s: float = 20.0) -> None:
         self._deadline = time.monotonic() + limit_s
         self.handled = 0
+        self.looped = False
 
     def handle(self, *record: object) -> None:
         self.handled += 1
 
     def __bool__(self) -> bool:
+        self.looped = True
         return self.handled == 0 and time.monotonic() < self._deadline
 
 
@@ -124,6 +126,8 @@ def _run_python(block: Block, session: _Session, namespace: dict[str, object]) -
     namespace.update(bootstrap=session.bootstrap, handle=running.handle, running=running)
     source = _ADDRESSES.sub(session.bootstrap, session.localize(block.text))
     exec(compile(source, str(block), "exec"), namespace)  # the page's own example
+    # A reader's loop that never sees a record (a group starting at "latest") is a broken example.
+    assert not running.looped or running.handled, f"{block}: its loop handled no record"
 
 
 def _commands(text: str) -> Iterator[tuple[str, list[str]]]:
