@@ -46,9 +46,21 @@ from multiraft.cli._options import (
 if TYPE_CHECKING:
     from multiraft.client import Consumer, Record, TopicPartition
 
-__all__ = ["consume", "Format", "parse_start", "json_bytes", "record_json"]
+__all__ = [
+    "consume",
+    "Format",
+    "FORMAT_DIRECTIVES",
+    "parse_start",
+    "json_bytes",
+    "bytes_of_json",
+    "record_json",
+    "format_string_formatter",
+]
 
 Start = str | int | datetime
+
+# --from START:END: START as --from takes it but an ISO time (whose colons would be ambiguous), END an offset
+_RANGE = re.compile(r"(|earliest|latest|[+-]?\d+|@\d+):(\d+)", re.IGNORECASE)
 
 _POLL_S = 0.5
 
@@ -105,13 +117,92 @@ def record_json(record: Record) -> str:
     )
 
 
+def bytes_of_json(data: object, what: str) -> bytes | None:
+    """The inverse of :func:`json_bytes`: a string (UTF-8), ``{"base64": ...}`` or null."""
+    if data is None:
+        return None
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, dict) and isinstance(data.get("base64"), str):
+        return base64.b64decode(data["base64"], validate=True)
+    raise ValueError(f'{what} must be a string, {{"base64": ...}} or null, not {json.dumps(data)}')
+
+
+_DIRECTIVES = re.compile(r"%(.)", re.DOTALL)
+FORMAT_DIRECTIVES = {
+    "t": "topic",
+    "p": "partition",
+    "o": "offset",
+    "k": "key",
+    "v": "value",
+    "h": "headers as KEY=VALUE,KEY=VALUE",
+    "T": "timestamp, milliseconds since the epoch",
+    "d": "timestamp, ISO-8601 UTC",
+    "K": "key length in bytes (-1: no key)",
+    "S": "value length in bytes (-1: no value)",
+    "%": "a percent sign",
+}
+
+
+def format_string_formatter(template: str) -> Callable[[Record], bytes]:
+    """kcat's and rpk's ``-f`` output format: ``%t %p %o %k %v %h %T %d %K %S %%``; backslash escapes
+    (``\\n``, ``\\t``) work; nothing is added (end it with ``\\n`` for one record per line)."""
+    text = unescape(template).decode("utf-8")
+    parts: list[str | None] = []  # literal text, or None before each directive
+    directives: list[str] = []
+    position = 0
+    for match in _DIRECTIVES.finditer(text):
+        parts.append(text[position : match.start()])
+        if match.group(1) not in FORMAT_DIRECTIVES:
+            raise typer.BadParameter(
+                f"unknown directive %{match.group(1)}; known: {' '.join('%' + d for d in FORMAT_DIRECTIVES)}",
+                param_hint="--format",
+            )
+        directives.append(match.group(1))
+        position = match.end()
+    tail = text[position:].encode("utf-8")
+    literals = [part.encode("utf-8") for part in parts if part is not None]
+
+    def field(directive: str, record: Record) -> bytes:
+        if directive == "k":
+            return record.key or b""
+        if directive == "v":
+            return record.value or b""
+        if directive == "h":
+            return b",".join(key.encode() + b"=" + (value or b"") for key, value in record.headers)
+        if directive == "K":
+            return str(-1 if record.key is None else len(record.key)).encode()
+        if directive == "S":
+            return str(-1 if record.value is None else len(record.value)).encode()
+        simple = {
+            "t": record.topic,
+            "p": record.partition,
+            "o": record.offset,
+            "T": record.timestamp_ms,
+            "%": "%",
+        }
+        if directive == "d":
+            return _iso_ms(record.timestamp_ms).encode()
+        return str(simple[directive]).encode()
+
+    def format_record(record: Record) -> bytes:
+        out = bytearray()
+        for literal, directive in zip(literals, directives, strict=True):
+            out += literal
+            out += field(directive, record)
+        out += tail
+        return bytes(out)
+
+    return format_record
+
+
 def _iso_ms(timestamp_ms: int) -> str:
     moment = datetime.fromtimestamp(timestamp_ms // 1000, UTC) + timedelta(milliseconds=timestamp_ms % 1000)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _text_formatter(
-    as_hex: bool, separator: bytes, print_key: bool, print_offset: bool, print_timestamp: bool
+    as_hex: bool, separator: bytes, print_key: bool, print_offset: bool, print_timestamp: bool, print_headers: bool
 ) -> Callable[[Record], bytes]:
     def field(data: bytes | None) -> bytes:
         if data is None:
@@ -126,6 +217,8 @@ def _text_formatter(
             parts.append(_iso_ms(record.timestamp_ms).encode())
         if print_key:
             parts.append(field(record.key))
+        if print_headers:
+            parts.append(b",".join(key.encode() + b"=" + field(value) for key, value in record.headers))
         parts.append(field(record.value))
         return separator.join(parts) + b"\n"
 
@@ -178,7 +271,10 @@ def consume(
     from_: str | None = typer.Option(
         None,
         "--from",
-        help="earliest | latest | OFFSET | -N (N before the end) | @MILLISECONDS | ISO-8601 time.",
+        "--offset",
+        "-o",
+        help="earliest | latest | OFFSET | -N (N before the end) | @MILLISECONDS | ISO-8601 time; START:END reads "
+        "offsets START to END-1 (START: earliest, latest, OFFSET, -N, @MS or nothing) and stops.",
         show_default="the group's committed offsets, else earliest",
     ),
     partition: list[int] = typer.Option([], "--partition", "-p", min=0, help="Read only this partition (repeatable)."),
@@ -189,10 +285,20 @@ def consume(
         False, "--follow", "-F", help="Keep waiting for new records (default: stop at the end seen at start)."
     ),
     max_records: int | None = typer.Option(None, "--max", "-n", min=1, help="Stop after this many records."),
-    output_format: Format = typer.Option(Format.TEXT, "--format", help="text, json (one object per line) or hex."),
+    output_format: str = typer.Option(
+        "text",
+        "--format",
+        "-f",
+        metavar="text|json|hex|FORMAT",
+        help="text, json (one object per line), hex, or a format string as kcat's and rpk's -f: "
+        "'%p/%o %k=%v %h\\n' (%t %p %o %k %v %h %T %d %K %S %%; see docs/cli.md).",
+    ),
     print_key: bool = typer.Option(False, "--print-key", help="text/hex: print the key before the value."),
     print_offset: bool = typer.Option(False, "--print-offset", help="text/hex: print PARTITION/OFFSET first."),
     print_timestamp: bool = typer.Option(False, "--print-timestamp", help="text/hex: print the ISO timestamp."),
+    print_headers: bool = typer.Option(
+        False, "--print-headers", help="text/hex: print the headers (KEY=VALUE,...) before the value."
+    ),
     separator: str = typer.Option(
         "\\t", "--separator", help="text/hex: what goes between printed fields (backslash escapes work: \\t, \\n)."
     ),
@@ -203,14 +309,25 @@ def consume(
     """Print records of a topic on stdout, one per line; exit 0 at the end, 130 on Ctrl-C."""
     from multiraft.client import Consumer, TopicPartition
 
+    end_offset: int | None = None
+    if from_ is not None and (span := _RANGE.fullmatch(from_.strip())):
+        if follow:
+            raise typer.BadParameter("a START:END range ends; --follow does not", param_hint="--from")
+        from_, end_offset = span.group(1) or "earliest", int(span.group(2))
     start = parse_start(from_) if from_ is not None else None
     if start is None and group is None:
         start = "earliest"
-    if output_format is Format.JSON:
-        format_record: Callable[[Record], bytes] = lambda record: (record_json(record) + "\n").encode()  # noqa: E731
-    else:
+    if "%" in output_format:
+        format_record: Callable[[Record], bytes] = format_string_formatter(output_format)
+    elif output_format == Format.JSON:
+        format_record = lambda record: (record_json(record) + "\n").encode()  # noqa: E731
+    elif output_format in (Format.TEXT, Format.HEX):
         format_record = _text_formatter(
-            output_format is Format.HEX, unescape(separator), print_key, print_offset, print_timestamp
+            output_format == Format.HEX, unescape(separator), print_key, print_offset, print_timestamp, print_headers
+        )
+    else:
+        raise typer.BadParameter(
+            f"{output_format!r} is not text, json, hex or a format string with % directives", param_hint="--format"
         )
     addresses = bootstrap_addresses(bootstrap, cluster_dir)
     with open_admin(addresses, cluster_dir, timeout) as admin:
@@ -223,6 +340,8 @@ def consume(
                 "(UNKNOWN_PARTITION)"
             )
         ends = admin.list_offsets(topic, "latest", wanted)
+        if end_offset is not None:
+            ends = {p: min(end, end_offset) for p, end in ends.items()}
         earliest = admin.list_offsets(topic, "earliest", wanted) if isinstance(start, int) else {}
     tps = [TopicPartition(topic, p) for p in wanted]
     positions = _exact_positions(topic, start, wanted, earliest, ends, follow) if isinstance(start, int) else {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import io
+import json
 import sys
 import threading
 import time
@@ -36,7 +37,7 @@ from multiraft.cli._topic import key_values
 if TYPE_CHECKING:
     from multiraft.client import Producer, RecordMetadata
 
-__all__ = ["produce", "Compression"]
+__all__ = ["produce", "Compression", "InputFormat"]
 
 _PROGRESS_EVERY_BYTES = 256 * 1024
 _READ_BYTES = 1 << 20
@@ -47,6 +48,37 @@ class Compression(enum.StrEnum):
     NONE = "none"
     ZSTD = "zstd"
     LZ4 = "lz4"
+
+
+class InputFormat(enum.StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+def _json_record(
+    line: bytes, extra_headers: list[tuple[str, bytes]]
+) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int | None]:
+    """Key, value, headers and timestamp of a line of ``consume --format json`` (topic, partition and offset
+    are where it was, not where it goes: ignored)."""
+    from multiraft.cli._consume import bytes_of_json
+
+    try:
+        document = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(exc.msg) from exc
+    if not isinstance(document, dict):
+        raise ValueError("not an object")
+    headers = list(extra_headers)
+    raw_headers = document.get("headers") or []
+    pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
+    for pair in pairs:
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise ValueError(f"a header must be [name, value], not {json.dumps(pair)}")
+        headers.append((pair[0], bytes_of_json(pair[1], "a header value") or b""))
+    timestamp = document.get("timestamp")
+    if timestamp is not None and (not isinstance(timestamp, int) or isinstance(timestamp, bool)):
+        raise ValueError("timestamp must be milliseconds since the epoch")
+    return bytes_of_json(document.get("key"), "key"), bytes_of_json(document.get("value"), "value"), headers, timestamp
 
 
 class _Tally:
@@ -151,6 +183,12 @@ def produce(
     ),
     compression: Compression = typer.Option(Compression.NONE, "--compression", help="Batch compression."),
     linger_ms: int = typer.Option(5, "--linger-ms", min=0, help="How long to wait to fill a batch [ms]."),
+    input_format: InputFormat = typer.Option(
+        InputFormat.TEXT,
+        "--format",
+        help="text: one value per line (-K splits off a key); json: one object per line as `consume --format "
+        'json` prints them (key, value, headers, timestamp; bytes as text or {"base64": ...}).',
+    ),
     verbose: bool = typer.Option(
         False, "--verbose", "-v", help="Print PARTITION/OFFSET of each record, in input order, on stdout."
     ),
@@ -174,6 +212,8 @@ def produce(
     from multiraft.client import Producer
 
     headers = [(key, value.encode()) for key, value in key_values(header, "--header").items()]
+    if key_separator is not None and input_format is InputFormat.JSON:
+        raise typer.BadParameter("a JSON record carries its own key", param_hint="-K")
     if key_separator is not None and not key_separator:
         raise typer.BadParameter("an empty separator would make every line a key with no value", param_hint="-K")
     separator = unescape(key_separator) if key_separator else None
@@ -183,6 +223,7 @@ def produce(
     started = time.monotonic()
     interrupted = False
     skipped = False  # input left unsent after the first failure
+    bad_line = ""  # --format json: why the input stopped
     total_bytes = file.stat().st_size if file is not None else 0
     show_progress = file is not None and err_console.is_terminal
     progress = Progress(
@@ -215,15 +256,29 @@ def produce(
             lines = _lines(stream)
             for line, size in lines:
                 key: bytes | None = None
-                value = line
-                if separator is not None:
+                value: bytes | None = line
+                record_headers = headers
+                timestamp: int | None = None
+                if input_format is InputFormat.JSON:
+                    try:
+                        key, value, record_headers, timestamp = _json_record(line, headers)
+                    except ValueError as exc:
+                        bad_line = f"line {records + 1} is not a JSON record: {exc}"
+                        break
+                elif separator is not None:
                     key, found, rest = line.partition(separator)
                     if found:
                         value = rest
                     else:  # no separator on this line: all of it is the value
                         key, value = None, line
                 future = producer.send(
-                    topic, value, key=key, headers=headers or None, partition=partition, callback=tally
+                    topic,
+                    value,
+                    key=key,
+                    headers=record_headers or None,
+                    partition=partition,
+                    timestamp=timestamp,
+                    callback=tally,
                 )
                 records += 1
                 read_bytes += size
@@ -253,6 +308,12 @@ def produce(
         with contextlib.suppress(Exception):  # what did not make it is counted in the tally
             producer.close(timeout_s=2.0 if interrupted else timeout)
     seconds = time.monotonic() - started
+    if bad_line:
+        sent = tally.acknowledged
+        fail(
+            f"{bad_line} (the input stopped there; {count(sent, 'record')} before it "
+            f"{'was' if sent == 1 else 'were'} sent)"
+        )
     unacknowledged = records - tally.acknowledged
     if unacknowledged:
         error = tally.first_error
