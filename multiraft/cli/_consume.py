@@ -60,6 +60,8 @@ __all__ = [
 Start = str | int | datetime
 
 # --from START:END: START as --from takes it but an ISO time (whose colons would be ambiguous), END an offset
+# --from P=OFFSET,P=OFFSET: where each named partition starts (an offset, or -N before its end)
+_PER_PARTITION = re.compile(r"\d+=[+-]?\d+(?:,\d+=[+-]?\d+)*")
 _RANGE = re.compile(r"(|earliest|latest|[+-]?\d+|@\d+):(\d+)", re.IGNORECASE)
 
 _POLL_S = 0.5
@@ -274,7 +276,8 @@ def consume(
         "--offset",
         "-o",
         help="earliest | latest | OFFSET | -N (N before the end) | @MILLISECONDS | ISO-8601 time; START:END reads "
-        "offsets START to END-1 (START: earliest, latest, OFFSET, -N, @MS or nothing) and stops.",
+        "offsets START to END-1 (START: earliest, latest, OFFSET, -N, @MS or nothing) and stops; P=OFFSET,P=OFFSET "
+        "starts each named partition at its own offset (and reads only those).",
         show_default="the group's committed offsets, else earliest",
     ),
     partition: list[int] = typer.Option([], "--partition", "-p", min=0, help="Read only this partition (repeatable)."),
@@ -314,6 +317,12 @@ def consume(
         if follow:
             raise typer.BadParameter("a START:END range ends; --follow does not", param_hint="--from")
         from_, end_offset = span.group(1) or "earliest", int(span.group(2))
+    starts: dict[int, int] = {}  # --from P=OFFSET,...: a start per partition
+    if from_ is not None and _PER_PARTITION.fullmatch(from_.strip()):
+        starts = {int(p): int(o) for p, o in (item.split("=") for item in from_.strip().split(","))}
+        if partition and set(partition) != set(starts):
+            raise typer.BadParameter("name the same partitions in --partition as in --from", param_hint="--from")
+        partition, from_ = sorted(starts), None
     start = parse_start(from_) if from_ is not None else None
     if start is None and group is None:
         start = "earliest"
@@ -342,9 +351,11 @@ def consume(
         ends = admin.list_offsets(topic, "latest", wanted)
         if end_offset is not None:
             ends = {p: min(end, end_offset) for p, end in ends.items()}
-        earliest = admin.list_offsets(topic, "earliest", wanted) if isinstance(start, int) else {}
+        earliest = admin.list_offsets(topic, "earliest", wanted) if isinstance(start, int) or starts else {}
     tps = [TopicPartition(topic, p) for p in wanted]
     positions = _exact_positions(topic, start, wanted, earliest, ends, follow) if isinstance(start, int) else {}
+    for p, offset in starts.items():
+        positions |= _exact_positions(topic, offset, [p], earliest, ends, follow)
     consumer = Consumer(
         addresses,
         group_id=group,

@@ -108,3 +108,13 @@ def test_health_says_a_serving_cluster_is_healthy(shared_cluster: Cluster) -> No
     assert overview["nodes"] == [1, 2, 3] and overview["nodes_down"] == []
     text = invoked(invoke("health", bootstrap=shared_cluster.bootstrap))
     assert text.splitlines()[0].split() == ["Healthy:", "true"]
+
+
+@pytestmark_integration
+def test_from_partition_offset_pairs_start_each_partition_at_its_own_offset(shared_cluster: Cluster) -> None:
+    bootstrap = shared_cluster.bootstrap
+    shared_cluster.create_topic("per-partition", 3, 3)
+    for p in (0, 1, 2):
+        ok(run_cli("produce", "per-partition", "-p", str(p), bootstrap=bootstrap, stdin=b"a\nb\nc\n"))
+    out = invoked(invoke("consume", "per-partition", "--from", "0=1,2=-1", "-f", r"%p/%o\n", bootstrap=bootstrap))
+    assert sorted(out.splitlines()) == ["0/1", "0/2", "2/2"]  # partition 1 is not named, so not read
