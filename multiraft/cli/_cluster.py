@@ -76,7 +76,7 @@ def up(
     With --secure, how to connect follows on stderr. A directory that holds a stopped cluster is refused at
     once: `start --dir DIR` restarts that one.
     """
-    typer.echo(f"starting {nodes} nodes in {directory}; waiting until every node serves", err=True)
+    typer.echo(f"starting {nodes} node{'' if nodes == 1 else 's'} in {directory}; waiting until each serves", err=True)
     cluster = cluster_up(directory, nodes, _settings(set_), secure=secure, auth=secure, nodes_per_host=nodes_per_host)
     typer.echo(cluster.bootstrap)
     if cluster.secure:

@@ -386,7 +386,7 @@ def consume(
         with contextlib.suppress(Exception):
             consumer.close()
     if sys.stderr.isatty():
-        print(f"consumed {run.written} records from {topic}", file=sys.stderr)
+        print(f"consumed {run.written} record{'' if run.written == 1 else 's'} from {topic}", file=sys.stderr)
 
 
 def _exact_positions(

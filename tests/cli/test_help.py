@@ -95,3 +95,9 @@ def test_ctrl_c_while_starting_exits_130_without_a_traceback() -> None:
     assert result.returncode == 130, (result.stdout, result.stderr)
     assert b"Traceback" not in result.stderr
     assert b"not interrupted" not in result.stdout
+
+
+def test_a_command_summary_wrapped_in_its_docstring_is_one_line_in_the_list() -> None:
+    out = CliRunner().invoke(app, ["group", "--help"], env={"COLUMNS": "300"}).stdout
+    delete_row = next(line for line in out.splitlines() if line.startswith("│ delete"))
+    assert "a group with members is refused." in delete_row
