@@ -100,27 +100,29 @@ class _Tally:
                     self.first_error = error
 
 
-def _lines(stream: io.BufferedIOBase) -> Iterator[tuple[bytes, int]]:
-    """Each line without its line ending (``\\n`` or ``\\r\\n``), and how many input bytes it took.
+def _lines(stream: io.BufferedIOBase, delimiter: bytes = b"\n") -> Iterator[tuple[bytes, int]]:
+    """Each line without its line ending (``\\n`` or ``\\r\\n``; or up to a one-byte ``delimiter``), and how
+    many input bytes it took.
 
     Reads with ``read1``: big chunks from a file (few system calls, so the producer's threads keep the GIL
     less often), but a line typed on a terminal is sent as soon as it is entered.
     """
     partial: list[bytes] = []  # a line longer than one chunk
+    strip_cr = delimiter == b"\n"
     while chunk := stream.read1(_READ_BYTES):
-        if b"\n" not in chunk:
+        if delimiter not in chunk:
             partial.append(chunk)
             continue
-        lines = chunk.split(b"\n")
+        lines = chunk.split(delimiter)
         if partial:
             lines[0] = b"".join([*partial, lines[0]])
             partial.clear()
         partial.append(lines.pop())
         for line in lines:
-            yield (line[:-1] if line.endswith(b"\r") else line), len(line) + 1
+            yield (line[:-1] if strip_cr and line.endswith(b"\r") else line), len(line) + 1
     last = b"".join(partial)
     if last:
-        yield (last[:-1] if last.endswith(b"\r") else last), len(last)
+        yield (last[:-1] if strip_cr and last.endswith(b"\r") else last), len(last)
 
 
 def _human_bytes(count: float) -> str:
@@ -183,6 +185,13 @@ def produce(
     ),
     compression: Compression = typer.Option(Compression.NONE, "--compression", help="Batch compression."),
     linger_ms: int = typer.Option(5, "--linger-ms", min=0, help="How long to wait to fill a batch [ms]."),
+    delimiter: str = typer.Option(
+        "\\n",
+        "--delimiter",
+        "-D",
+        help="The one byte that ends each record in the input, as kcat's -D (\\n, also \\r\\n; \\0, \\t or any "
+        "character): records may then hold newlines.",
+    ),
     input_format: InputFormat = typer.Option(
         InputFormat.TEXT,
         "--format",
@@ -217,6 +226,9 @@ def produce(
     if key_separator is not None and not key_separator:
         raise typer.BadParameter("an empty separator would make every line a key with no value", param_hint="-K")
     separator = unescape(key_separator) if key_separator else None
+    record_delimiter = unescape(delimiter)
+    if len(record_delimiter) != 1:
+        raise typer.BadParameter(f"{delimiter!r} is not one byte", param_hint="--delimiter")
     tally = _Tally()
     pending: deque[Future[RecordMetadata]] = deque()
     records = read_bytes = 0
@@ -253,7 +265,7 @@ def produce(
             stack.enter_context(progress)
             task = progress.add_task(f"producing to {topic}", total=total_bytes or None)
             shown = 0
-            lines = _lines(stream)
+            lines = _lines(stream, record_delimiter)
             for line, size in lines:
                 key: bytes | None = None
                 value: bytes | None = line

@@ -118,3 +118,20 @@ def test_from_partition_offset_pairs_start_each_partition_at_its_own_offset(shar
         ok(run_cli("produce", "per-partition", "-p", str(p), bootstrap=bootstrap, stdin=b"a\nb\nc\n"))
     out = invoked(invoke("consume", "per-partition", "--from", "0=1,2=-1", "-f", r"%p/%o\n", bootstrap=bootstrap))
     assert sorted(out.splitlines()) == ["0/1", "0/2", "2/2"]  # partition 1 is not named, so not read
+
+
+def test_a_one_byte_delimiter_splits_records_that_hold_newlines() -> None:
+    import io
+
+    from multiraft.cli._produce import _lines
+
+    stream = io.BufferedReader(io.BytesIO(b"line 1\nline 2\x00b\r\x00last"))
+    assert [line for line, _ in _lines(stream, b"\x00")] == [b"line 1\nline 2", b"b\r", b"last"]
+
+
+@pytestmark_integration
+def test_produce_with_a_nul_delimiter_keeps_newlines_inside_records(shared_cluster: Cluster) -> None:
+    shared_cluster.create_topic("multiline", 1, 3)
+    ok(run_cli("produce", "multiline", "-D", r"\0", bootstrap=shared_cluster.bootstrap, stdin=b"a\nb\x00c\x00"))
+    out = invoked(invoke("consume", "multiline", "--format", "json", bootstrap=shared_cluster.bootstrap))
+    assert [json.loads(line)["value"] for line in out.splitlines()] == ["a\nb", "c"]
