@@ -12,13 +12,11 @@ the small overrides below are tested by ``tests/cli/test_help.py``.)
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any
 
-import typer._coercion
-import typer._param_types
-import typer.rich_utils
-from typer.core import TyperArgument, TyperOption
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
 __all__ = ["apply"]
 
@@ -26,7 +24,7 @@ __all__ = ["apply"]
 def _option_type(self: TyperOption, ctx: Any) -> str | None:
     if self.is_flag and not self.count:
         return None  # a flag takes no value
-    return _original_option_type(self, ctx)
+    return _original_option_type(self, ctx) if _original_option_type is not None else None
 
 
 def _usage_name(self: TyperArgument) -> str:
@@ -34,7 +32,7 @@ def _usage_name(self: TyperArgument) -> str:
     return f"{name}..." if self.nargs != 1 else name
 
 
-_original_option_type = TyperOption.display_type_rich  # kept once, so apply() may run twice
+_original_option_type = getattr(TyperOption, "display_type_rich", None)  # kept once: apply() may run twice
 
 
 _BOUNDS = {
@@ -62,20 +60,45 @@ def validation_message(exc: Any) -> str:
     return message.removeprefix("Value error, ").rstrip(".")
 
 
-_original_command_help = typer.rich_utils._make_command_help
+def _unwrapped_summaries(make_command_help: Any) -> Any:
+    def command_summary(*, help_text: str, markup_mode: Any) -> Any:
+        # A docstring's first paragraph wraps in the source; in a list of commands it is one line of text.
+        first, _, rest = inspect.cleandoc(help_text).partition("\n\n")
+        unwrapped = " ".join(first.split()) + ("\n\n" + rest if rest else "")
+        return make_command_help(help_text=unwrapped, markup_mode=markup_mode)
+
+    command_summary.unwrapped = True  # type: ignore[attr-defined]
+    return command_summary
 
 
-def _command_summary(*, help_text: str, markup_mode: Any) -> Any:
-    # A docstring's first paragraph wraps in the source; in a list of commands it is one line of text.
-    first, _, rest = inspect.cleandoc(help_text).partition("\n\n")
-    unwrapped = " ".join(first.split()) + ("\n\n" + rest if rest else "")
-    return _original_command_help(help_text=unwrapped, markup_mode=markup_mode)
+_original_group_help = TyperGroup.format_help
+
+
+def _group_help(self: TyperGroup, ctx: Any, formatter: Any) -> None:
+    # typer imports rich_utils (and rich) only to draw help: patch it then, not when every command starts.
+    rich_utils = importlib.import_module("typer.rich_utils")
+    current = getattr(rich_utils, "_make_command_help", None)
+    if current is not None and not getattr(current, "unwrapped", False):
+        setattr(rich_utils, "_make_command_help", _unwrapped_summaries(current))  # noqa: B010 - typed module
+    _original_group_help(self, ctx, formatter)
+
+
+def _patch(module_name: str, attribute: str, value: object) -> None:
+    """Replace ``module.attribute`` where this typer has it (another version renders its own way)."""
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return
+    if hasattr(module, attribute):
+        setattr(module, attribute, value)
 
 
 def apply() -> None:
     """Install the overrides (idempotent)."""
-    typer.rich_utils._make_command_help = _command_summary
-    typer._coercion.get_error_msg = validation_message  # type: ignore[attr-defined]
-    typer._param_types.get_error_msg = validation_message  # type: ignore[attr-defined]
-    TyperOption.display_type_rich = _option_type  # type: ignore[method-assign]
-    TyperArgument._usage_display_name = _usage_name  # type: ignore[method-assign]
+    _patch("typer._coercion", "get_error_msg", validation_message)
+    _patch("typer._param_types", "get_error_msg", validation_message)
+    TyperGroup.format_help = _group_help  # type: ignore[method-assign]
+    if hasattr(TyperOption, "display_type_rich"):
+        TyperOption.display_type_rich = _option_type  # type: ignore[method-assign]
+    if hasattr(TyperArgument, "_usage_display_name"):
+        TyperArgument._usage_display_name = _usage_name  # type: ignore[method-assign]
