@@ -284,6 +284,13 @@ def consume(
     group: str | None = typer.Option(
         None, "--group", "-g", help="Consumer group: resume at its committed offsets and commit what is printed."
     ),
+    member_of: str | None = typer.Option(
+        None,
+        "-G",
+        metavar="GROUP",
+        help="kcat's -G: read as a member of GROUP, sharing the partitions with its other members (--group GROUP "
+        "--follow).",
+    ),
     follow: bool = typer.Option(
         False, "--follow", "-F", help="Keep waiting for new records (default: stop at the end seen at start)."
     ),
@@ -312,6 +319,14 @@ def consume(
     """Print records of a topic on stdout, one per line; exit 0 at the end, 130 on Ctrl-C."""
     from multiraft.client import Consumer, TopicPartition
 
+    if member_of is not None:
+        if group is not None and group != member_of:
+            raise typer.BadParameter("-G names the group already: drop --group", param_hint="-G")
+        if partition:
+            raise typer.BadParameter(
+                "a member reads the partitions its group gives it: drop --partition", param_hint="-G"
+            )
+        group, follow = member_of, True
     end_offset: int | None = None
     if from_ is not None and (span := _RANGE.fullmatch(from_.strip())):
         if follow:

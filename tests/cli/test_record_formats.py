@@ -135,3 +135,14 @@ def test_produce_with_a_nul_delimiter_keeps_newlines_inside_records(shared_clust
     ok(run_cli("produce", "multiline", "-D", r"\0", bootstrap=shared_cluster.bootstrap, stdin=b"a\nb\x00c\x00"))
     out = invoked(invoke("consume", "multiline", "--format", "json", bootstrap=shared_cluster.bootstrap))
     assert [json.loads(line)["value"] for line in out.splitlines()] == ["a\nb", "c"]
+
+
+@pytestmark_integration
+def test_consume_as_a_group_member_with_kcats_minus_g(shared_cluster: Cluster) -> None:
+    bootstrap = shared_cluster.bootstrap
+    shared_cluster.create_topic("member-read", 1, 3)
+    ok(run_cli("produce", "member-read", bootstrap=bootstrap, stdin=b"first\nsecond\n"))
+    result = run_cli("consume", "member-read", "-G", "readers", "--from", "earliest", "--max", "2", bootstrap=bootstrap)
+    assert ok(result) == "first\nsecond\n"
+    described = json.loads(ok(run_cli("group", "describe", "readers", "--json", bootstrap=bootstrap)))
+    assert {(p["partition"], p["committed"]) for p in described["partitions"]} == {(0, 2)}
