@@ -332,6 +332,11 @@ def cluster_up(
         existing = load_cluster(root)
         if any(_is_our_process(n) for n in existing.nodes.values()):
             raise RuntimeError(f"a cluster is already running in {root}; run `down` first")
+        # Its nodes' data belongs to that cluster: new ports and a new initial cluster would not fit it.
+        raise RuntimeError(
+            f"{root} holds a stopped cluster: use `start --dir {root}` to restart it in place, or remove the "
+            "directory for a new one"
+        )
     root.mkdir(parents=True, exist_ok=True)
     ports = free_ports(3 * nodes)
     cluster = ClusterInfo(str(root), settings=dict(settings or {}), nodes_per_host=nodes_per_host)
@@ -424,6 +429,18 @@ def add_node(
     return node
 
 
+def cluster_start(directory: str | os.PathLike[str], *, wait: bool = True) -> tuple[ClusterInfo, list[int]]:
+    """Start every stopped node of the cluster in ``directory`` again (same ports and data); wait until all
+    serve. Returns the cluster and the ids it started."""
+    cluster = load_cluster(directory)
+    started = [node_id for node_id, node in cluster.nodes.items() if not _is_our_process(node)]
+    for node_id in started:
+        start_node(cluster, node_id)
+    if wait:
+        wait_serving(cluster)
+    return cluster, started
+
+
 def cluster_down(directory: str | os.PathLike[str]) -> list[int]:
     """Stop every node of the cluster; returns the ids that were running."""
     cluster = load_cluster(directory)
@@ -470,4 +487,5 @@ def cluster_status(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
 if __name__ == "__main__":  # scripts/cluster; the command line lives with the CLI, which imports this module
     from importlib import import_module
 
-    import_module("multiraft.cli._cluster").cluster_app()
+    sys.argv[1:1] = ["cluster"]  # the CLI's own error handling: one line, no traceback
+    import_module("multiraft.cli").main()

@@ -14,6 +14,7 @@ from multiraft.launcher import (
     ClusterInfo,
     add_node,
     cluster_down,
+    cluster_start,
     cluster_status,
     cluster_up,
     kill_node,
@@ -70,8 +71,12 @@ def up(
         "and ACLs with an admin user (its password in DIR/tls/admin.password).",
     ),
 ) -> None:
-    """Start a cluster on free loopback ports, wait until it serves, print the bootstrap address (with
-    --secure, how to connect follows on stderr)."""
+    """Start a cluster on free loopback ports, wait until it serves, print the bootstrap address.
+
+    With --secure, how to connect follows on stderr. A directory that holds a stopped cluster is refused at
+    once: `start --dir DIR` restarts that one.
+    """
+    typer.echo(f"starting {nodes} node{'' if nodes == 1 else 's'} in {directory}; waiting until each serves", err=True)
     cluster = cluster_up(directory, nodes, _settings(set_), secure=secure, auth=secure, nodes_per_host=nodes_per_host)
     typer.echo(cluster.bootstrap)
     if cluster.secure:
@@ -140,14 +145,25 @@ def kill(node_id: int = typer.Argument(...), directory: Path = typer.Option(...,
 
 @cluster_app.command("start")
 def start(
-    node_id: int = typer.Argument(...),
+    node_id: int | None = typer.Argument(None, help="The node to start (default: every stopped node)."),
     directory: Path = typer.Option(..., "--dir"),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the node serves again."),
 ) -> None:
-    """Start one node again with the same arguments and data."""
+    """Start a stopped node (or every stopped node) again with the same addresses and data.
+
+    Without NODE_ID it restarts a whole cluster that `down` stopped, and prints its bootstrap address.
+    """
+    if node_id is None:
+        typer.echo(f"starting the stopped nodes of {directory}; waiting until every node serves", err=True)
+        cluster, started = cluster_start(directory, wait=wait)
+        typer.echo(cluster.bootstrap)
+        if not started:
+            typer.echo("every node was already running", err=True)
+        return
     cluster = load_cluster(directory)
     start_node(cluster, node_id)
     if wait:
+        typer.echo(f"waiting until node {node_id} serves", err=True)
         wait_serving(cluster, [node_id])
 
 

@@ -1,10 +1,17 @@
-"""Shared bits of the CLI: global flags and the rich consoles."""
+"""Shared bits of the CLI: global flags and the rich consoles (made on first use: rich takes time to import,
+and ``multiraft --version`` needs none)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    console: Console
+    err_console: Console
 
 
 @dataclass
@@ -16,5 +23,18 @@ class _State:
 
 
 state = _State()
-console = Console()
-err_console = Console(stderr=True)
+
+
+@functools.cache
+def _console(stderr: bool) -> Console:
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "console":
+        return _console(False)
+    if name == "err_console":
+        return _console(True)
+    raise AttributeError(name)

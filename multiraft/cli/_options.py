@@ -45,6 +45,7 @@ __all__ = [
     "client_tls",
     "remember_tls",
     "with_tls_options",
+    "count",
     "fail",
     "open_admin",
     "credentials",
@@ -152,6 +153,11 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def count(number: int, noun: str) -> str:
+    """``1 record``, ``2 records``: a number and its noun, singular for one."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -164,7 +170,14 @@ def describe_error(exc: BaseException) -> str:
 
 
 def bootstrap_addresses(bootstrap: str | None, cluster_dir: Path | None) -> str:
+    """The addresses to bootstrap from; a malformed --bootstrap is a usage error (exit 2)."""
     if bootstrap:
+        from rpc.client import parse_bootstrap
+
+        try:
+            parse_bootstrap(bootstrap)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--bootstrap / -b") from exc
         return bootstrap
     if cluster_dir is not None:
         from multiraft.launcher import load_cluster

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from multiraft.cli._common import console
-from multiraft.cli._options import BootstrapOption, ClusterDirOption, TimeoutOption, fail, open_admin, read_password
+from multiraft.cli._options import (
+    BootstrapOption,
+    ClusterDirOption,
+    TimeoutOption,
+    client_tls,
+    credentials,
+    fail,
+    open_admin,
+    read_password,
+    with_tls_options,
+)
 from multiraft.cli._topic import print_table
 
 if TYPE_CHECKING:
@@ -29,7 +41,23 @@ PasswordFileOption = Annotated[
 ]
 
 
+def _warn_if_unauthenticated(cluster_dir: Path | None, what: str) -> None:
+    """This command had neither credentials nor a client certificate, and the cluster still obeyed: it
+    authenticates no one, so ``what`` is stored but nothing enforces it (Kafka and Redpanda keep users and
+    ACLs the same way, and enforce them only once authentication and authorization are on)."""
+    tls = client_tls(cluster_dir)
+    if credentials(cluster_dir) or (tls is not None and tls.cert_file):
+        return
+    print(
+        f"warning: this cluster accepted the command without credentials, so it authenticates no client: "
+        f"{what} take effect only once the nodes run with `authentication` and `authorization` "
+        "(docs/security.md)",
+        file=sys.stderr,
+    )
+
+
 @user_app.command("create")
+@with_tls_options
 def user_create(
     name: str,
     password_file: PasswordFileOption = None,
@@ -44,9 +72,11 @@ def user_create(
     with open_admin(bootstrap, cluster_dir, timeout) as admin:
         admin.create_user(name, password, iterations=iterations, update=update)
     console.print(f"{'updated' if update else 'created'} user {name!r}", highlight=False)
+    _warn_if_unauthenticated(cluster_dir, "users")
 
 
 @user_app.command("delete")
+@with_tls_options
 def user_delete(
     name: str, bootstrap: BootstrapOption = None, cluster_dir: ClusterDirOption = None, timeout: TimeoutOption = 30.0
 ) -> None:
@@ -57,6 +87,7 @@ def user_delete(
 
 
 @user_app.command("list")
+@with_tls_options
 def user_list(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array instead of a table."),
     bootstrap: BootstrapOption = None,
@@ -130,6 +161,7 @@ def _bindings(
 
 
 @acl_app.command("add")
+@with_tls_options
 def acl_add(
     allow_principal: AllowOption = [],  # noqa: B006 - typer reads the default, never mutates it
     deny_principal: DenyOption = [],  # noqa: B006
@@ -148,9 +180,11 @@ def acl_add(
         admin.create_acls(bindings)
     for binding in bindings:
         console.print(f"added: {binding}", highlight=False)
+    _warn_if_unauthenticated(cluster_dir, "ACLs")
 
 
 @acl_app.command("remove")
+@with_tls_options
 def acl_remove(
     allow_principal: AllowOption = [],  # noqa: B006
     deny_principal: DenyOption = [],  # noqa: B006
@@ -180,6 +214,7 @@ def acl_remove(
 
 
 @acl_app.command("list")
+@with_tls_options
 def acl_list(
     principal: str | None = typer.Option(None, "--principal", help="Only this principal's ACLs."),
     topic: str | None = typer.Option(None, "--topic", help="Only ACLs naming this topic pattern."),

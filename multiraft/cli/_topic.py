@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -17,10 +18,14 @@ from multiraft.cli._options import (
     BootstrapOption,
     ClusterDirOption,
     TimeoutOption,
+    count,
     fail,
     open_admin,
     with_tls_options,
 )
+
+if TYPE_CHECKING:
+    from rpc.client import TopicInfo
 
 __all__ = ["topic_app", "partition_status", "format_replica_lag", "key_values", "print_table"]
 
@@ -60,10 +65,6 @@ def partition_status(leader: int, replicas: tuple[int, ...], in_sync: tuple[int,
     return Text("ok", style="green")
 
 
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
-
-
 def _ids(nodes: tuple[int, ...]) -> str:
     return ",".join(str(n) for n in nodes) or "-"
 
@@ -90,7 +91,7 @@ def create(
     with open_admin(bootstrap, cluster_dir, timeout) as admin:
         topic = admin.create_topic(name, partitions=partitions, replication_factor=replication_factor, configs=configs)
     console.print(
-        f"created topic {topic.name!r}: {_count(len(topic.partitions), 'partition')}, "
+        f"created topic {topic.name!r}: {count(len(topic.partitions), 'partition')}, "
         f"replication factor {topic.replication_factor}",
         highlight=False,
     )
@@ -137,23 +138,47 @@ def list_(
 @topic_app.command("describe")
 @with_tls_options
 def describe(
-    name: str = typer.Argument(..., metavar="NAME", help="Topic name."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    names: list[str] = typer.Argument(None, metavar="NAME", help="Topic names (several are described in turn)."),
+    regex: list[str] = typer.Option(
+        [], "--regex", "-r", help="Also every topic whose whole name matches this regular expression (repeatable)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per topic, one per line."),
     bootstrap: BootstrapOption = None,
     cluster_dir: ClusterDirOption = None,
     timeout: TimeoutOption = 30.0,
 ) -> None:
-    """Partitions (leader, replicas, ISR, log start, high watermark, replica lag) and configs of a topic."""
+    """Partitions (leader, replicas, ISR, log start, high watermark, replica lag) and configs of topics."""
+    wanted = list(dict.fromkeys(names or []))
+    patterns = []
+    for text in regex:
+        try:
+            patterns.append(re.compile(text))
+        except re.error as exc:
+            raise typer.BadParameter(f"{text!r} is not a regular expression: {exc}", param_hint="--regex") from exc
+    if not wanted and not patterns:
+        raise typer.BadParameter("name a topic, or give --regex", param_hint="NAME")
     with open_admin(bootstrap, cluster_dir, timeout) as admin:
-        topic = admin.describe_topic(name)
-    if as_json:
-        payload = asdict(topic)
-        for partition in payload["partitions"]:
-            partition["under_replicated"] = bool(set(partition["replicas"]) - set(partition["in_sync_replicas"]))
-        _print_json(payload)
-        return
+        if patterns:
+            matched = sorted(t.name for t in admin.list_topics() if any(p.fullmatch(t.name) for p in patterns))
+            if not matched and not wanted:
+                fail(f"no topic matches {', '.join(regex)}")
+            wanted += [name for name in matched if name not in wanted]
+        topics = [admin.describe_topic(name) for name in wanted]
+    for index, topic in enumerate(topics):
+        if as_json:
+            payload = asdict(topic)
+            for partition in payload["partitions"]:
+                partition["under_replicated"] = bool(set(partition["replicas"]) - set(partition["in_sync_replicas"]))
+            print(json.dumps(payload))
+            continue
+        if index:
+            console.print()
+        _print_topic(topic)
+
+
+def _print_topic(topic: TopicInfo) -> None:
     console.print(
-        f"topic [bold]{topic.name}[/bold]: {_count(len(topic.partitions), 'partition')}, "
+        f"topic [bold]{topic.name}[/bold]: {count(len(topic.partitions), 'partition')}, "
         f"replication factor {topic.replication_factor}",
         highlight=False,
     )

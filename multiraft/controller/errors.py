@@ -310,8 +310,9 @@ class DrainUnderReplicatesError(ControllerError):
     ) -> None:
         left = f"{remaining} active node(s)" if hosts is None else f"{remaining} active node(s) on {hosts} host(s)"
         super().__init__(
-            f"draining node {node_id} would leave {left}, fewer than topic {topic!r}'s replication factor "
-            f"{replication_factor}; undrain another node, or drain with force"
+            f"draining node {node_id} would leave {left}, fewer than the replication factor "
+            f"{replication_factor} of topic {topic!r}; undrain another node, or force the drain "
+            "(`multiraft node drain --force`)"
         )
         self.node_id = node_id
         self.topic = topic

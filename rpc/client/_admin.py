@@ -305,7 +305,8 @@ class Admin(GroupAdmin, SecurityAdmin):
         for partition in wanted:
             if not 0 <= partition < count:
                 raise UnknownPartitionError(
-                    f"topic {topic!r} has {count} partitions, there is no partition {partition}",
+                    f"topic {topic!r} has {count} partition{'' if count == 1 else 's'}, "
+                    f"there is no partition {partition}",
                     topic=topic,
                     partition=partition,
                 )

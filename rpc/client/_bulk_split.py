@@ -118,7 +118,10 @@ def partition_records(
     if partition is not None:
         if not 0 <= partition < partitions:
             raise UnknownPartitionError(
-                f"topic {topic!r} has {partitions} partitions, not {partition}", topic=topic, partition=partition
+                f"topic {topic!r} has {partitions} partition{'' if partitions == 1 else 's'}, "
+                f"there is no partition {partition}",
+                topic=topic,
+                partition=partition,
             )
         return [(partition, columns, sizes)], None
     targets = None if columns.keys is None else key_partitions(columns.keys, partitions)

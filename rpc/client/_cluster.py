@@ -48,6 +48,9 @@ CHANNEL_OPTIONS = [
 ]
 _BACKOFF_START_S = 0.02
 _BACKOFF_MAX_S = 0.5
+# A client that never reached a node gives up this soon once every address refuses the connection (rpk and
+# kcat fail at once; a second covers a node that is just binding its port).
+REFUSED_GRACE_S = 1.0
 
 
 def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
@@ -245,7 +248,11 @@ class ClusterClient:
                 metadata = self.metadata()
             if not 0 <= partition < len(found.partitions):
                 raise UnknownPartitionError(
-                    f"topic {topic!r} has {len(found.partitions)} partitions", topic=topic, partition=partition
+                    f"topic {topic!r} has {len(found.partitions)} "
+                    f"partition{'' if len(found.partitions) == 1 else 's'}, "
+                    f"there is no partition {partition}",
+                    topic=topic,
+                    partition=partition,
                 )
             leader = found.partitions[partition].leader or found.partitions[partition].preferred_leader
         return metadata.nodes.get(leader)
@@ -367,6 +374,7 @@ class ClusterClient:
         backoff = _BACKOFF_START_S
         last: MultiraftError = ConnectionFailedError(f"no node of {self._bootstrap} answered")
         while time.monotonic() < deadline:
+            refused = True  # every address of this round refused the connection
             for address in self._candidates(prefer):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -376,11 +384,14 @@ class ClusterClient:
                 except grpc.RpcError as exc:
                     last = from_rpc_error(exc)
                     self._reached = self._reached or _answered_by_node(exc)
+                    refused = refused and _unreachable_reason(last) == "connection refused"
                 else:
                     self._reached = True
                     return response
                 if not last.retriable:
                     raise last
+            if refused and not self._reached and time.monotonic() - started >= REFUSED_GRACE_S:
+                break
             time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
             backoff = min(backoff * 2, _BACKOFF_MAX_S)
         if not self._reached:

@@ -312,7 +312,8 @@ class Producer:
             if partition is not None:
                 if not 0 <= partition < info.partitions:
                     raise UnknownPartitionError(
-                        f"topic {topic!r} has {info.partitions} partitions, not {partition}",
+                        f"topic {topic!r} has {info.partitions} partition{'' if info.partitions == 1 else 's'}, "
+                        f"there is no partition {partition}",
                         topic=topic,
                         partition=partition,
                     )

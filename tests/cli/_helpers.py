@@ -7,8 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from multiraft.cli import app
 
