@@ -268,20 +268,19 @@ class Replication(ReadOnly):
 
     def _handle_append(self, m: Message) -> None:
         log = self.log
+        # Every answer says whether this replica rebuilds a lost log (the leader's Progress.lost_log); the
+        # first test keeps the common case to one lookup.
         if m.index < log.committed:
-            self._send(Message(type=APP_RESP, to=m.sender, sender=self.id, term=self.term, index=log.committed))
+            lost = bool(self.recover_until[0]) and self._recovering()
+            self._send(
+                Message(type=APP_RESP, to=m.sender, sender=self.id, term=self.term, index=log.committed, log_lost=lost)
+            )
             return
         last_new = log.maybe_append(m.index, m.log_term, m.commit, m.entries)
         if last_new is not None:
+            lost = bool(self.recover_until[0]) and self._recovering()
             self._send(
-                Message(
-                    type=APP_RESP,
-                    to=m.sender,
-                    sender=self.id,
-                    term=self.term,
-                    index=last_new,
-                    log_lost=bool(self.recover_until[0]) and self._recovering(),
-                )
+                Message(type=APP_RESP, to=m.sender, sender=self.id, term=self.term, index=last_new, log_lost=lost)
             )
             return
         # Rejection with a hint: our last index at or below the leader's probe whose term is <= the probe's
