@@ -273,7 +273,7 @@ def partitions_to_add(state: ClusterState, name: str, total: int) -> int:
     if topic.internal:
         raise ControllerArgumentError(
             "partitions",
-            f"{name!r} is an internal topic: its partition count is fixed (records are keyed to partitions by it)",
+            f"{name!r} is an internal topic: its partition count is fixed (the system maps keys to partitions by it)",
         )
     if total == current:
         raise ControllerArgumentError("partitions", f"topic {name!r} already has {current} partitions")
