@@ -12,7 +12,7 @@ from multiraft.client import Admin, Consumer, Producer
 from multiraft.errors import InvalidArgumentError
 from rpc.client import partition_for_key
 from tests.cli._helpers import invoke, invoked, one_error_line, run_cli
-from tests.integration._helpers import Cluster
+from tests.integration._helpers import Cluster, fetch_all, produce
 
 pytestmark = pytest.mark.integration
 
@@ -113,3 +113,21 @@ def test_describe_shows_every_config_with_its_source(shared_cluster: Cluster) ->
     assert "high watermark" not in configs_only  # -c alone: no partitions section
     partitions_only = invoked(invoke("topic", "describe", "sourced", "-p", bootstrap=bootstrap))
     assert "high watermark" in partitions_only and "DEFAULT_CONFIG" not in partitions_only
+
+
+def test_added_partitions_and_their_records_survive_a_restart_of_every_node(shared_cluster: Cluster) -> None:
+    """The controller replays CreatePartitions at start (from its log or a snapshot): the partitions come
+    back on the same groups, with their records."""
+    with Admin(bootstrap := shared_cluster.bootstrap) as admin:
+        admin.create_topic("durable", partitions=1, replication_factor=3)
+        before = admin.create_partitions("durable", 3)
+    produce(shared_cluster.client, "durable", 2, [b"kept"])
+    shared_cluster.restart_all()
+    with Admin(bootstrap) as admin:
+        after = admin.describe_topic("durable")
+    assert [(p.partition, p.replicas) for p in after.partitions] == [
+        (p.partition, p.replicas) for p in before.partitions
+    ]
+    assert [value for _, value in fetch_all(shared_cluster.client, "durable", 2)] == [b"kept"]
+    for partition in (0, 1, 2):
+        assert shared_cluster.leader("durable", partition, timeout_s=30)
