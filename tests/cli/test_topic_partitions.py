@@ -26,9 +26,11 @@ def _keys_moving_to(new: set[int], before: int, after: int) -> list[bytes]:
 def test_added_partitions_get_leaders_take_records_and_producers_see_the_new_count(shared_cluster: Cluster) -> None:
     bootstrap = shared_cluster.bootstrap
     invoked(invoke("topic", "create", "grown", "-p", "1", "-r", "3", bootstrap=bootstrap))
-    with Producer(bootstrap, linger_ms=1, metadata_max_age_s=0.2) as producer:
+    stale = Producer(bootstrap, linger_ms=1)  # metadata for 5 minutes, unless a send asks for more
+    with stale, Producer(bootstrap, linger_ms=1, metadata_max_age_s=0.2) as producer:
         key = _keys_moving_to({1, 2}, 1, 3)[0]
         assert producer.send("grown", b"before", key=key).result(30).partition == 0
+        assert stale.send("grown", b"first").result(30).partition == 0
 
         out = invoked(invoke("topic", "add-partitions", "grown", "-n", "2", bootstrap=bootstrap))
         assert out.strip() == "topic 'grown': 1 -> 3 partitions"
@@ -44,15 +46,17 @@ def test_added_partitions_get_leaders_take_records_and_producers_see_the_new_cou
         moved = producer.send("grown", b"after", key=key).result(30)
         assert moved.partition == partition_for_key(key, 3) != 0
         explicit = [producer.send("grown", b"p%d" % p, partition=p).result(30) for p in (1, 2)]
+        # A partition past the cached count makes the producer look again rather than fail (as Kafka's).
+        assert stale.send("grown", b"stale", partition=2).result(30).partition == 2
     assert [a.partition for a in explicit] == [1, 2]
 
     with Consumer(bootstrap) as consumer:
         consumer.assign([("grown", 1), ("grown", 2)], start="earliest")
         seen: list[tuple[int, bytes | None]] = []
         deadline = time.monotonic() + 30
-        while len(seen) < 3 and time.monotonic() < deadline:
+        while len(seen) < 4 and time.monotonic() < deadline:
             seen += [(r.partition, r.value) for r in consumer.poll(0.5)]
-    assert sorted(seen) == sorted([(moved.partition, b"after"), (1, b"p1"), (2, b"p2")])
+    assert sorted(seen) == sorted([(moved.partition, b"after"), (1, b"p1"), (2, b"p2"), (2, b"stale")])
 
 
 def test_add_partitions_refuses_fewer_as_many_too_many_and_unknown_topics(shared_cluster: Cluster) -> None:
