@@ -19,9 +19,9 @@ the ACLs again (:func:`authorize_request`): a forwarded drain needs cluster-acti
 change create/delete/alter on the topic, a user or ACL change alter on the cluster. A client's change without
 a principal is refused. The node's own work (registering, producer id blocks, the offsets topic) has none.
 
-Everything else (a placed ``CreateTopic``, ``SetPartitionReplicas``, a raw ``SetNodeState``, a
-``DeleteTopic`` with ``internal``) only the controller leader's own node proposes, and a peer asking for it
-gets :class:`~multiraft.errors.OperationNotAllowedError`.
+Everything else (a placed ``CreateTopic`` or ``CreatePartitions``, ``SetPartitionReplicas``, a raw
+``SetNodeState``, a ``DeleteTopic`` with ``internal``) only the controller leader's own node proposes, and a peer
+asking for it gets :class:`~multiraft.errors.OperationNotAllowedError`.
 
 A forwarded request names its ``origin``, the peer the forwarder served. That claim is believed only for a node
 not registered yet (a joining node that does not know the leader, and could have asked for itself); otherwise

@@ -131,6 +131,7 @@ FORBIDDEN: list[tuple[str, ControllerBody, type[MultiraftError]]] = [
     ("create with no replicas", CreateTopicRequest("none", 1, 0), InvalidArgumentError),
     ("add partitions to an internal topic", CreatePartitionsRequest(OFFSETS_TOPIC, 99), OperationNotAllowedError),
     ("add too many partitions", CreatePartitionsRequest("orders", 10**9), InvalidArgumentError),
+    ("add placed partitions", ctl.CreatePartitions("orders", 2, (((1,), 1),)), OperationNotAllowedError),
 ]
 
 
