@@ -78,6 +78,7 @@ _RULES: dict[str, _Rule] = {
     "/multiraft.v1.Admin/UndrainNode": lambda r: _one(AclOperation.CLUSTER_ACTION, CLUSTER),
     "/multiraft.v1.Admin/RemoveNode": lambda r: _one(AclOperation.CLUSTER_ACTION, CLUSTER),
     "/multiraft.v1.Admin/ListGroups": lambda r: [],  # filtered
+    "/multiraft.v1.Admin/CreatePartitions": lambda r: _one(AclOperation.ALTER, _topic(r.name)),  # issue 25, as Kafka
     "/multiraft.v1.Groups/JoinGroup": lambda r: _one(R, Resource(_GROUP, r.group)),
     "/multiraft.v1.Groups/SyncGroup": lambda r: _one(R, Resource(_GROUP, r.group)),
     "/multiraft.v1.Groups/Heartbeat": lambda r: _one(R, Resource(_GROUP, r.group)),

@@ -88,6 +88,7 @@ def _topic_pb(topic: TopicDescription) -> pb.TopicInfo:
         name=topic.name,
         replication_factor=topic.replication_factor,
         configs=topic.configs,
+        internal=topic.internal,
         partitions=[
             pb.PartitionInfo(
                 partition=p.partition,
@@ -343,13 +344,30 @@ class AdminServicer(pb_grpc.AdminServicer):
     async def ListTopics(  # noqa: N802
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListTopicsResponse:
-        return pb.ListTopicsResponse(topics=[_topic_pb(t) for t in self._admin.list_topics()])
+        topics = self._admin.list_topics(include_internal=request.include_internal)
+        return pb.ListTopicsResponse(topics=[_topic_pb(t) for t in topics])
 
     @_mapped
     async def DescribeTopic(  # noqa: N802
         self, request: pb.DescribeTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeTopicResponse:
-        return pb.DescribeTopicResponse(topic=_topic_pb(await self._admin.describe_topic(request.name)))
+        topic = await self._admin.describe_topic(request.name)
+        entries = [
+            pb.ConfigEntry(name=e.name, value=e.value, source=str(e.source), read_only=e.read_only)
+            for e in topic.config_entries
+        ]
+        return pb.DescribeTopicResponse(topic=_topic_pb(topic), config_entries=entries)
+
+    # ------------------------------------------------------------------- adding partitions (issue 25)
+
+    @_mapped
+    async def CreatePartitions(  # noqa: N802
+        self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CreatePartitionsResponse:
+        topic = await self._admin.create_partitions(request.name, request.total)
+        return pb.CreatePartitionsResponse(topic=_topic_pb(topic))
+
+    # ---------------------------------------------------------------- end of adding partitions (issue 25)
 
     @_mapped
     async def AlterTopicConfigs(  # noqa: N802

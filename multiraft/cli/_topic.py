@@ -1,4 +1,4 @@
-"""``multiraft topic create|list|describe|delete|alter``."""
+"""``multiraft topic create|list|describe|delete|alter|add-partitions``."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from multiraft.cli._options import (
 )
 
 if TYPE_CHECKING:
-    from rpc.client import TopicInfo
+    from rpc.client import ConfigEntry, TopicInfo
 
 __all__ = ["topic_app", "partition_status", "format_replica_lag", "key_values", "print_table"]
 
@@ -100,6 +100,9 @@ def create(
 @topic_app.command("list")
 @with_tls_options
 def list_(
+    internal: bool = typer.Option(
+        False, "--internal", "-i", help="Also list internal topics (__consumer_offsets), as rpk does."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array instead of a table."),
     bootstrap: BootstrapOption = None,
     cluster_dir: ClusterDirOption = None,
@@ -107,7 +110,7 @@ def list_(
 ) -> None:
     """Every topic with its partition count, replication factor and configs."""
     with open_admin(bootstrap, cluster_dir, timeout) as admin:
-        topics = sorted(admin.list_topics(), key=lambda t: t.name)
+        topics = sorted(admin.list_topics(include_internal=internal), key=lambda t: t.name)
     if as_json:
         _print_json(
             [
@@ -116,6 +119,7 @@ def list_(
                     "partitions": len(t.partitions),
                     "replication_factor": t.replication_factor,
                     "configs": t.configs,
+                    "internal": t.internal,
                 }
                 for t in topics
             ]
@@ -131,7 +135,8 @@ def list_(
     table.add_column("configs")
     for topic in topics:
         configs = " ".join(f"{k}={v}" for k, v in sorted(topic.configs.items()))
-        table.add_row(topic.name, str(len(topic.partitions)), str(topic.replication_factor), configs or "-")
+        name = f"{topic.name} (internal)" if topic.internal else topic.name
+        table.add_row(name, str(len(topic.partitions)), str(topic.replication_factor), configs or "-")
     print_table(table)
 
 
@@ -142,12 +147,19 @@ def describe(
     regex: list[str] = typer.Option(
         [], "--regex", "-r", help="Also every topic whose whole name matches this regular expression (repeatable)."
     ),
+    print_partitions: bool = typer.Option(
+        False, "--print-partitions", "-p", help="Print the partitions section (alone unless -c is given too)."
+    ),
+    print_configs: bool = typer.Option(
+        False, "--print-configs", "-c", help="Print the configs section: every key, value and source (rpk's -c)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per topic, one per line."),
     bootstrap: BootstrapOption = None,
     cluster_dir: ClusterDirOption = None,
     timeout: TimeoutOption = 30.0,
 ) -> None:
-    """Partitions (leader, replicas, ISR, log start, high watermark, replica lag) and configs of topics."""
+    """Partitions (leader, replicas, ISR, log start, high watermark, replica lag) and configs of topics, with
+    each config's source (DEFAULT_CONFIG or DYNAMIC_TOPIC_CONFIG); internal topics too."""
     wanted = list(dict.fromkeys(names or []))
     patterns = []
     for text in regex:
@@ -173,15 +185,32 @@ def describe(
             continue
         if index:
             console.print()
-        _print_topic(topic)
+        both = not print_partitions and not print_configs
+        _print_topic(topic, partitions=both or print_partitions, configs=both or print_configs)
 
 
-def _print_topic(topic: TopicInfo) -> None:
+def _print_topic(topic: TopicInfo, *, partitions: bool = True, configs: bool = True) -> None:
     console.print(
         f"topic [bold]{topic.name}[/bold]: {count(len(topic.partitions), 'partition')}, "
-        f"replication factor {topic.replication_factor}",
+        f"replication factor {topic.replication_factor}" + (", internal" if topic.internal else ""),
         highlight=False,
     )
+    if partitions:
+        _print_partitions(topic)
+    if configs:
+        _print_config_entries(topic.config_entries)
+
+
+def _print_config_entries(entries: tuple[ConfigEntry, ...]) -> None:
+    table = Table(title="configs")
+    for column in ("key", "value", "source"):
+        table.add_column(column)
+    for entry in entries:
+        table.add_row(entry.name, entry.value, entry.source + (" (read-only)" if entry.read_only else ""))
+    print_table(table)
+
+
+def _print_partitions(topic: TopicInfo) -> None:
     table = Table(title="partitions")
     for column in ("partition", "leader", "replicas", "ISR", "log start", "high watermark", "replica lag", "status"):
         table.add_column(
@@ -199,7 +228,6 @@ def _print_topic(topic: TopicInfo) -> None:
             partition_status(p.leader, p.replicas, p.in_sync_replicas, False),
         )
     print_table(table)
-    _print_configs(topic.configs)
 
 
 def _print_configs(configs: dict[str, str]) -> None:
@@ -252,3 +280,34 @@ def alter(
         topic = admin.alter_topic_configs(name, set=to_set, delete=delete_)
     console.print(f"altered topic {topic.name!r}", highlight=False)
     _print_configs(topic.configs)
+
+
+# ----------------------------------------------------------------------- adding partitions (issue 25)
+
+
+@topic_app.command("add-partitions")
+@with_tls_options
+def add_partitions(
+    names: list[str] = typer.Argument(..., metavar="TOPIC", help="Topic names (each grows the same way)."),
+    num: int = typer.Option(0, "--num", "-n", min=0, help="Partitions to add to each topic (rpk's -n)."),
+    total: int = typer.Option(
+        0, "--partitions", "-p", min=0, help="The partition count to grow each topic to (kafka-topics --partitions)."
+    ),
+    bootstrap: BootstrapOption = None,
+    cluster_dir: ClusterDirOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Add partitions to topics (never removes any); returns once the new partitions have leaders. Keys may
+    map to other partitions afterwards, as in Kafka."""
+    if (num > 0) == (total > 0):
+        raise typer.BadParameter("give one of --num N (partitions to add) or --partitions TOTAL", param_hint="--num")
+    with open_admin(bootstrap, cluster_dir, timeout) as admin:
+        for name in dict.fromkeys(names):
+            before = len(admin.describe_topic(name).partitions)
+            topic = admin.create_partitions(name, before + num if num else total)
+            console.print(
+                f"topic {topic.name!r}: {before} -> {count(len(topic.partitions), 'partition')}", highlight=False
+            )
+
+
+# -------------------------------------------------------------------- end of adding partitions (issue 25)

@@ -80,6 +80,7 @@ from .state import (
     ApplyResult,
     ClusterState,
     Command,
+    CreatePartitions,
     CreateTopic,
     DeleteTopic,
     NodeInfo,
@@ -95,14 +96,18 @@ from .state import (
     decode_snapshot,
     encode_command,
     encode_snapshot,
+    partitions_to_add,
 )
 from .topic_config import (
     CleanupPolicy,
+    ConfigEntry,
     ConfigKey,
+    ConfigSource,
     TimestampType,
     TopicConfig,
     describe,
     effective_topic_config,
+    topic_config_entries,
     validate_topic_configs,
     validate_topic_name,
 )
@@ -126,7 +131,9 @@ __all__ = [
     "SetPartitionReplicas",
     "SetNodeState",
     "AllocateProducerIds",
+    "CreatePartitions",
     "apply",
+    "partitions_to_add",
     "ApplyResult",
     "ProducerIdBlock",
     # encodings
@@ -145,6 +152,9 @@ __all__ = [
     "effective_topic_config",
     "validate_topic_name",
     "describe",
+    "ConfigEntry",
+    "ConfigSource",
+    "topic_config_entries",
     # placement
     "place_new_topic",
     "preferred_leader_moves",

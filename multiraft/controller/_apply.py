@@ -12,6 +12,7 @@ from ._model import (
     AlterTopicConfigs,
     ClusterState,
     Command,
+    CreatePartitions,
     CreateTopic,
     DeleteTopic,
     NodeInfo,
@@ -39,7 +40,7 @@ from .errors import (
 from .security import SECURITY_COMMAND_TYPES, SecurityCommand, apply_security
 from .topic_config import config_key, validate_topic_configs, validate_topic_name
 
-__all__ = ["ProducerIdBlock", "Outcome", "ApplyResult", "apply", "MAX_PRODUCER_ID_BLOCK"]
+__all__ = ["ProducerIdBlock", "Outcome", "ApplyResult", "apply", "MAX_PRODUCER_ID_BLOCK", "partitions_to_add"]
 
 MAX_PRODUCER_ID_BLOCK = 1_000_000
 
@@ -63,10 +64,10 @@ Outcome = NodeInfo | Topic | PartitionState | ProducerIdBlock | None
 class ApplyResult:
     """What applying one command did: its outcome, or the error that made it a no-op.
 
-    Outcomes: RegisterNode and SetNodeState give the stored NodeInfo; CreateTopic, AlterTopicConfigs and
-    DeleteTopic the Topic (the deleted one for DeleteTopic); SetPartitionReplicas the PartitionState;
-    AllocateProducerIds a ProducerIdBlock. ``changed`` is False for failures and for commands that found the
-    state already as asked.
+    Outcomes: RegisterNode and SetNodeState give the stored NodeInfo; CreateTopic, CreatePartitions,
+    AlterTopicConfigs and DeleteTopic the Topic (the deleted one for DeleteTopic); SetPartitionReplicas the
+    PartitionState; AllocateProducerIds a ProducerIdBlock. ``changed`` is False for failures and for commands
+    that found the state already as asked.
     """
 
     index: int
@@ -260,6 +261,57 @@ def _security(state: ClusterState, command: SecurityCommand) -> tuple[_Changes, 
     return ({} if security is state.security else {"security": security}), None
 
 
+# ------------------------------------------------------------------------ adding partitions (issue 25)
+
+
+def partitions_to_add(state: ClusterState, name: str, total: int) -> int:
+    """How many partitions growing topic ``name`` to ``total`` adds; the controller leader asks before placing
+    them and apply() again. Raises :class:`TopicNotFoundError`, or :class:`ControllerArgumentError` (field
+    ``partitions``) for an internal topic or a total that is not above the current count."""
+    topic = state.topic(name)
+    current = len(topic.partitions)
+    if topic.internal:
+        raise ControllerArgumentError(
+            "partitions",
+            f"{name!r} is an internal topic: its partition count is fixed (the system maps keys to partitions by it)",
+        )
+    if total == current:
+        raise ControllerArgumentError("partitions", f"topic {name!r} already has {current} partitions")
+    if total < current:
+        raise ControllerArgumentError(
+            "partitions",
+            f"topic {name!r} has {current} partitions, more than the requested {total}: partitions can be "
+            "added, never removed",
+        )
+    return total - current
+
+
+def _create_partitions(state: ClusterState, command: CreatePartitions) -> tuple[_Changes, Outcome]:
+    adding = partitions_to_add(state, command.name, command.total)
+    if adding != len(command.assignments):
+        # Planned on another count (a concurrent request got there first): refuse rather than overshoot.
+        raise ControllerArgumentError(
+            "partitions",
+            f"topic {command.name!r} has {command.total - adding} partitions; {len(command.assignments)} new "
+            f"partition(s) do not make {command.total}",
+        )
+    topic = state.topics[command.name]
+    partitions = list(topic.partitions)
+    for offset, (replicas, preferred_leader) in enumerate(command.assignments):
+        _check_assignment(state, replicas, (), preferred_leader)
+        partitions.append(
+            PartitionState(
+                command.name, len(partitions), state.next_group_id + offset, tuple(replicas), (), preferred_leader
+            )
+        )
+    grown = replace(topic, partitions=tuple(partitions))
+    changes = {"topics": {**state.topics, topic.name: grown}, "next_group_id": state.next_group_id + adding}
+    return changes, grown
+
+
+# ---------------------------------------------------------------------- end of adding partitions (issue 25)
+
+
 _HANDLERS: dict[type, Callable[[ClusterState, Any], tuple[_Changes, Outcome]]] = {
     RegisterNode: _register_node,
     CreateTopic: _create_topic,
@@ -269,4 +321,5 @@ _HANDLERS: dict[type, Callable[[ClusterState, Any], tuple[_Changes, Outcome]]] =
     SetNodeState: _set_node_state,
     AllocateProducerIds: _allocate_producer_ids,
     **dict.fromkeys(SECURITY_COMMAND_TYPES, _security),
+    CreatePartitions: _create_partitions,  # adding partitions (issue 25)
 }

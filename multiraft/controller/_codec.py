@@ -8,11 +8,12 @@ A command is one compact JSON object (ASCII, sorted keys) with a format version 
 Other tags: ``register_node`` (``node``), ``delete_topic`` (``name``, ``internal``), ``alter_topic_configs``
 (``name``, ``set``, ``delete``), ``set_partition_replicas`` (``topic``, ``partition``, ``replicas``,
 ``learners``, ``preferred_leader``, ``expected_replicas``, ``expected_learners``: a list or null),
-``set_node_state`` (``node_id``, ``state``) and ``allocate_producer_ids`` (``count``, and ``principal`` when it
-is bound to one); the security commands are in :mod:`._security_codec`. A node is
-``{"id","client","peer","gossip","rack","capacity","state"}`` with the state in lower case, and ``"host"`` when
-the node has one (absent when empty, so that logs and snapshots written before hosts existed still load and
-clusters without hosts write the same bytes as before).
+``set_node_state`` (``node_id``, ``state``), ``allocate_producer_ids`` (``count``, and ``principal`` when it
+is bound to one) and ``create_partitions`` (``name``, ``total``, ``assignments`` of the new partitions; code
+older than it stops on it as a command from newer code, as for any new type); the security commands are in
+:mod:`._security_codec`. A node is ``{"id","client","peer","gossip","rack","capacity","state"}`` with the
+state in lower case, and ``"host"`` when the node has one (absent when empty, so that logs and snapshots
+written before hosts existed still load and clusters without hosts write the same bytes as before).
 
 A snapshot is a 9-byte header, ``b"MRCS"``, format version (u8) and the CRC-32 of the body (u32, little
 endian), then the body: zlib-compressed JSON of the whole state with nodes sorted by id, topics by name, and
@@ -38,6 +39,7 @@ from ._model import (
     AlterTopicConfigs,
     ClusterState,
     Command,
+    CreatePartitions,
     CreateTopic,
     DeleteTopic,
     NodeInfo,
@@ -139,6 +141,12 @@ _COMMAND_ENCODERS: dict[type, Callable[[Any], dict[str, Any]]] = {
     SetNodeState: lambda c: {"node_id": c.node_id, "state": NodeState(c.state).value},
     AllocateProducerIds: lambda c: {"count": c.count, **({"principal": c.principal} if c.principal else {})},
     **dict.fromkeys(SECURITY_COMMAND_TYPES, encode_security_command),
+    # adding partitions (issue 25)
+    CreatePartitions: lambda c: {
+        "name": c.name,
+        "total": c.total,
+        "assignments": [[list(replicas), leader] for replicas, leader in c.assignments],
+    },
 }
 _TAGS: dict[type, str] = {
     RegisterNode: "register_node",
@@ -149,6 +157,7 @@ _TAGS: dict[type, str] = {
     SetNodeState: "set_node_state",
     AllocateProducerIds: "allocate_producer_ids",
     **SECURITY_TAGS,
+    CreatePartitions: "create_partitions",  # adding partitions (issue 25)
 }
 
 
@@ -323,6 +332,12 @@ _COMMAND_DECODERS: dict[str, Callable[[_Obj], Command]] = {
     "allocate_producer_ids": lambda o: AllocateProducerIds(
         o.exactly(*(("count", "principal") if "principal" in o.value else ("count",))).integer("count"),
         o.string("principal") if "principal" in o.value else "",
+    ),
+    # adding partitions (issue 25)
+    "create_partitions": lambda o: CreatePartitions(
+        name=o.exactly("name", "total", "assignments").string("name"),
+        total=o.integer("total"),
+        assignments=_decode_assignments(o.array("assignments"), f"{o.path}.assignments"),
     ),
 }
 

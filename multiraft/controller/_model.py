@@ -32,6 +32,7 @@ __all__ = [
     "SetPartitionReplicas",
     "SetNodeState",
     "AllocateProducerIds",
+    "CreatePartitions",
     "Command",
     "COMMAND_TYPES",
 ]
@@ -339,6 +340,28 @@ class AllocateProducerIds:
     principal: str = ""
 
 
+# ------------------------------------------------------------------------ adding partitions (issue 25)
+
+
+@dataclass(frozen=True)
+class CreatePartitions:
+    """Append partitions to a topic (Kafka's CreatePartitions) so that it has ``total``; the proposer placed
+    the new ones: per new partition, (voters, preferred leader), as for :class:`CreateTopic`.
+
+    ``total`` must be the topic's count plus ``len(assignments)`` when the command applies, so that two
+    requests for the same total, both planned on the old count, add the partitions once: the second fails.
+    Partitions are never removed, and internal topics keep their count (``__consumer_offsets`` maps groups
+    to partitions by count).
+    """
+
+    name: str
+    total: int
+    assignments: tuple[tuple[tuple[int, ...], int], ...]
+
+
+# ---------------------------------------------------------------------- end of adding partitions (issue 25)
+
+
 Command = (
     RegisterNode
     | CreateTopic
@@ -348,6 +371,7 @@ Command = (
     | SetNodeState
     | AllocateProducerIds
     | SecurityCommand
+    | CreatePartitions
 )
 COMMAND_TYPES: tuple[type[Command], ...] = (
     RegisterNode,
@@ -358,4 +382,5 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     SetNodeState,
     AllocateProducerIds,
     *SECURITY_COMMAND_TYPES,
+    CreatePartitions,
 )

@@ -8,7 +8,7 @@ choice of its own: placement, time and liveness are decided by the proposer and 
 
 from __future__ import annotations
 
-from ._apply import MAX_PRODUCER_ID_BLOCK, ApplyResult, Outcome, ProducerIdBlock, apply
+from ._apply import MAX_PRODUCER_ID_BLOCK, ApplyResult, Outcome, ProducerIdBlock, apply, partitions_to_add
 from ._codec import (
     COMMAND_FORMAT_VERSION,
     SNAPSHOT_FORMAT_VERSION,
@@ -28,6 +28,7 @@ from ._model import (
     AlterTopicConfigs,
     ClusterState,
     Command,
+    CreatePartitions,
     CreateTopic,
     DeleteTopic,
     NodeInfo,
@@ -63,12 +64,14 @@ __all__ = [
     "SetPartitionReplicas",
     "SetNodeState",
     "AllocateProducerIds",
+    "CreatePartitions",
     # applying
     "apply",
     "ApplyResult",
     "Outcome",
     "ProducerIdBlock",
     "MAX_PRODUCER_ID_BLOCK",
+    "partitions_to_add",
     # encodings
     "encode_command",
     "decode_command",

@@ -40,6 +40,9 @@ __all__ = [
     "effective_topic_config",
     "describe",
     "validate_topic_name",
+    "ConfigSource",
+    "ConfigEntry",
+    "topic_config_entries",
 ]
 
 KiB = 1024
@@ -329,3 +332,42 @@ def validate_topic_name(name: str, *, internal: bool = False) -> str:
     if internal and not name.startswith(INTERNAL_TOPIC_PREFIX):
         raise InvalidTopicNameError(name, f"internal topic names must start with {INTERNAL_TOPIC_PREFIX!r}")
     return name
+
+
+# ------------------------------------------------------------------ config sources (issue 25, DescribeConfigs)
+
+
+class ConfigSource(StrEnum):
+    """Where a topic config's value comes from, with Kafka's DescribeConfigs names."""
+
+    DYNAMIC_TOPIC_CONFIG = "DYNAMIC_TOPIC_CONFIG"  # set on the topic
+    DEFAULT_CONFIG = "DEFAULT_CONFIG"  # this code's default
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One config of a topic as DescribeConfigs reports it: its effective value and where that comes from."""
+
+    name: str
+    value: str
+    source: ConfigSource
+    read_only: bool  # fixed at creation (segment.bytes, segment.ms)
+
+
+def topic_config_entries(configs: Mapping[str, str]) -> tuple[ConfigEntry, ...]:
+    """Every config key, sorted, for a topic whose stored configs are ``configs``.
+
+    A key stored on the topic is ``DYNAMIC_TOPIC_CONFIG``, except a key pinned at creation (segment.bytes,
+    segment.ms: stored on every topic so that replicas agree) whose value is the default: that one was not
+    asked for, or asked for at the default, and is reported as ``DEFAULT_CONFIG``.
+    """
+    entries = []
+    for spec in describe():
+        stored = configs.get(spec.name)
+        pinned_default = not spec.alterable and stored == spec.default
+        source = ConfigSource.DEFAULT_CONFIG if stored is None or pinned_default else ConfigSource.DYNAMIC_TOPIC_CONFIG
+        entries.append(ConfigEntry(spec.name, spec.default if stored is None else stored, source, not spec.alterable))
+    return tuple(entries)
+
+
+# ------------------------------------------------------------------------------ end of config sources (issue 25)

@@ -179,7 +179,7 @@ class RoomLedger:
 
     def reserve(self, index: int | None, command: ctl.Command, applied_index: int) -> None:
         """Count a proposed command's new replicas until it is applied (the next reports include them)."""
-        if index is None or not isinstance(command, ctl.CreateTopic):
+        if index is None or not isinstance(command, ctl.CreateTopic | ctl.CreatePartitions):
             return
         nodes: Counter[int] = Counter(node for replicas, _ in command.assignments for node in replicas)
         self._proposed = [(i, n) for i, n in self._proposed if i > applied_index] + [(index, nodes)]

@@ -23,7 +23,7 @@ from multiraft import raft
 from multiraft.errors import MultiraftError, NotLeaderError, error_for_reason
 from multiraft.logging import get_logger
 from multiraft.node.capacity import RoomLedger
-from multiraft.node.peer_messages import ControllerBody, CreateTopicRequest, NodeStateRequest
+from multiraft.node.peer_messages import ControllerBody, CreatePartitionsRequest, CreateTopicRequest, NodeStateRequest
 from multiraft.node.scheduler import Completion, Group, Scheduler
 
 __all__ = ["ControllerMachine", "CONTROLLER_TOPIC", "controller_error", "SNAPSHOT_EVERY"]
@@ -85,6 +85,9 @@ class ControllerMachine:
                 group_ids = {p.group_id for p in result.outcome.partitions}
                 if isinstance(command, ctl.CreateTopic):
                     created |= group_ids
+                elif isinstance(command, ctl.CreatePartitions):  # only the new ones start from a bootstrap
+                    new = result.outcome.partitions[command.total - len(command.assignments) :]
+                    created |= {p.group_id for p in new}
                 elif isinstance(command, ctl.DeleteTopic):
                     deleted |= group_ids
                     created -= group_ids
@@ -149,11 +152,25 @@ class ControllerMachine:
                 internal=request.internal,
                 created_ms=int(time.time() * 1000),
             )
+        if isinstance(request, CreatePartitionsRequest):
+            return self._create_partitions(group, request)
         if isinstance(request, NodeStateRequest):
             return ctl.node_state_change(self.state, request.node_id, request.state, force=request.force)
         if isinstance(request, ctl.SetNodeState) and request.node_id not in self.state.nodes:
             raise ctl.NodeNotFoundError(request.node_id)
         return request
+
+    def _create_partitions(self, group: Group, request: CreatePartitionsRequest) -> ctl.CreatePartitions:
+        """Place the new partitions as a topic's are (balance, hosts, racks, room) with the topic's
+        replication factor; refused as a topic creation would be when the live nodes cannot take them."""
+        state = self.state
+        adding = ctl.partitions_to_add(state, request.name, request.total)
+        replication_factor = state.topics[request.name].replication_factor
+        place = ctl.place_new_topic if self.room is None else self.room.place_new_topic
+        assignments = place(self.live_nodes(group), state, adding, replication_factor)
+        return ctl.CreatePartitions(
+            request.name, request.total, tuple((tuple(replicas), leader) for replicas, leader in assignments)
+        )
 
     def live_nodes(self, group: Group) -> list[ctl.NodeInfo]:
         """ACTIVE registered nodes the member-list holds alive or suspect (itself included).

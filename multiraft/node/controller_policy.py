@@ -7,6 +7,8 @@ what concerns the peer itself:
 * create a topic (placed by the leader), delete one, alter its configs: never an internal topic (``__``
   names), except creating ``__consumer_offsets``, which every node does on first use of consumer groups;
   partition counts and replication factors within the client path's bounds;
+* add partitions to a topic (a :class:`CreatePartitionsRequest`, placed by the leader): never to an internal
+  topic, and to at most the client path's partition count;
 * drain, undrain or remove a node (a :class:`NodeStateRequest`, judged by the leader like a client's);
 * reserve a block of producer ids (InitProducer);
 * register or update *itself*: a ``RegisterNode`` whose node id is the requester's;
@@ -17,9 +19,9 @@ the ACLs again (:func:`authorize_request`): a forwarded drain needs cluster-acti
 change create/delete/alter on the topic, a user or ACL change alter on the cluster. A client's change without
 a principal is refused. The node's own work (registering, producer id blocks, the offsets topic) has none.
 
-Everything else (a placed ``CreateTopic``, ``SetPartitionReplicas``, a raw ``SetNodeState``, a
-``DeleteTopic`` with ``internal``) only the controller leader's own node proposes, and a peer asking for it
-gets :class:`~multiraft.errors.OperationNotAllowedError`.
+Everything else (a placed ``CreateTopic`` or ``CreatePartitions``, ``SetPartitionReplicas``, a raw
+``SetNodeState``, a ``DeleteTopic`` with ``internal``) only the controller leader's own node proposes, and a peer
+asking for it gets :class:`~multiraft.errors.OperationNotAllowedError`.
 
 A forwarded request names its ``origin``, the peer the forwarder served. That claim is believed only for a node
 not registered yet (a joining node that does not know the leader, and could have asked for itself); otherwise
@@ -32,7 +34,13 @@ from __future__ import annotations
 from multiraft import controller as ctl
 from multiraft.errors import InvalidArgumentError, OperationNotAllowedError
 from multiraft.node.offsets import OFFSETS_TOPIC
-from multiraft.node.peer_messages import ControllerBody, ControllerRequest, CreateTopicRequest, NodeStateRequest
+from multiraft.node.peer_messages import (
+    ControllerBody,
+    ControllerRequest,
+    CreatePartitionsRequest,
+    CreateTopicRequest,
+    NodeStateRequest,
+)
 from multiraft.security import CLUSTER, Authorizer, Resource
 
 __all__ = ["requester", "check_peer_request", "authorize_request", "client_operation"]
@@ -61,6 +69,13 @@ def check_peer_request(cluster: ctl.ClusterState, origin: int, request: Controll
             raise InvalidArgumentError(f"partitions must be in [1, {limit}], got {body.partitions}", field="partitions")
         if body.replication_factor < 1:
             raise InvalidArgumentError("replication_factor must be >= 1", field="replication_factor")
+    elif isinstance(body, CreatePartitionsRequest):
+        topic = cluster.topics.get(body.name)
+        if topic is not None and topic.internal:
+            raise _refused(origin, f"change the internal topic {body.name[:64]!r}")
+        if not 1 <= body.total <= max_partitions:
+            message = f"partitions must be in [1, {max_partitions}], got {body.total}"
+            raise InvalidArgumentError(message, field="partitions")
     elif isinstance(body, NodeStateRequest | ctl.AllocateProducerIds):
         pass  # judged by the leader (node_state_change) and by apply (the block size), as for a client
     elif isinstance(body, ctl.DeleteTopic | ctl.AlterTopicConfigs):
@@ -83,7 +98,7 @@ def client_operation(body: ControllerBody) -> tuple[ctl.AclOperation, Resource] 
         return None if body.internal else (ctl.AclOperation.CREATE, Resource(topic, body.name))
     if isinstance(body, ctl.DeleteTopic):
         return None if body.internal else (ctl.AclOperation.DELETE, Resource(topic, body.name))
-    if isinstance(body, ctl.AlterTopicConfigs):
+    if isinstance(body, ctl.AlterTopicConfigs | CreatePartitionsRequest):  # Kafka: CreatePartitions needs alter
         return ctl.AclOperation.ALTER, Resource(topic, body.name)
     if isinstance(body, NodeStateRequest):
         return ctl.AclOperation.CLUSTER_ACTION, CLUSTER

@@ -8,7 +8,8 @@ malformed frame fails only its own request.
 
 Controller requests carry either a controller command already decided by the sender, in the controller's
 own encoding (:func:`multiraft.controller.encode_command`), or a request only the controller leader can
-decide: a :class:`CreateTopicRequest` (placement) or a :class:`NodeStateRequest` (drain, undrain, remove).
+decide: a :class:`CreateTopicRequest` or :class:`CreatePartitionsRequest` (placement) or a
+:class:`NodeStateRequest` (drain, undrain, remove).
 Which of them a peer may send is decided by :mod:`multiraft.node.controller_policy`. Errors travel as the
 client path's error: ``reason``, ``message`` and ``metadata`` of a :class:`~multiraft.errors.MultiraftError`,
 decoded by the same :func:`~multiraft.errors.error_for_reason`.
@@ -30,6 +31,7 @@ __all__ = [
     "STATUS_ERROR",
     "CreateTopicRequest",
     "NodeStateRequest",
+    "CreatePartitionsRequest",
     "ControllerBody",
     "ControllerRequest",
     "ControllerOutcome",
@@ -129,7 +131,15 @@ class NodeStateRequest:
     force: bool = False
 
 
-ControllerBody = ctl.Command | CreateTopicRequest | NodeStateRequest
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsRequest:
+    """Grow a topic to ``total`` partitions (issue 25); the controller leader places the new ones."""
+
+    name: str
+    total: int
+
+
+ControllerBody = ctl.Command | CreateTopicRequest | NodeStateRequest | CreatePartitionsRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +155,7 @@ class ControllerRequest:
 
 
 _COMMAND, _CREATE_TOPIC, _NODE_STATE = 0, 1, 2
+_CREATE_PARTITIONS = 3  # adding partitions (issue 25)
 _NODE_STATES = {state.value: state for state in ctl.NodeState}
 
 
@@ -164,6 +175,10 @@ def encode_controller_request(request: ControllerRequest) -> bytes:
         writer.i64(body.node_id)
         writer.text(ctl.NodeState(body.state).value)
         writer.u8(1 if body.force else 0)
+    elif isinstance(body, CreatePartitionsRequest):
+        writer.u8(_CREATE_PARTITIONS)
+        writer.text(body.name)
+        writer.i64(body.total)
     else:
         writer.u8(_COMMAND)
         writer.raw(ctl.encode_command(body))
@@ -196,6 +211,8 @@ def decode_controller_request(data: bytes) -> ControllerRequest:
             if state not in _NODE_STATES:
                 raise r.fail("state", f"is {state[:32]!r}, not one of {sorted(_NODE_STATES)}")
             body = NodeStateRequest(node_id, _NODE_STATES[state], r.flag("force"))
+        elif tag == _CREATE_PARTITIONS:
+            body = CreatePartitionsRequest(r.text("name"), r.i64("total"))
         else:
             raise r.fail("type", f"is {tag}, not a known request type")
         return ControllerRequest(body, forwarded, r.id("origin"), r.text("principal"))

@@ -4,6 +4,7 @@ package)."""
 from rpc.client._admin import (
     Admin,
     ClusterInfo,
+    ConfigEntry,
     DrainStatus,
     MoveInfo,
     NodeInfo,
@@ -37,6 +38,7 @@ __all__ = [
     "BatchMetadata",
     "ClusterClient",
     "ClusterInfo",
+    "ConfigEntry",
     "DrainStatus",
     "GroupDescription",
     "GroupListing",

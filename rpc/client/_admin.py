@@ -25,6 +25,7 @@ from rpc.status import from_proto_error, from_rpc_error
 __all__ = [
     "Admin",
     "TopicInfo",
+    "ConfigEntry",
     "PartitionInfo",
     "NodeInfo",
     "ClusterInfo",
@@ -64,7 +65,25 @@ class TopicInfo:
     name: str
     partitions: tuple[PartitionInfo, ...]
     configs: dict[str, str]
+    """The configs stored on the topic (set at creation or altered, and the keys fixed at creation)."""
     replication_factor: int
+    internal: bool = False
+    """A system topic (``__consumer_offsets``): listed only with ``list_topics(include_internal=True)``."""
+    config_entries: tuple[ConfigEntry, ...] = ()
+    """Every config key with its effective value and source, sorted by key; ``describe_topic`` only."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One topic config as Kafka's DescribeConfigs reports it."""
+
+    name: str
+    value: str
+    """The effective value: the topic's, else the default."""
+    source: str
+    """``DYNAMIC_TOPIC_CONFIG`` (set on the topic) or ``DEFAULT_CONFIG``."""
+    read_only: bool
+    """Fixed at creation (``segment.bytes``, ``segment.ms``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +138,7 @@ class ClusterInfo:
     does not mean none are in flight); None when they were."""
 
 
-def _topic(message: pb.TopicInfo) -> TopicInfo:
+def _topic(message: pb.TopicInfo, entries: Iterable[pb.ConfigEntry] = ()) -> TopicInfo:
     return TopicInfo(
         name=message.name,
         partitions=tuple(
@@ -139,6 +158,8 @@ def _topic(message: pb.TopicInfo) -> TopicInfo:
         ),
         configs=dict(message.configs),
         replication_factor=message.replication_factor,
+        internal=message.internal,
+        config_entries=tuple(ConfigEntry(e.name, e.value, e.source, e.read_only) for e in entries),
     )
 
 
@@ -229,13 +250,37 @@ class Admin(GroupAdmin, SecurityAdmin):
         self._client.call_any(lambda stub, timeout: stub.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=timeout))
         self._client.metadata(refresh=True)
 
-    def list_topics(self) -> list[TopicInfo]:
-        response = self._client.call_any(lambda stub, timeout: stub.ListTopics(pb.ListTopicsRequest(), timeout=timeout))
+    def list_topics(self, *, include_internal: bool = False) -> list[TopicInfo]:
+        """Every topic the caller may describe; ``include_internal`` adds the system's (``__consumer_offsets``)."""
+        request = pb.ListTopicsRequest(include_internal=include_internal)
+        response = self._client.call_any(lambda stub, timeout: stub.ListTopics(request, timeout=timeout))
         return [_topic(t) for t in response.topics]
 
     def describe_topic(self, name: str) -> TopicInfo:
+        """A topic with live partition figures and ``config_entries``; internal topics too."""
         request = pb.DescribeTopicRequest(name=name)
-        return _topic(self._client.call_any(lambda stub, timeout: stub.DescribeTopic(request, timeout=timeout)).topic)
+        response = self._client.call_any(lambda stub, timeout: stub.DescribeTopic(request, timeout=timeout))
+        return _topic(response.topic, response.config_entries)
+
+    def describe_topic_configs(self, name: str) -> tuple[ConfigEntry, ...]:
+        """Every config of topic ``name`` with its value and source (Kafka's DescribeConfigs for a topic)."""
+        return self.describe_topic(name).config_entries
+
+    # ------------------------------------------------------------------- adding partitions (issue 25)
+
+    def create_partitions(self, name: str, total: int) -> TopicInfo:
+        """Grow topic ``name`` to ``total`` partitions (Kafka's ``createPartitions``, ``rpk topic
+        add-partitions``); returns it once the new partitions have leaders. Partitions are never removed: a
+        total not above the current count is refused (INVALID_ARGUMENT), as is an internal topic. The new
+        partitions are placed as a new topic's are; NOT_ENOUGH_REPLICAS or STORAGE_FULL when the live nodes
+        cannot take them. Producers see the new count at their next metadata refresh, and from then on a key
+        may map to another partition than before (as in Kafka)."""
+        request = pb.CreatePartitionsRequest(name=name, total=total)
+        response = self._client.call_any(lambda stub, timeout: stub.CreatePartitions(request, timeout=timeout))
+        self._client.metadata(refresh=True)
+        return _topic(response.topic)
+
+    # ---------------------------------------------------------------- end of adding partitions (issue 25)
 
     def alter_topic_configs(
         self, name: str, *, set: Mapping[str, str] | None = None, delete: Sequence[str] = ()

@@ -191,6 +191,7 @@ class Producer:
             password=password,
         )
         self._topics: dict[str, _TopicInfo] = {}
+        self._partitions_refreshed_ms: dict[str, int] = {}  # issue 25: last refresh for a partition past the count
         self._learned_max_bytes: dict[str, int] = {}
         self._closed = False
         self._close_lock = threading.Lock()
@@ -254,6 +255,15 @@ class Producer:
         self._topics[topic] = info
         return info
 
+    def _refreshed_for_new_partitions(self, topic: str, info: _TopicInfo, now_ms: int) -> _TopicInfo:
+        """The topic's metadata fetched again, at most once per _TOPIC_RECHECK_MS per topic: a partition past the
+        cached count may have been added since (CreatePartitions), as Kafka's producer refreshes for it."""
+        if now_ms - self._partitions_refreshed_ms.get(topic, now_ms - _TOPIC_RECHECK_MS) < _TOPIC_RECHECK_MS:
+            return info
+        self._partitions_refreshed_ms[topic] = now_ms
+        self._client.topic(topic, refresh=True)
+        return self._topic(topic)
+
     def _uses_append_time(self, topic: str) -> bool:
         info = self._topics.get(topic)
         return info is not None and info.append_time
@@ -310,6 +320,8 @@ class Producer:
             if info is None or not info.checked_ms <= now_ms < info.checked_ms + _TOPIC_RECHECK_MS:
                 info = self._topic(topic)
             if partition is not None:
+                if partition >= info.partitions:
+                    info = self._refreshed_for_new_partitions(topic, info, now_ms)
                 if not 0 <= partition < info.partitions:
                     raise UnknownPartitionError(
                         f"topic {topic!r} has {info.partitions} partition{'' if info.partitions == 1 else 's'}, "
@@ -403,6 +415,8 @@ class Producer:
             return future
         try:
             info = self._topic(topic)
+            if partition is not None and partition >= info.partitions:
+                info = self._refreshed_for_new_partitions(topic, info, _time_ns() // 1_000_000)
             sizes = record_sizes(columns)
             largest = int(sizes.argmax())
             if HEADER_SIZE + int(sizes[largest]) > info.max_bytes:

@@ -700,8 +700,11 @@ class TopicInfo(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     CONFIGS_FIELD_NUMBER: _builtins.int
     REPLICATION_FACTOR_FIELD_NUMBER: _builtins.int
+    INTERNAL_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     replication_factor: _builtins.int
+    internal: _builtins.bool
+    """issue 25: a system topic (__consumer_offsets)"""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionInfo]: ...
     @_builtins.property
@@ -713,10 +716,11 @@ class TopicInfo(_message.Message):
         partitions: _abc.Iterable[Global___PartitionInfo] | None = ...,
         configs: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         replication_factor: _builtins.int = ...,
+        internal: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "name", b"name", "partitions", b"partitions", "replication_factor", b"replication_factor"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "internal", b"internal", "name", b"name", "partitions", b"partitions", "replication_factor", b"replication_factor"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -881,12 +885,17 @@ Global___DeleteTopicResponse: _TypeAlias = DeleteTopicResponse  # noqa: Y015
 class ListTopicsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    INCLUDE_INTERNAL_FIELD_NUMBER: _builtins.int
+    include_internal: _builtins.bool
+    """issue 25: list __consumer_offsets and other system topics too"""
     def __init__(
         self,
+        *,
+        include_internal: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_internal", b"include_internal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -938,16 +947,22 @@ class DescribeTopicResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPIC_FIELD_NUMBER: _builtins.int
+    CONFIG_ENTRIES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def topic(self) -> Global___TopicInfo: ...
+    @_builtins.property
+    def config_entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigEntry]:
+        """issue 25: every config key with its value and source"""
+
     def __init__(
         self,
         *,
         topic: Global___TopicInfo | None = ...,
+        config_entries: _abc.Iterable[Global___ConfigEntry] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_entries", b"config_entries", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2327,3 +2342,84 @@ class DescribeAclsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeAclsResponse: _TypeAlias = DescribeAclsResponse  # noqa: Y015
+
+@_typing.final
+class ConfigEntry(_message.Message):
+    """--------------------------------------------------------------- issue 25: partitions and config sources
+
+    One topic config as Kafka's DescribeConfigs reports it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    READ_ONLY_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    value: _builtins.str
+    """the effective value"""
+    source: _builtins.str
+    """DYNAMIC_TOPIC_CONFIG (set on the topic) or DEFAULT_CONFIG"""
+    read_only: _builtins.bool
+    """fixed at creation (segment.bytes, segment.ms)"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str = ...,
+        source: _builtins.str = ...,
+        read_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "read_only", b"read_only", "source", b"source", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConfigEntry: _TypeAlias = ConfigEntry  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    total: _builtins.int
+    """the partition count after the call, above the current one"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsRequest: _TypeAlias = CreatePartitionsRequest  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topic(self) -> Global___TopicInfo:
+        """once the new partitions have leaders (bounded wait)"""
+
+    def __init__(
+        self,
+        *,
+        topic: Global___TopicInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsResponse: _TypeAlias = CreatePartitionsResponse  # noqa: Y015

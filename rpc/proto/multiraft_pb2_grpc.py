@@ -479,6 +479,11 @@ class AdminStub:
                 request_serializer=rpc_dot_proto_dot_multiraft__pb2.ListGroupsRequest.SerializeToString,
                 response_deserializer=rpc_dot_proto_dot_multiraft__pb2.ListGroupsResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/multiraft.v1.Admin/CreatePartitions',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -557,6 +562,15 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePartitions(self, request, context):
+        """---- adding partitions (issue 25)
+        Grow a topic to `total` partitions (Kafka's CreatePartitions); never fewer. Needs alter on the topic.
+        ---- end of adding partitions (issue 25)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -614,6 +628,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListGroups,
                     request_deserializer=rpc_dot_proto_dot_multiraft__pb2.ListGroupsRequest.FromString,
                     response_serializer=rpc_dot_proto_dot_multiraft__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.CreatePartitionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -915,6 +934,33 @@ class Admin:
             '/multiraft.v1.Admin/ListGroups',
             rpc_dot_proto_dot_multiraft__pb2.ListGroupsRequest.SerializeToString,
             rpc_dot_proto_dot_multiraft__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Admin/CreatePartitions',
+            rpc_dot_proto_dot_multiraft__pb2.CreatePartitionsRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.CreatePartitionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -193,6 +193,11 @@ class AdminStub:
     """Forget a node; refused while it still holds replicas."""
     ListGroups: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.ListGroupsRequest, _multiraft_pb2.ListGroupsResponse]
     """Consumer groups that have committed offsets."""
+    CreatePartitions: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.CreatePartitionsRequest, _multiraft_pb2.CreatePartitionsResponse]
+    """---- adding partitions (issue 25)
+    Grow a topic to `total` partitions (Kafka's CreatePartitions); never fewer. Needs alter on the topic.
+    ---- end of adding partitions (issue 25)
+    """
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -216,6 +221,11 @@ class AdminAsyncStub(AdminStub):
     """Forget a node; refused while it still holds replicas."""
     ListGroups: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.ListGroupsRequest, _multiraft_pb2.ListGroupsResponse]  # type: ignore[assignment]
     """Consumer groups that have committed offsets."""
+    CreatePartitions: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.CreatePartitionsRequest, _multiraft_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
+    """---- adding partitions (issue 25)
+    Grow a topic to `total` partitions (Kafka's CreatePartitions); never fewer. Needs alter on the topic.
+    ---- end of adding partitions (issue 25)
+    """
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     """--------------------------------------------------------------------------------------------------- admin"""
@@ -302,6 +312,17 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_multiraft_pb2.ListGroupsResponse, _abc.Awaitable[_multiraft_pb2.ListGroupsResponse]]:
         """Consumer groups that have committed offsets."""
+
+    @_abc_1.abstractmethod
+    def CreatePartitions(
+        self,
+        request: _multiraft_pb2.CreatePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.CreatePartitionsResponse, _abc.Awaitable[_multiraft_pb2.CreatePartitionsResponse]]:
+        """---- adding partitions (issue 25)
+        Grow a topic to `total` partitions (Kafka's CreatePartitions); never fewer. Needs alter on the topic.
+        ---- end of adding partitions (issue 25)
+        """
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -8,6 +8,7 @@ from multiraft.controller import (
     AllocateProducerIds,
     AlterTopicConfigs,
     Command,
+    CreatePartitions,
     CreateTopic,
     DeleteTopic,
     NodeInfo,
@@ -52,6 +53,7 @@ def any_commands() -> st.SearchStrategy[Command]:
         ),
         st.builds(SetNodeState, NODE_IDS, st.sampled_from(NodeState)),
         st.builds(AllocateProducerIds, I64),
+        st.builds(CreatePartitions, TEXT, I64, assignments),
     )
 
 
@@ -144,6 +146,12 @@ def small_commands() -> st.SearchStrategy[Command]:
         set_replicas,
         st.builds(SetNodeState, st.integers(0, 7), st.sampled_from(NodeState)),
         st.builds(AllocateProducerIds, st.integers(-1, 5)),
+        st.builds(
+            CreatePartitions,
+            TOPIC_NAMES,
+            st.integers(0, 7),
+            st.lists(_ASSIGNMENTS.flatmap(_with_leader), max_size=3).map(tuple),
+        ),
     )
 
 

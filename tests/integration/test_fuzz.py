@@ -272,6 +272,29 @@ def test_create_topic_answers_every_request_precisely(
     _answered_precisely(create_then_clean_up)
 
 
+@fuzzes("CreatePartitions")  # issue 25
+@fuzz(20)
+@given(node=st.integers(1, 3), name=odd_names, total=int32s, own=st.booleans())
+def test_create_partitions_answers_every_request_precisely(
+    fuzzed: tuple[Cluster, Any], node: int, name: str, total: int, own: bool
+) -> None:
+    """Of odd names, of the fuzzed topic (never grown: the fixture checks it whole), or of a fresh topic."""
+    cluster, _ = fuzzed
+    admin = _admin(cluster, node)
+    if name == TOPIC:
+        total = min(total, 2)
+    if own:
+        name = "grow-me"
+        total = total if total > 64 or total < 1 else min(total, 3)  # keep valid ones small
+        admin.CreateTopic(pb.CreateTopicRequest(name=name, partitions=1, replication_factor=1), timeout=30)
+    try:
+        request = pb.CreatePartitionsRequest(name=name, total=total)
+        _answered_precisely(lambda: admin.CreatePartitions(request, timeout=30), cluster, node)
+    finally:
+        if own:
+            admin.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=30)
+
+
 @fuzzes("AlterTopicConfigs", "DescribeTopic", "Metadata")
 @FUZZ
 @given(

@@ -26,6 +26,7 @@ from multiraft.node.peer_messages import (
     ControllerBody,
     ControllerOutcome,
     ControllerRequest,
+    CreatePartitionsRequest,
     CreateTopicRequest,
     NodeStateRequest,
     RequestKind,
@@ -128,6 +129,9 @@ FORBIDDEN: list[tuple[str, ControllerBody, type[MultiraftError]]] = [
     ("create another internal topic", CreateTopicRequest("__mine", 1, 1, internal=True), OperationNotAllowedError),
     ("create too many partitions", CreateTopicRequest("huge", 10**9, 1), InvalidArgumentError),
     ("create with no replicas", CreateTopicRequest("none", 1, 0), InvalidArgumentError),
+    ("add partitions to an internal topic", CreatePartitionsRequest(OFFSETS_TOPIC, 99), OperationNotAllowedError),
+    ("add too many partitions", CreatePartitionsRequest("orders", 10**9), InvalidArgumentError),
+    ("add placed partitions", ctl.CreatePartitions("orders", 2, (((1,), 1),)), OperationNotAllowedError),
 ]
 
 
@@ -147,6 +151,7 @@ ALLOWED: list[tuple[str, ControllerBody]] = [
     ("create the offsets topic", CreateTopicRequest(OFFSETS_TOPIC, 8, 3, internal=True)),
     ("delete a user topic", ctl.DeleteTopic("orders")),
     ("alter a user topic", ctl.AlterTopicConfigs("orders", {"retention.ms": "1000"})),
+    ("add partitions to a user topic", CreatePartitionsRequest("orders", 6)),
     ("drain a node", NodeStateRequest(VICTIM, ctl.NodeState.DRAINING)),
     ("undrain a node", NodeStateRequest(VICTIM, ctl.NodeState.ACTIVE)),
     ("reserve producer ids", ctl.AllocateProducerIds(100)),

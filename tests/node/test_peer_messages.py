@@ -23,6 +23,7 @@ from multiraft.node import peer_messages as pm
 from multiraft.node.peer_messages import (
     ControllerOutcome,
     ControllerRequest,
+    CreatePartitionsRequest,
     CreateTopicRequest,
     LeaderAnnouncement,
     MoveReport,
@@ -61,8 +62,12 @@ class Codec:
 
 create_topic_requests = st.builds(CreateTopicRequest, TEXT, I64, I64, TEXT_MAPS, st.booleans())
 node_state_requests = st.builds(NodeStateRequest, IDS, st.sampled_from(ctl.NodeState), st.booleans())
+create_partitions_requests = st.builds(CreatePartitionsRequest, TEXT, I64)
 controller_requests = st.builds(
-    ControllerRequest, st.one_of(any_commands(), create_topic_requests, node_state_requests), st.booleans(), IDS
+    ControllerRequest,
+    st.one_of(any_commands(), create_topic_requests, node_state_requests, create_partitions_requests),
+    st.booleans(),
+    IDS,
 )
 controller_outcomes = st.builds(ControllerOutcome, TEXT, IDS, st.tuples(IDS, IDS), IDS)
 partition_statuses = st.lists(

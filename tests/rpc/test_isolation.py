@@ -128,7 +128,7 @@ class FaultyServices:
     async def delete_topic(self, name: str) -> None:
         self._step("delete_topic")
 
-    def list_topics(self) -> list[TopicDescription]:
+    def list_topics(self, *, include_internal: bool = False) -> list[TopicDescription]:
         self._step("list_topics")
         return [TOPIC]
 
@@ -138,6 +138,10 @@ class FaultyServices:
 
     async def alter_topic_configs(self, *_: Any) -> TopicDescription:
         self._step("alter_topic_configs")
+        return TOPIC
+
+    async def create_partitions(self, *_: Any) -> TopicDescription:
+        self._step("create_partitions")
         return TOPIC
 
     async def describe_cluster(self) -> ClusterDescription:
@@ -260,6 +264,11 @@ CASES: dict[str, tuple[str, Call, bool]] = {
         False,
     ),
     "ListGroups": ("list_groups", lambda s: s.admin.ListGroups(pb.ListGroupsRequest(), timeout=TIMEOUT_S), False),
+    "CreatePartitions": (
+        "create_partitions",
+        lambda s: s.admin.CreatePartitions(pb.CreatePartitionsRequest(name="orders", total=2), timeout=TIMEOUT_S),
+        False,
+    ),
     "Authenticate": (
         "scram_first",
         lambda s: s.security.Authenticate(

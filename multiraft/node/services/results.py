@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from multiraft import controller as ctl
 from multiraft.errors import MultiraftError
 from multiraft.node.peer_groups import GroupListingRow
 from multiraft.node.peer_messages import MoveReport
@@ -57,6 +58,8 @@ class TopicDescription:
     partitions: tuple[PartitionDescription, ...]
     configs: dict[str, str]
     replication_factor: int
+    internal: bool = False  # issue 25: __consumer_offsets and other system topics
+    config_entries: tuple[ctl.ConfigEntry, ...] = ()  # issue 25: every config with its source (describe only)
 
 
 @dataclass(frozen=True, slots=True)
