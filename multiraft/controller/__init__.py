@@ -8,6 +8,15 @@ names), :mod:`.placement` (replica placement, leader balance, rebalance and repa
 
 from __future__ import annotations
 
+from .cluster_config import (
+    ClusterConfigEntry,
+    TopicConfigEntry,
+    cluster_config_keys,
+    describe_cluster_configs,
+    effective_config,
+    topic_config_sources,
+    validate_cluster_configs,
+)
 from .errors import (
     CapacityUnknownError,
     CommandCodecError,
@@ -76,6 +85,7 @@ from .state import (
     MAX_PRODUCER_ID,
     SNAPSHOT_FORMAT_VERSION,
     AllocateProducerIds,
+    AlterClusterConfigs,
     AlterTopicConfigs,
     ApplyResult,
     ClusterState,
@@ -126,6 +136,7 @@ __all__ = [
     "SetPartitionReplicas",
     "SetNodeState",
     "AllocateProducerIds",
+    "AlterClusterConfigs",
     "apply",
     "ApplyResult",
     "ProducerIdBlock",
@@ -145,6 +156,14 @@ __all__ = [
     "effective_topic_config",
     "validate_topic_name",
     "describe",
+    # dynamic cluster-wide configuration
+    "ClusterConfigEntry",
+    "TopicConfigEntry",
+    "cluster_config_keys",
+    "describe_cluster_configs",
+    "effective_config",
+    "topic_config_sources",
+    "validate_cluster_configs",
     # placement
     "place_new_topic",
     "preferred_leader_moves",

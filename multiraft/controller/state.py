@@ -25,6 +25,7 @@ from ._model import (
     MAX_NODE_ID,
     MAX_PRODUCER_ID,
     AllocateProducerIds,
+    AlterClusterConfigs,
     AlterTopicConfigs,
     ClusterState,
     Command,
@@ -63,6 +64,7 @@ __all__ = [
     "SetPartitionReplicas",
     "SetNodeState",
     "AllocateProducerIds",
+    "AlterClusterConfigs",
     # applying
     "apply",
     "ApplyResult",
