@@ -3,6 +3,7 @@ package)."""
 
 from rpc.client._admin import (
     Admin,
+    ClusterConfig,
     ClusterInfo,
     DrainStatus,
     MoveInfo,
@@ -36,6 +37,7 @@ __all__ = [
     "RecordMetadata",
     "BatchMetadata",
     "ClusterClient",
+    "ClusterConfig",
     "ClusterInfo",
     "DrainStatus",
     "GroupDescription",
