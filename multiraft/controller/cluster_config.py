@@ -12,10 +12,13 @@ cluster key                    topic key it defaults       takes effect
 ``log.retention.ms``           ``retention.ms``            at once, on every topic that does not set it
 ``log.retention.bytes``        ``retention.bytes``         at once, on every topic that does not set it
 ``message.max.bytes``          ``max.message.bytes``       at once, on every topic that does not set it
-``log.message.timestamp.type`` ``message.timestamp.type``  at once, on every topic that does not set it
 ``log.segment.bytes``          ``segment.bytes``           on topics created afterwards (pinned at creation)
 ``log.roll.ms``                ``segment.ms``              on topics created afterwards (pinned at creation)
 =============================  ==========================  ================================================
+
+Not ``log.message.timestamp.type``: the client reads a topic's timestamp type from the topic's own configs
+(it reports LogAppendTime itself), so a cluster default would not reach it. ``message.max.bytes`` is enforced
+by the leaders; a producer that assumed a higher limit learns the lower one from the first refusal.
 
 A topic's effective value comes from, in order: its own config (``DYNAMIC_TOPIC_CONFIG``), the cluster
 setting (``DYNAMIC_CLUSTER_CONFIG``), the built-in default (``DEFAULT_CONFIG``): see
@@ -31,7 +34,6 @@ from dataclasses import dataclass, replace
 from .errors import InvalidConfigError
 from .topic_config import (
     MAX_MESSAGE_BYTES,
-    MESSAGE_TIMESTAMP_TYPE,
     RETENTION_BYTES,
     RETENTION_MS,
     SEGMENT_BYTES,
@@ -67,7 +69,6 @@ _TOPIC_KEY_OF: dict[str, str] = {
     "log.retention.ms": RETENTION_MS,
     "log.retention.bytes": RETENTION_BYTES,
     "message.max.bytes": MAX_MESSAGE_BYTES,
-    "log.message.timestamp.type": MESSAGE_TIMESTAMP_TYPE,
     "log.segment.bytes": SEGMENT_BYTES,
     "log.roll.ms": SEGMENT_MS,
 }

@@ -2393,7 +2393,7 @@ class ClusterConfigEntry(_message.Message):
     value: _builtins.str
     """the effective value"""
     source: _builtins.str
-    """DEFAULT or DYNAMIC_CLUSTER_CONFIG"""
+    """DEFAULT_CONFIG or DYNAMIC_CLUSTER_CONFIG"""
     default_value: _builtins.str
     doc: _builtins.str
     def __init__(

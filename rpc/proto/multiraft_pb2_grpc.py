@@ -618,7 +618,7 @@ class AdminServicer:
     def DescribeClusterConfigs(self, request, context):
         """--- issue 25: cluster-wide configuration (rpk cluster config get/set) ---
         Dynamic cluster-wide settings, kept in the controller's replicated state: each with its effective value
-        and where that comes from (DEFAULT or DYNAMIC_CLUSTER_CONFIG). No keys: every setting.
+        and where that comes from (DEFAULT_CONFIG or DYNAMIC_CLUSTER_CONFIG). No keys: every setting.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

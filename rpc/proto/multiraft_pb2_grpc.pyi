@@ -223,7 +223,7 @@ class AdminStub:
     DescribeClusterConfigs: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.DescribeClusterConfigsRequest, _multiraft_pb2.DescribeClusterConfigsResponse]
     """--- issue 25: cluster-wide configuration (rpk cluster config get/set) ---
     Dynamic cluster-wide settings, kept in the controller's replicated state: each with its effective value
-    and where that comes from (DEFAULT or DYNAMIC_CLUSTER_CONFIG). No keys: every setting.
+    and where that comes from (DEFAULT_CONFIG or DYNAMIC_CLUSTER_CONFIG). No keys: every setting.
     """
     AlterClusterConfigs: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.AlterClusterConfigsRequest, _multiraft_pb2.AlterClusterConfigsResponse]
     """Set or reset (delete: back to the default) settings; INVALID_ARGUMENT names an unknown key or bad value.
@@ -255,7 +255,7 @@ class AdminAsyncStub(AdminStub):
     DescribeClusterConfigs: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.DescribeClusterConfigsRequest, _multiraft_pb2.DescribeClusterConfigsResponse]  # type: ignore[assignment]
     """--- issue 25: cluster-wide configuration (rpk cluster config get/set) ---
     Dynamic cluster-wide settings, kept in the controller's replicated state: each with its effective value
-    and where that comes from (DEFAULT or DYNAMIC_CLUSTER_CONFIG). No keys: every setting.
+    and where that comes from (DEFAULT_CONFIG or DYNAMIC_CLUSTER_CONFIG). No keys: every setting.
     """
     AlterClusterConfigs: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.AlterClusterConfigsRequest, _multiraft_pb2.AlterClusterConfigsResponse]  # type: ignore[assignment]
     """Set or reset (delete: back to the default) settings; INVALID_ARGUMENT names an unknown key or bad value.
@@ -356,7 +356,7 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_multiraft_pb2.DescribeClusterConfigsResponse, _abc.Awaitable[_multiraft_pb2.DescribeClusterConfigsResponse]]:
         """--- issue 25: cluster-wide configuration (rpk cluster config get/set) ---
         Dynamic cluster-wide settings, kept in the controller's replicated state: each with its effective value
-        and where that comes from (DEFAULT or DYNAMIC_CLUSTER_CONFIG). No keys: every setting.
+        and where that comes from (DEFAULT_CONFIG or DYNAMIC_CLUSTER_CONFIG). No keys: every setting.
         """
 
     @_abc_1.abstractmethod
