@@ -56,6 +56,7 @@ _RULES: dict[str, _Rule] = {
     "/multiraft.v1.Log/Fetch": lambda r: _one(R, _topic(r.topic)),
     "/multiraft.v1.Log/Subscribe": lambda r: _one(R, _topic(r.topic)),
     "/multiraft.v1.Log/ListOffsets": lambda r: _one(D, _topic(r.topic)),
+    "/multiraft.v1.Log/DeleteRecords": lambda r: _one(AclOperation.DELETE, _topic(r.topic)),  # as Kafka's
     "/multiraft.v1.Log/InitProducer": lambda r: [],  # checked by _authorize: write on some topic
     "/multiraft.v1.Log/CommitOffsets": lambda r: [
         *_one(R, Resource(_GROUP, r.group)),
@@ -79,6 +80,8 @@ _RULES: dict[str, _Rule] = {
     "/multiraft.v1.Admin/RemoveNode": lambda r: _one(AclOperation.CLUSTER_ACTION, CLUSTER),
     "/multiraft.v1.Admin/ListGroups": lambda r: [],  # filtered
     "/multiraft.v1.Admin/CreatePartitions": lambda r: _one(AclOperation.ALTER, _topic(r.name)),  # issue 25, as Kafka
+    "/multiraft.v1.Admin/DescribeClusterConfigs": lambda r: _one(D, CLUSTER),
+    "/multiraft.v1.Admin/AlterClusterConfigs": lambda r: _one(AclOperation.ALTER, CLUSTER),
     "/multiraft.v1.Groups/JoinGroup": lambda r: _one(R, Resource(_GROUP, r.group)),
     "/multiraft.v1.Groups/SyncGroup": lambda r: _one(R, Resource(_GROUP, r.group)),
     "/multiraft.v1.Groups/Heartbeat": lambda r: _one(R, Resource(_GROUP, r.group)),

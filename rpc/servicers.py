@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 from google.protobuf.message import Message
 
+from multiraft import controller as ctl
 from multiraft.errors import InvalidArgumentError, MultiraftError
 from multiraft.groups import NO_GENERATION
 from multiraft.logging import get_logger
@@ -156,6 +157,15 @@ class LogServicer(pb_grpc.LogServicer):
             except MultiraftError as exc:
                 offsets.append(pb.PartitionOffset(partition=partition, offset=-1, error=to_proto_error(exc)))
         return pb.ListOffsetsResponse(topic=request.topic, offsets=offsets)
+
+    @_mapped
+    async def DeleteRecords(  # noqa: N802
+        self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteRecordsResponse:
+        low_watermark = await self._data.delete_records(
+            request.topic, request.partition, request.offset, request.timeout_ms
+        )
+        return pb.DeleteRecordsResponse(low_watermark=low_watermark)
 
     async def ProduceStream(  # noqa: N802
         self, request_iterator: AsyncIterator[pb.ProduceRequest], context: grpc.aio.ServicerContext[Any, Any]
@@ -448,6 +458,28 @@ class AdminServicer(pb_grpc.AdminServicer):
             raise _invalid("node_id must be >= 1", "node_id")
         await self._admin.remove_node(request.node_id)
         return pb.RemoveNodeResponse()
+
+    # --- issue 25: cluster-wide configuration ---
+
+    @_mapped
+    async def DescribeClusterConfigs(  # noqa: N802
+        self, request: pb.DescribeClusterConfigsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DescribeClusterConfigsResponse:
+        entries = self._admin.describe_cluster_configs(list(request.keys))
+        return pb.DescribeClusterConfigsResponse(configs=[_cluster_config_pb(e) for e in entries])
+
+    @_mapped
+    async def AlterClusterConfigs(  # noqa: N802
+        self, request: pb.AlterClusterConfigsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AlterClusterConfigsResponse:
+        entries = await self._admin.alter_cluster_configs(dict(request.set), list(request.delete))
+        return pb.AlterClusterConfigsResponse(configs=[_cluster_config_pb(e) for e in entries])
+
+
+def _cluster_config_pb(entry: ctl.ClusterConfigEntry) -> pb.ClusterConfigEntry:
+    return pb.ClusterConfigEntry(
+        name=entry.name, value=entry.value, source=entry.source, default_value=entry.default, doc=entry.doc
+    )
 
 
 class _ByteBudget:

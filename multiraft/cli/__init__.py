@@ -86,7 +86,9 @@ COMMANDS: dict[str, LazyCommand] = {
         "Is the cluster healthy? Nodes down, leaderless and under-replicated partitions; --watch to follow.",
     ),
     "cluster": LazyCommand(
-        "multiraft.cli._cluster", "cluster_app", "Local clusters on 127.0.0.1 (data, logs and PIDs under --dir)."
+        "multiraft.cli._cluster",
+        "cluster_app",
+        "Local clusters on 127.0.0.1 (data, logs and PIDs under --dir); `cluster config`: cluster-wide settings.",
     ),
     "storage": LazyCommand(
         "multiraft.cli._storage",

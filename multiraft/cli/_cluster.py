@@ -27,7 +27,9 @@ from multiraft.launcher import (
 __all__ = ["cluster_app", "connect_instructions"]
 
 
-cluster_app = typer.Typer(help="Local clusters on 127.0.0.1 (data, logs and PIDs under --dir).")
+cluster_app = typer.Typer(
+    help="Local clusters on 127.0.0.1 (data, logs and PIDs under --dir); `cluster config`: cluster-wide settings."
+)
 _console = Console()
 
 
@@ -185,3 +187,10 @@ def stop(node_id: int = typer.Argument(...), directory: Path = typer.Option(...,
     """Stop one node cleanly (SIGTERM)."""
     if not stop_node(load_cluster(directory), node_id):
         raise typer.Exit(1)
+
+
+# --- issue 25: cluster-wide configuration (rpk cluster config) ---
+from multiraft.cli._cluster_config import config_app  # noqa: E402
+
+cluster_app.add_typer(config_app, name="config")
+# --- end issue 25 ---

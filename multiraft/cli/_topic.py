@@ -311,3 +311,69 @@ def add_partitions(
 
 
 # -------------------------------------------------------------------- end of adding partitions (issue 25)
+
+
+# --- issue 25: trim-prefix (Kafka's DeleteRecords, rpk topic trim-prefix) ---
+
+
+@topic_app.command("trim-prefix")
+@with_tls_options
+def trim_prefix(
+    name: str = typer.Argument(..., metavar="TOPIC", help="Topic name."),
+    offset: int = typer.Option(
+        ..., "--offset", "-o", min=-1, help="Delete the records before this offset (-1: the high watermark)."
+    ),
+    partitions: list[str] = typer.Option(
+        [], "--partitions", "-p", help="Partitions, comma-separated or repeated (default: every partition)."
+    ),
+    yes: bool = typer.Option(False, "--no-confirm", "--yes", "-y", help="Do not ask for confirmation."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per partition, one per line."),
+    bootstrap: BootstrapOption = None,
+    cluster_dir: ClusterDirOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Delete the records before --offset in partitions of TOPIC, on every replica (asks first unless
+    --no-confirm); prints each partition's new log start offset. Exit 1 if any partition failed."""
+    from multiraft.cli._options import describe_error
+    from multiraft.errors import MultiraftError
+
+    with open_admin(bootstrap, cluster_dir, timeout) as admin:
+        wanted = _partition_numbers(partitions) or [p.partition for p in admin.describe_topic(name).partitions]
+        if not yes:
+            if not sys.stdin.isatty():
+                fail(f"not deleting records of {name!r}: pass --no-confirm to confirm (stdin is not a terminal)")
+            where = ", ".join(str(p) for p in wanted)
+            if not typer.confirm(f"Delete the records before offset {offset} in {name!r} partitions {where}?"):
+                fail("no records deleted")
+        rows: list[tuple[int, int | None, str]] = []
+        for partition in wanted:
+            try:
+                rows.append((partition, admin.delete_records({(name, partition): offset})[(name, partition)], ""))
+            except MultiraftError as exc:
+                rows.append((partition, None, describe_error(exc)))
+    if as_json:
+        for partition, start, error in rows:
+            _print_json({"topic": name, "partition": partition, "new_start_offset": start, "error": error or None})
+    else:
+        table = Table(title=f"records deleted in {name}")
+        for column in ("partition", "new start offset", "error"):
+            table.add_column(column, justify="left" if column == "error" else "right")
+        for partition, start, error in rows:
+            table.add_row(str(partition), "-" if start is None else str(start), error or "-")
+        print_table(table)
+    if any(error for _, _, error in rows):
+        raise typer.Exit(1)
+
+
+def _partition_numbers(items: list[str]) -> list[int]:
+    """``["0,1", "3"]`` -> ``[0, 1, 3]`` (rpk's -p takes a comma-separated list); a usage error otherwise."""
+    numbers: set[int] = set()
+    for item in items:
+        for text in item.split(","):
+            if not text.strip().isdigit():
+                raise typer.BadParameter(f"expected partition numbers, got {item!r}", param_hint="--partitions")
+            numbers.add(int(text))
+    return sorted(numbers)
+
+
+# --- end issue 25: trim-prefix ---

@@ -8,6 +8,14 @@ names), :mod:`.placement` (replica placement, leader balance, rebalance and repa
 
 from __future__ import annotations
 
+from .cluster_config import (
+    ClusterConfigEntry,
+    cluster_config_keys,
+    describe_cluster_configs,
+    effective_config,
+    topic_defaults,
+    validate_cluster_configs,
+)
 from .errors import (
     CapacityUnknownError,
     CommandCodecError,
@@ -76,6 +84,7 @@ from .state import (
     MAX_PRODUCER_ID,
     SNAPSHOT_FORMAT_VERSION,
     AllocateProducerIds,
+    AlterClusterConfigs,
     AlterTopicConfigs,
     ApplyResult,
     ClusterState,
@@ -132,6 +141,7 @@ __all__ = [
     "SetNodeState",
     "AllocateProducerIds",
     "CreatePartitions",
+    "AlterClusterConfigs",
     "apply",
     "partitions_to_add",
     "ApplyResult",
@@ -155,6 +165,13 @@ __all__ = [
     "ConfigEntry",
     "ConfigSource",
     "topic_config_entries",
+    # dynamic cluster-wide configuration
+    "ClusterConfigEntry",
+    "cluster_config_keys",
+    "describe_cluster_configs",
+    "topic_defaults",
+    "effective_config",
+    "validate_cluster_configs",
     # placement
     "place_new_topic",
     "preferred_leader_moves",

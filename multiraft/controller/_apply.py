@@ -9,6 +9,7 @@ from typing import Any
 from ._model import (
     MAX_PRODUCER_ID,
     AllocateProducerIds,
+    AlterClusterConfigs,
     AlterTopicConfigs,
     ClusterState,
     Command,
@@ -24,6 +25,7 @@ from ._model import (
     Topic,
     check_node_info,
 )
+from .cluster_config import cluster_config_key, topic_defaults, validate_cluster_configs
 from .errors import (
     ControllerArgumentError,
     ControllerError,
@@ -38,7 +40,7 @@ from .errors import (
     StaleAssignmentError,
 )
 from .security import SECURITY_COMMAND_TYPES, SecurityCommand, apply_security
-from .topic_config import config_key, validate_topic_configs, validate_topic_name
+from .topic_config import SEGMENT_BYTES, SEGMENT_MS, config_key, validate_topic_configs, validate_topic_name
 
 __all__ = ["ProducerIdBlock", "Outcome", "ApplyResult", "apply", "MAX_PRODUCER_ID_BLOCK", "partitions_to_add"]
 
@@ -130,7 +132,9 @@ def _create_topic(state: ClusterState, command: CreateTopic) -> tuple[_Changes, 
     validate_topic_name(command.name, internal=command.internal)
     if command.name in state.topics:
         raise DuplicateTopicError(command.name)
-    configs = validate_topic_configs(command.configs, creating=True)
+    # The keys pinned at creation take the cluster's defaults (log.segment.bytes, log.roll.ms) when unset.
+    pinned = {k: v for k, v in topic_defaults(state.cluster_configs).items() if k in (SEGMENT_BYTES, SEGMENT_MS)}
+    configs = validate_topic_configs({**pinned, **command.configs}, creating=True)
     if not command.assignments:
         raise InvalidPartitionCountError(0)
     if command.created_ms < 0:
@@ -207,6 +211,20 @@ def _alter_topic_configs(state: ClusterState, command: AlterTopicConfigs) -> tup
         return {}, topic
     altered = replace(topic, configs=configs)
     return {"topics": {**state.topics, topic.name: altered}}, altered
+
+
+def _alter_cluster_configs(state: ClusterState, command: AlterClusterConfigs) -> tuple[_Changes, Outcome]:
+    both = sorted(set(command.set) & set(command.delete))
+    if both:
+        raise InvalidConfigError(both[0], "is both set and deleted")
+    normalized = validate_cluster_configs(command.set)
+    for key in command.delete:
+        cluster_config_key(key)
+    configs = {k: v for k, v in state.cluster_configs.items() if k not in command.delete}
+    configs = dict(sorted({**configs, **normalized}.items()))
+    if configs == dict(state.cluster_configs):
+        return {}, None
+    return {"cluster_configs": configs}, None
 
 
 def _set_partition_replicas(state: ClusterState, command: SetPartitionReplicas) -> tuple[_Changes, Outcome]:
@@ -320,6 +338,7 @@ _HANDLERS: dict[type, Callable[[ClusterState, Any], tuple[_Changes, Outcome]]] =
     SetPartitionReplicas: _set_partition_replicas,
     SetNodeState: _set_node_state,
     AllocateProducerIds: _allocate_producer_ids,
+    AlterClusterConfigs: _alter_cluster_configs,
     **dict.fromkeys(SECURITY_COMMAND_TYPES, _security),
     CreatePartitions: _create_partitions,  # adding partitions (issue 25)
 }

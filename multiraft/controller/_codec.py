@@ -9,15 +9,18 @@ Other tags: ``register_node`` (``node``), ``delete_topic`` (``name``, ``internal
 (``name``, ``set``, ``delete``), ``set_partition_replicas`` (``topic``, ``partition``, ``replicas``,
 ``learners``, ``preferred_leader``, ``expected_replicas``, ``expected_learners``: a list or null),
 ``set_node_state`` (``node_id``, ``state``), ``allocate_producer_ids`` (``count``, and ``principal`` when it
-is bound to one) and ``create_partitions`` (``name``, ``total``, ``assignments`` of the new partitions; code
-older than it stops on it as a command from newer code, as for any new type); the security commands are in
-:mod:`._security_codec`. A node is ``{"id","client","peer","gossip","rack","capacity","state"}`` with the
-state in lower case, and ``"host"`` when the node has one (absent when empty, so that logs and snapshots
-written before hosts existed still load and clusters without hosts write the same bytes as before).
+is bound to one), ``alter_cluster_configs`` (``set``, ``delete``) and ``create_partitions`` (``name``,
+``total``, ``assignments`` of the new partitions); code older than a command type stops on it as a command
+from newer code, as for any new type. The security commands are in :mod:`._security_codec`. A node is
+``{"id","client","peer","gossip","rack","capacity","state"}`` with the state in lower case, and ``"host"`` when
+the node has one (absent when empty, so that logs and snapshots written before hosts existed still load and
+clusters without hosts write the same bytes as before).
 
 A snapshot is a 9-byte header, ``b"MRCS"``, format version (u8) and the CRC-32 of the body (u32, little
 endian), then the body: zlib-compressed JSON of the whole state with nodes sorted by id, topics by name, and
-each partition as ``[group_id, replicas, learners, preferred_leader]``. Equal states give equal bytes.
+each partition as ``[group_id, replicas, learners, preferred_leader]``, and ``cluster_configs`` (a string map)
+only when some dynamic cluster setting is set, so that other snapshots keep their bytes. Equal states give
+equal bytes.
 
 Decoding checks every field's type and the exact set of keys, so a decoded value is always well typed; whether
 it makes sense (a known node, a valid name) is for apply() to judge. Malformed input raises
@@ -32,10 +35,12 @@ import math
 import struct
 import zlib
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from ._model import (
     AllocateProducerIds,
+    AlterClusterConfigs,
     AlterTopicConfigs,
     ClusterState,
     Command,
@@ -140,6 +145,7 @@ _COMMAND_ENCODERS: dict[type, Callable[[Any], dict[str, Any]]] = {
     },
     SetNodeState: lambda c: {"node_id": c.node_id, "state": NodeState(c.state).value},
     AllocateProducerIds: lambda c: {"count": c.count, **({"principal": c.principal} if c.principal else {})},
+    AlterClusterConfigs: lambda c: {"set": dict(c.set), "delete": list(c.delete)},
     **dict.fromkeys(SECURITY_COMMAND_TYPES, encode_security_command),
     # adding partitions (issue 25)
     CreatePartitions: lambda c: {
@@ -156,6 +162,7 @@ _TAGS: dict[type, str] = {
     SetPartitionReplicas: "set_partition_replicas",
     SetNodeState: "set_node_state",
     AllocateProducerIds: "allocate_producer_ids",
+    AlterClusterConfigs: "alter_cluster_configs",
     **SECURITY_TAGS,
     CreatePartitions: "create_partitions",  # adding partitions (issue 25)
 }
@@ -339,6 +346,9 @@ _COMMAND_DECODERS: dict[str, Callable[[_Obj], Command]] = {
         total=o.integer("total"),
         assignments=_decode_assignments(o.array("assignments"), f"{o.path}.assignments"),
     ),
+    "alter_cluster_configs": lambda o: AlterClusterConfigs(
+        o.exactly("set", "delete").str_map("set"), o.strings("delete")
+    ),
 }
 
 
@@ -358,6 +368,8 @@ def encode_snapshot(state: ClusterState) -> bytes:
         }
         if not state.security.empty:  # absent when empty: snapshots of clusters without security are unchanged
             obj["security"] = security_obj(state.security)
+        if state.cluster_configs:  # absent when empty, as security
+            obj["cluster_configs"] = dict(state.cluster_configs)
         body = zlib.compress(_dumps(obj), 6)
     except (ValueError, TypeError, AttributeError) as exc:
         raise CommandEncodeError(f"cannot encode the snapshot: {exc}") from exc
@@ -406,8 +418,11 @@ def _topic_obj(topic: Topic) -> dict[str, Any]:
 
 
 def _decode_state(value: Any) -> ClusterState:
-    keys = ("applied_index", "version", "next_group_id", "next_producer_id", "nodes", "topics")
-    obj = _Obj(value, "snapshot", (*keys, "security") if isinstance(value, dict) and "security" in value else keys)
+    keys: tuple[str, ...] = ("applied_index", "version", "next_group_id", "next_producer_id", "nodes", "topics")
+    for optional in ("security", "cluster_configs"):
+        if isinstance(value, dict) and optional in value:
+            keys = (*keys, optional)
+    obj = _Obj(value, "snapshot", keys)
     nodes: dict[int, NodeInfo] = {}
     for item in obj.array("nodes"):
         node = _decode_node(item, "snapshot.nodes[]")
@@ -420,15 +435,19 @@ def _decode_state(value: Any) -> ClusterState:
         if topic.name in topics:
             _fail("snapshot.topics", f"lists topic {topic.name[:64]!r} twice")
         topics[topic.name] = topic
-    return ClusterState(
+    state = ClusterState(
         nodes=nodes,
         topics=topics,
         next_group_id=obj.integer("next_group_id"),
         next_producer_id=obj.integer("next_producer_id"),
         applied_index=obj.integer("applied_index"),
         version=obj.integer("version"),
-        **({"security": decode_security(obj.value["security"])} if "security" in obj.value else {}),
     )
+    if "security" in obj.value:
+        state = replace(state, security=decode_security(obj.value["security"]))
+    if "cluster_configs" in obj.value:
+        state = replace(state, cluster_configs=obj.str_map("cluster_configs"))
+    return state
 
 
 def _decode_topic(value: Any) -> Topic:

@@ -33,6 +33,7 @@ __all__ = [
     "SetNodeState",
     "AllocateProducerIds",
     "CreatePartitions",
+    "AlterClusterConfigs",
     "Command",
     "COMMAND_TYPES",
 ]
@@ -152,6 +153,8 @@ class ClusterState:
     applied_index: int = 0
     version: int = 0
     security: SecurityState = field(default_factory=SecurityState)  # users, ACLs, token key
+    # Dynamic cluster-wide settings (multiraft.controller.cluster_config), normalized; only the keys set.
+    cluster_configs: Mapping[str, str] = field(default_factory=dict)
 
     # ------------------------------------------------------------------------------------------- lookups
 
@@ -332,6 +335,14 @@ class SetNodeState:
 
 
 @dataclass(frozen=True)
+class AlterClusterConfigs:
+    """Set and reset (``delete``: back to the default) dynamic cluster-wide settings, all or nothing."""
+
+    set: Mapping[str, str] = field(default_factory=dict)
+    delete: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class AllocateProducerIds:
     """Reserve ``count`` consecutive producer ids; the result is the first one. With a ``principal`` the block
     is bound to it: only that principal may produce with its ids (authorization on)."""
@@ -370,6 +381,7 @@ Command = (
     | SetPartitionReplicas
     | SetNodeState
     | AllocateProducerIds
+    | AlterClusterConfigs
     | SecurityCommand
     | CreatePartitions
 )
@@ -381,6 +393,7 @@ COMMAND_TYPES: tuple[type[Command], ...] = (
     SetPartitionReplicas,
     SetNodeState,
     AllocateProducerIds,
+    AlterClusterConfigs,
     *SECURITY_COMMAND_TYPES,
     CreatePartitions,
 )

@@ -25,6 +25,7 @@ from ._model import (
     MAX_NODE_ID,
     MAX_PRODUCER_ID,
     AllocateProducerIds,
+    AlterClusterConfigs,
     AlterTopicConfigs,
     ClusterState,
     Command,
@@ -65,6 +66,7 @@ __all__ = [
     "SetNodeState",
     "AllocateProducerIds",
     "CreatePartitions",
+    "AlterClusterConfigs",
     # applying
     "apply",
     "ApplyResult",

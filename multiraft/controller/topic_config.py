@@ -341,6 +341,7 @@ class ConfigSource(StrEnum):
     """Where a topic config's value comes from, with Kafka's DescribeConfigs names."""
 
     DYNAMIC_TOPIC_CONFIG = "DYNAMIC_TOPIC_CONFIG"  # set on the topic
+    DYNAMIC_CLUSTER_CONFIG = "DYNAMIC_CLUSTER_CONFIG"  # a cluster-wide setting (multiraft.controller.cluster_config)
     DEFAULT_CONFIG = "DEFAULT_CONFIG"  # this code's default
 
 
@@ -354,19 +355,28 @@ class ConfigEntry:
     read_only: bool  # fixed at creation (segment.bytes, segment.ms)
 
 
-def topic_config_entries(configs: Mapping[str, str]) -> tuple[ConfigEntry, ...]:
-    """Every config key, sorted, for a topic whose stored configs are ``configs``.
+def topic_config_entries(
+    configs: Mapping[str, str], cluster_defaults: Mapping[str, str] | None = None
+) -> tuple[ConfigEntry, ...]:
+    """Every config key, sorted, for a topic whose stored configs are ``configs``, with its effective value and
+    source: the topic's own (``DYNAMIC_TOPIC_CONFIG``), else the cluster's default for that topic key
+    (``cluster_defaults``, keyed by topic key: ``DYNAMIC_CLUSTER_CONFIG``), else this code's default.
 
-    A key stored on the topic is ``DYNAMIC_TOPIC_CONFIG``, except a key pinned at creation (segment.bytes,
-    segment.ms: stored on every topic so that replicas agree) whose value is the default: that one was not
-    asked for, or asked for at the default, and is reported as ``DEFAULT_CONFIG``.
+    A key pinned at creation (segment.bytes, segment.ms: stored on every topic so that replicas agree) whose
+    value is the default was not asked for, or asked for at the default, and is reported as ``DEFAULT_CONFIG``.
     """
+    cluster = cluster_defaults or {}
     entries = []
     for spec in describe():
         stored = configs.get(spec.name)
-        pinned_default = not spec.alterable and stored == spec.default
-        source = ConfigSource.DEFAULT_CONFIG if stored is None or pinned_default else ConfigSource.DYNAMIC_TOPIC_CONFIG
-        entries.append(ConfigEntry(spec.name, spec.default if stored is None else stored, source, not spec.alterable))
+        read_only = not spec.alterable
+        if stored is not None and not (read_only and stored == spec.default):
+            entries.append(ConfigEntry(spec.name, stored, ConfigSource.DYNAMIC_TOPIC_CONFIG, read_only))
+        elif stored is None and spec.name in cluster:
+            entries.append(ConfigEntry(spec.name, cluster[spec.name], ConfigSource.DYNAMIC_CLUSTER_CONFIG, read_only))
+        else:
+            value = spec.default if stored is None else stored
+            entries.append(ConfigEntry(spec.name, value, ConfigSource.DEFAULT_CONFIG, read_only))
     return tuple(entries)
 
 

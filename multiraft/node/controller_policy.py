@@ -45,7 +45,7 @@ from multiraft.security import CLUSTER, Authorizer, Resource
 
 __all__ = ["requester", "check_peer_request", "authorize_request", "client_operation"]
 
-_ADMIN_COMMANDS = (ctl.UpsertUser, ctl.DeleteUser, ctl.CreateAcls, ctl.DeleteAcls)
+_ADMIN_COMMANDS = (ctl.UpsertUser, ctl.DeleteUser, ctl.CreateAcls, ctl.DeleteAcls, ctl.AlterClusterConfigs)
 
 _MAX_OFFSETS_PARTITIONS = 1_000
 

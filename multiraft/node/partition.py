@@ -12,7 +12,10 @@ leader checks each produced batch against that state and against what it appende
 
 The leader also runs the partition's housekeeping, as replicated CONTROL entries so that every replica
 acts at the same point of the log (``multiraft.node.control``): retention by age and size, and a segment roll
-when the active segment is older than segment.ms (so retention fires on idle partitions too). On its own
+when the active segment is older than segment.ms (so retention fires on idle partitions too). DeleteRecords is
+one too (TRIM): every replica moves its log start offset to the same offset, keeps it in a log attribute (and
+in the snapshot manifest, for replicas that catch up from one) and drops the segments wholly below it; a segment
+that straddles the offset stays, read from the new log start offset on, as in Kafka. On its own
 schedule (``leader_balance_ms``) it hands leadership back to the preferred leader once that one is caught up.
 """
 
@@ -25,9 +28,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from multiraft import raft, trace
-from multiraft.errors import MultiraftError, ProducerError
+from multiraft.errors import (
+    InvalidArgumentError,
+    MultiraftError,
+    OffsetOutOfRangeError,
+    ProducerError,
+    UnavailableError,
+)
 from multiraft.logging import get_logger
-from multiraft.node.control import ControlKind, decode_control, encode_drop_before, encode_roll
+from multiraft.node.control import ControlKind, decode_control, encode_drop_before, encode_roll, encode_trim
 from multiraft.node.producers import ProducerStates, Verdict
 from multiraft.node.raftlog import decode_manifest
 from multiraft.node.scheduler import Completion, Group, Scheduler
@@ -39,6 +48,7 @@ log = get_logger(__name__)
 
 
 _PRODUCERS_ATTRIBUTE = "partition.producers"
+_TRIMMED_ATTRIBUTE = "partition.trimmed_to"  # u64 text: the offset DeleteRecords moved the log start to
 _REPLAY_CHUNK_BYTES = 8 << 20
 
 
@@ -151,6 +161,7 @@ class PartitionMachine:
     retention: RetentionPolicy = field(default_factory=lambda: RetentionPolicy(-1, -1))
     high_watermark: int = 0
     producers: ProducerStates = field(default_factory=ProducerStates)
+    trimmed_to: int = 0  # DeleteRecords: records below this offset are deleted on every replica
     _retention_proposed_at: float = 0.0
     # While the group is quiescent: ((policy, applied index, leading) it was last checked under, when a
     # time-based action (age retention, segment roll) can next fire); until then a check finds nothing to do.
@@ -167,6 +178,8 @@ class PartitionMachine:
         producers' state: the checkpoint, then the data entries applied after it."""
         applied = group.storage.applied_index()
         self._applied_index = applied
+        saved_trim = self.log.attribute(_TRIMMED_ATTRIBUTE)
+        self.trimmed_to = int(saved_trim) if saved_trim is not None else 0
         try:
             self.high_watermark = self.log.offset_after(applied)
         except Exception:
@@ -303,7 +316,9 @@ class PartitionMachine:
                     if entry.index in waiters:
                         self._settle_duplicates(entry.index, result)
             elif entry.kind == control:
-                self._apply_control(group, entry)
+                trimmed = self._apply_control(group, entry)
+                if trimmed is not None and entry.index in pending:
+                    results[entry.index] = trimmed
         last = entries[-1]
         self._last_entry_ms = max(self._last_entry_ms, last.timestamp_ms)
         if last.index > self.log.compaction_point()[0]:
@@ -329,6 +344,8 @@ class PartitionMachine:
 
     def on_snapshot(self, group: Group, snapshot: raft.Snapshot) -> None:
         manifest = decode_manifest(snapshot.data)
+        if manifest.log_start > self.trimmed_to:
+            self._set_trimmed(manifest.log_start)
         # A catch-up snapshot keeps the copied segments: the high watermark is the offset after its index.
         self.high_watermark = max(self.log.start_offset(), manifest.next_offset)
         self._applied_index = snapshot.meta.index
@@ -336,29 +353,92 @@ class PartitionMachine:
         self.save_producers()
         self._publish(group)
 
-    def _apply_control(self, group: Group, entry: raft.Entry) -> None:
+    def _apply_control(self, group: Group, entry: raft.Entry) -> int | None:
+        """Apply a control entry; for a TRIM, the log start offset after it (the DeleteRecords answer)."""
         try:
             kind, argument = decode_control(entry.payload)
         except ValueError as exc:
             log.warning("skipping a control entry this version cannot read", group=self.group_id, error=str(exc))
-            return
+            return None
         if kind is ControlKind.DROP_BEFORE:
-            # The checkpoint must cover the dropped entries: they cannot be replayed once gone.
-            producers = self.save_producers()
-            dropped = self.log.drop_before(argument)
-            if dropped:
-                group.storage.snapshot_at_compaction_point(producers=producers)
-                log.info(
-                    "retention dropped segments",
-                    topic=self.topic,
-                    partition=self.partition,
-                    segments=len(dropped),
-                    log_start_offset=self.log.start_offset(),
-                )
+            self._drop_before(group, argument, "retention dropped segments")
+        elif kind is ControlKind.TRIM:
+            # Never past the records before this entry: the leader checked against its high watermark, which
+            # is at most this, but a replica must not trust a proposal to move past what it holds.
+            trimmed = min(argument, self.log.offset_after(entry.index))
+            if trimmed > self.trimmed_to:
+                self._set_trimmed(trimmed)
+                # The segments wholly below the new start go as retention's do; one straddling it stays.
+                drop_until = 0
+                for segment in self.log.segments()[:-1]:
+                    if segment.next_offset > trimmed:
+                        break
+                    drop_until = segment.last_index + 1
+                if drop_until:
+                    self._drop_before(group, drop_until, "deleted records dropped segments")
+                log.info("records deleted", topic=self.topic, partition=self.partition, log_start_offset=trimmed)
+            return self.log_start_offset(self.log.offset_after(entry.index))
+        return None
+
+    def _drop_before(self, group: Group, index: int, message: str) -> None:
+        # The checkpoint must cover the dropped entries: they cannot be replayed once gone.
+        producers = self.save_producers()
+        dropped = self.log.drop_before(index)
+        if dropped:
+            group.storage.snapshot_at_compaction_point(producers=producers, log_start=self.trimmed_to)
+            log.info(
+                message,
+                topic=self.topic,
+                partition=self.partition,
+                segments=len(dropped),
+                log_start_offset=self.log_start_offset(),
+            )
+
+    def _set_trimmed(self, offset: int) -> None:
+        self.trimmed_to = offset
+        self.log.set_attribute(_TRIMMED_ATTRIBUTE, b"%d" % offset)
+
+    def log_start_offset(self, high_watermark: int | None = None) -> int:
+        """The first offset readers may ask for: the log's first record, or where DeleteRecords moved the
+        start to (never past the high watermark: a replica catching up from a snapshot may know the trim
+        point before it holds the records up to it)."""
+        hw = self.high_watermark if high_watermark is None else high_watermark
+        return max(self.log.start_offset(), min(self.trimmed_to, hw))
+
+    def delete_records(self, group: Group, offset: int, completion: Completion) -> None:
+        """On the leader: move the log start offset to ``offset`` on every replica (-1: the high watermark),
+        through a TRIM control entry; ``completion`` gets the log start offset after it."""
+        name = f"{self.topic}/{self.partition}"
+        if offset < -1:
+            completion(
+                None,
+                InvalidArgumentError(f"offset must be >= 0 (or -1: the high watermark), got {offset}", field="offset"),
+            )
+            return
+        if not self._current:
+            completion(None, UnavailableError(f"{name}: the new leader is still catching up"))
+            return
+        high_watermark = self.high_watermark
+        target = high_watermark if offset == -1 else offset
+        if target > high_watermark:
+            completion(
+                None,
+                OffsetOutOfRangeError(
+                    f"cannot delete records of {name} before offset {target}: it is beyond the high watermark "
+                    f"{high_watermark}",
+                    log_start_offset=self.log_start_offset(),
+                    high_watermark=high_watermark,
+                ),
+            )
+            return
+        if target <= self.log_start_offset():
+            completion(self.log_start_offset(), None)  # already deleted (Kafka answers the low watermark)
+            return
+        self.scheduler.propose(group, encode_trim(target), completion, kind=raft.EntryKind.CONTROL)
 
     def _publish(self, group: Group) -> None:
         view, raw = self.view, group.raw
-        high_watermark, log_start_offset = self.high_watermark, self.log.start_offset()
+        high_watermark, log_start_offset = self.high_watermark, self.log_start_offset()
         leader_id, term, leader = raw.leader_id, raw.term, raw.role is raft.Role.LEADER
         current = leader and self._current
         self.publish(

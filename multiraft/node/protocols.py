@@ -108,6 +108,10 @@ class StoreHandle(Protocol):
         """Propose a checked batch now (batches handed over in order are proposed in order)."""
         ...
 
+    async def delete_records(self, view: PartitionView, offset: int, timeout_s: float) -> int:
+        """DeleteRecords on the local leader replica: the log start offset once every replica applies it."""
+        ...
+
     async def offsets(self, group_id: int, operation: OffsetsCommit | OffsetsFetch | OffsetsList) -> Any:
         """Serve an offsets operation on the local replica of offsets group ``group_id`` (NotLeaderError
         if it is not the leader): None for a commit, ``list[CommittedOffset]`` for a fetch, names for a list."""

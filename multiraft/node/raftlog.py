@@ -97,6 +97,7 @@ class SnapshotManifest:
     producers: bytes = b""  # the idempotent producers' state (multiraft.node.producers), at or after the index
     files: tuple[SegmentRef, ...] = ()  # catch-up: segment files covering (start index, snapshot index]
     start: tuple[int, int] = (0, 0)  # catch-up: (index, term) just before the first file
+    log_start: int = 0  # DeleteRecords: records below this offset are deleted (0: none were)
 
 
 def encode_manifest(manifest: SnapshotManifest) -> bytes:
@@ -106,6 +107,8 @@ def encode_manifest(manifest: SnapshotManifest) -> bytes:
     if manifest.files:
         document["files"] = [ref.as_list() for ref in manifest.files]
         document["start"] = list(manifest.start)
+    if manifest.log_start:
+        document["log_start"] = manifest.log_start
     return json.dumps(document).encode()
 
 
@@ -126,6 +129,7 @@ def decode_manifest(data: bytes) -> SnapshotManifest:
         str(document.get("producers", "")).encode(),
         files,
         (int(start[0]), int(start[1])),
+        int(document.get("log_start", 0)),
     )
 
 
@@ -398,7 +402,7 @@ class RaftLogStorage:
         self.log.set_attribute(_COMPACTED, _INDEX_TERM.pack(index, term))
 
     def snapshot_at_compaction_point(
-        self, segments: Sequence[tuple[int, int]] = (), producers: bytes = b""
+        self, segments: Sequence[tuple[int, int]] = (), producers: bytes = b"", log_start: int = 0
     ) -> raft.Snapshot:
         """After retention dropped segments, make the snapshot the log's compaction point (partitions)."""
         index, term = self.log.compaction_point()
@@ -407,10 +411,16 @@ class RaftLogStorage:
             if current.files and current.files[0].base_index <= index:
                 # Retention dropped segments a catch-up snapshot lists: list only those still here.
                 kept = tuple(ref for ref in current.files if ref.base_index > index)
-                pruned = replace(current, files=kept, start=(index, term), producers=producers or current.producers)
+                pruned = replace(
+                    current,
+                    files=kept,
+                    start=(index, term),
+                    producers=producers or current.producers,
+                    log_start=max(log_start, current.log_start),
+                )
                 self._save_snapshot(self._snapshot_meta, encode_manifest(pruned))
             return self.snapshot()
-        manifest = SnapshotManifest(self.log.start_offset(), tuple(segments), producers)
+        manifest = SnapshotManifest(self.log.start_offset(), tuple(segments), producers, log_start=log_start)
         meta = raft.SnapshotMeta(index, term, self.conf_state_at(index))
         data = encode_manifest(manifest)
         self._save_snapshot(meta, data)

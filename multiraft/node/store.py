@@ -358,7 +358,7 @@ class Store(SchedulerOwned):
         self.unstorable = {g: why for g, why in self.unstorable.items() if g in assigned_ids}
         on_disk: set[tuple[str, int]] | None = None
         for partition in assigned:
-            configs = ctl.effective_topic_config(state.topics[partition.topic].configs)
+            configs = ctl.effective_config(state.topics[partition.topic].configs, state.cluster_configs)
             group = scheduler.groups.get(partition.group_id)
             if group is None:
                 held = self.unstorable.get(partition.group_id)
@@ -510,6 +510,17 @@ class Store(SchedulerOwned):
             group.machine.produce(group, batch, header, completion)
 
     @on_owner_thread
+    def delete_records(self, view: PartitionView, offset: int, completion: Completion) -> None:
+        group = self.scheduler.groups.get(view.group_id)
+        name = f"{view.topic}/{view.partition}"
+        if group is None:
+            completion(None, UnavailableError(f"{name} is not hosted here"))
+        elif not group.is_leader or not isinstance(group.machine, PartitionMachine):
+            completion(None, NotLeaderError(f"not the leader of {name}", leader_id=group.raw.leader_id))
+        else:
+            group.machine.delete_records(group, offset, completion)
+
+    @on_owner_thread
     def offsets(
         self, group_id: int, operation: OffsetsCommit | OffsetsFetch | OffsetsList, completion: Completion
     ) -> None:
@@ -575,7 +586,7 @@ class Store(SchedulerOwned):
             leader=me,
             term=status.term,
             high_watermark=records.high_watermark if records is not None else 0,
-            log_start_offset=records.log.start_offset() if records is not None else 0,
+            log_start_offset=records.log_start_offset() if records is not None else 0,
             in_sync_replicas=tuple(sorted(isr)),
             lag={peer: max(0, status.last_index - p.match) for peer, p in status.progress.items() if peer != me},
             acked=tuple(peer for peer, p in status.progress.items() if p.match > 0),

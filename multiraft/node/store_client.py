@@ -35,6 +35,13 @@ class StoreClient:
         self._handoff.submit(lambda: store.produce(view, batch, header, completion))
         return future
 
+    async def delete_records(self, view: PartitionView, offset: int, timeout_s: float) -> int:
+        """DeleteRecords on the partition's leader: the log start offset once the TRIM entry is applied."""
+        future, completion = self._handoff.completion()
+        store = self._store
+        self._handoff.submit(lambda: store.delete_records(view, offset, completion))
+        return int(await _within(future, "the records deletion was not committed in time", timeout_s))
+
     async def offsets(self, group_id: int, operation: OffsetsCommit | OffsetsFetch | OffsetsList) -> Any:
         future, completion = self._handoff.completion()
         store = self._store

@@ -3,6 +3,7 @@ package)."""
 
 from rpc.client._admin import (
     Admin,
+    ClusterConfig,
     ClusterInfo,
     ConfigEntry,
     DrainStatus,
@@ -37,6 +38,7 @@ __all__ = [
     "RecordMetadata",
     "BatchMetadata",
     "ClusterClient",
+    "ClusterConfig",
     "ClusterInfo",
     "ConfigEntry",
     "DrainStatus",

@@ -33,6 +33,7 @@ __all__ = [
     "MoveInfo",
     "DrainStatus",
     "OffsetSpec",
+    "ClusterConfig",
 ]
 
 OffsetSpec = Literal["earliest", "latest"] | int
@@ -184,6 +185,22 @@ def _only_offset(response: pb.ListOffsetsResponse, partition: int) -> int:
     raise UnknownPartitionError(
         f"the leader of {response.topic}/{partition} did not answer for it", topic=response.topic, partition=partition
     )
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A dynamic cluster-wide setting: its effective value and where that comes from (``DEFAULT_CONFIG`` or
+    ``DYNAMIC_CLUSTER_CONFIG``)."""
+
+    name: str
+    value: str
+    source: str
+    default: str
+    doc: str
+
+
+def _cluster_configs(entries: Iterable[pb.ClusterConfigEntry]) -> dict[str, ClusterConfig]:
+    return {e.name: ClusterConfig(e.name, e.value, e.source, e.default_value, e.doc) for e in entries}
 
 
 class Admin(GroupAdmin, SecurityAdmin):
@@ -397,6 +414,50 @@ class Admin(GroupAdmin, SecurityAdmin):
             return _only_offset(stub.ListOffsets(request, timeout=timeout), partition)
 
         return self._client.call_leader(topic, partition, ask)
+
+    def describe_cluster_configs(self, keys: Sequence[str] = ()) -> dict[str, ClusterConfig]:
+        """The dynamic cluster-wide settings named (every one when none are), by name; an unknown key raises
+        InvalidArgumentError naming it."""
+        request = pb.DescribeClusterConfigsRequest(keys=list(keys))
+        response = self._client.call_any(lambda stub, timeout: stub.DescribeClusterConfigs(request, timeout=timeout))
+        return _cluster_configs(response.configs)
+
+    def alter_cluster_configs(
+        self, *, set: Mapping[str, str] | None = None, delete: Sequence[str] = ()
+    ) -> dict[str, ClusterConfig]:
+        """Set and reset (``delete``: back to the default) dynamic cluster-wide settings, all or nothing; every
+        setting after the change. Every node applies them as it applies the controller's state, without a
+        restart. An unknown key or a bad value raises InvalidArgumentError naming the key."""
+        request = pb.AlterClusterConfigsRequest(set=dict(set or {}), delete=list(delete))
+        response = self._client.call_any(lambda stub, timeout: stub.AlterClusterConfigs(request, timeout=timeout))
+        return _cluster_configs(response.configs)
+
+    def delete_records(self, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Kafka's DeleteRecords: per ``(topic, partition)``, delete the records before the offset (-1: the high
+        watermark) on every replica; returns the new low watermarks (log start offsets).
+
+        Each partition's leader replicates the deletion through the partition's Raft log, so it survives
+        restarts and leader changes. An offset beyond the high watermark raises OffsetOutOfRangeError; one at or
+        below the log start changes nothing and answers the current log start. Retried through leader changes
+        (deleting again is harmless).
+        """
+        low_watermarks: dict[tuple[str, int], int] = {}
+        for (topic, partition), offset in offsets.items():
+            count = len(self._client.topic(topic).partitions)
+            if not 0 <= partition < count:
+                raise UnknownPartitionError(
+                    f"topic {topic!r} has {count} partition{'' if count == 1 else 's'}, "
+                    f"there is no partition {partition}",
+                    topic=topic,
+                    partition=partition,
+                )
+            request = pb.DeleteRecordsRequest(topic=topic, partition=partition, offset=offset)
+
+            def ask(stub: pb_grpc.LogStub, timeout: float, request: pb.DeleteRecordsRequest = request) -> int:
+                return stub.DeleteRecords(request, timeout=timeout).low_watermark
+
+            low_watermarks[(topic, partition)] = self._client.call_leader(topic, partition, ask)
+        return low_watermarks
 
     # ----------------------------------------------------------------------------------- consumer groups
 

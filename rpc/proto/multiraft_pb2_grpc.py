@@ -76,6 +76,11 @@ class LogStub:
                 request_serializer=rpc_dot_proto_dot_multiraft__pb2.FetchOffsetsRequest.SerializeToString,
                 response_deserializer=rpc_dot_proto_dot_multiraft__pb2.FetchOffsetsResponse.FromString,
                 _registered_method=True)
+        self.DeleteRecords = channel.unary_unary(
+                '/multiraft.v1.Log/DeleteRecords',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.DeleteRecordsRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.DeleteRecordsResponse.FromString,
+                _registered_method=True)
 
 
 class LogServicer:
@@ -140,6 +145,17 @@ class LogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteRecords(self, request, context):
+        """--- issue 25: DeleteRecords (rpk topic trim-prefix) ---
+        Kafka's DeleteRecords for one partition, on its leader: the log start offset moves to `offset` (-1: the
+        high watermark) on every replica, through the partition's Raft log. OFFSET_OUT_OF_RANGE beyond the high
+        watermark. Idempotent: an offset at or below the log start answers the current log start.
+        --- end issue 25: DeleteRecords ---
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -182,6 +198,11 @@ def add_LogServicer_to_server(servicer, server):
                     servicer.FetchOffsets,
                     request_deserializer=rpc_dot_proto_dot_multiraft__pb2.FetchOffsetsRequest.FromString,
                     response_serializer=rpc_dot_proto_dot_multiraft__pb2.FetchOffsetsResponse.SerializeToString,
+            ),
+            'DeleteRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRecords,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.DeleteRecordsRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.DeleteRecordsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -412,6 +433,33 @@ class Log:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def DeleteRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Log/DeleteRecords',
+            rpc_dot_proto_dot_multiraft__pb2.DeleteRecordsRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.DeleteRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class AdminStub:
     """--------------------------------------------------------------------------------------------------- admin
@@ -483,6 +531,16 @@ class AdminStub:
                 '/multiraft.v1.Admin/CreatePartitions',
                 request_serializer=rpc_dot_proto_dot_multiraft__pb2.CreatePartitionsRequest.SerializeToString,
                 response_deserializer=rpc_dot_proto_dot_multiraft__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeClusterConfigs = channel.unary_unary(
+                '/multiraft.v1.Admin/DescribeClusterConfigs',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.DescribeClusterConfigsRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.DescribeClusterConfigsResponse.FromString,
+                _registered_method=True)
+        self.AlterClusterConfigs = channel.unary_unary(
+                '/multiraft.v1.Admin/AlterClusterConfigs',
+                request_serializer=rpc_dot_proto_dot_multiraft__pb2.AlterClusterConfigsRequest.SerializeToString,
+                response_deserializer=rpc_dot_proto_dot_multiraft__pb2.AlterClusterConfigsResponse.FromString,
                 _registered_method=True)
 
 
@@ -565,7 +623,24 @@ class AdminServicer:
     def CreatePartitions(self, request, context):
         """---- adding partitions (issue 25)
         Grow a topic to `total` partitions (Kafka's CreatePartitions); never fewer. Needs alter on the topic.
-        ---- end of adding partitions (issue 25)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeClusterConfigs(self, request, context):
+        """---- end of adding partitions (issue 25)
+        --- issue 25: cluster-wide configuration (rpk cluster config get/set) ---
+        Dynamic cluster-wide settings, kept in the controller's replicated state: each with its effective value
+        and where that comes from (DEFAULT_CONFIG or DYNAMIC_CLUSTER_CONFIG). No keys: every setting.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterClusterConfigs(self, request, context):
+        """Set or reset (delete: back to the default) settings; INVALID_ARGUMENT names an unknown key or bad value.
+        --- end issue 25: cluster-wide configuration ---
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -633,6 +708,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.CreatePartitions,
                     request_deserializer=rpc_dot_proto_dot_multiraft__pb2.CreatePartitionsRequest.FromString,
                     response_serializer=rpc_dot_proto_dot_multiraft__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'DescribeClusterConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeClusterConfigs,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.DescribeClusterConfigsRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.DescribeClusterConfigsResponse.SerializeToString,
+            ),
+            'AlterClusterConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterClusterConfigs,
+                    request_deserializer=rpc_dot_proto_dot_multiraft__pb2.AlterClusterConfigsRequest.FromString,
+                    response_serializer=rpc_dot_proto_dot_multiraft__pb2.AlterClusterConfigsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -961,6 +1046,60 @@ class Admin:
             '/multiraft.v1.Admin/CreatePartitions',
             rpc_dot_proto_dot_multiraft__pb2.CreatePartitionsRequest.SerializeToString,
             rpc_dot_proto_dot_multiraft__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeClusterConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Admin/DescribeClusterConfigs',
+            rpc_dot_proto_dot_multiraft__pb2.DescribeClusterConfigsRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.DescribeClusterConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterClusterConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multiraft.v1.Admin/AlterClusterConfigs',
+            rpc_dot_proto_dot_multiraft__pb2.AlterClusterConfigsRequest.SerializeToString,
+            rpc_dot_proto_dot_multiraft__pb2.AlterClusterConfigsResponse.FromString,
             options,
             channel_credentials,
             insecure,

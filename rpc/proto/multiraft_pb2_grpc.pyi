@@ -71,6 +71,13 @@ class LogStub:
     live in its partition crc32c(group) % partitions). Any node serves them: it forwards to that leader.
     """
     FetchOffsets: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.FetchOffsetsRequest, _multiraft_pb2.FetchOffsetsResponse]
+    DeleteRecords: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.DeleteRecordsRequest, _multiraft_pb2.DeleteRecordsResponse]
+    """--- issue 25: DeleteRecords (rpk topic trim-prefix) ---
+    Kafka's DeleteRecords for one partition, on its leader: the log start offset moves to `offset` (-1: the
+    high watermark) on every replica, through the partition's Raft log. OFFSET_OUT_OF_RANGE beyond the high
+    watermark. Idempotent: an offset at or below the log start answers the current log start.
+    --- end issue 25: DeleteRecords ---
+    """
 
 @_typing.type_check_only
 class LogAsyncStub(LogStub):
@@ -96,6 +103,13 @@ class LogAsyncStub(LogStub):
     live in its partition crc32c(group) % partitions). Any node serves them: it forwards to that leader.
     """
     FetchOffsets: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.FetchOffsetsRequest, _multiraft_pb2.FetchOffsetsResponse]  # type: ignore[assignment]
+    DeleteRecords: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.DeleteRecordsRequest, _multiraft_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
+    """--- issue 25: DeleteRecords (rpk topic trim-prefix) ---
+    Kafka's DeleteRecords for one partition, on its leader: the log start offset moves to `offset` (-1: the
+    high watermark) on every replica, through the partition's Raft log. OFFSET_OUT_OF_RANGE beyond the high
+    watermark. Idempotent: an offset at or below the log start answers the current log start.
+    --- end issue 25: DeleteRecords ---
+    """
 
 class LogServicer(metaclass=_abc_1.ABCMeta):
     """---------------------------------------------------------------------------------------------- data plane"""
@@ -167,6 +181,19 @@ class LogServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_multiraft_pb2.FetchOffsetsResponse, _abc.Awaitable[_multiraft_pb2.FetchOffsetsResponse]]: ...
 
+    @_abc_1.abstractmethod
+    def DeleteRecords(
+        self,
+        request: _multiraft_pb2.DeleteRecordsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.DeleteRecordsResponse, _abc.Awaitable[_multiraft_pb2.DeleteRecordsResponse]]:
+        """--- issue 25: DeleteRecords (rpk topic trim-prefix) ---
+        Kafka's DeleteRecords for one partition, on its leader: the log start offset moves to `offset` (-1: the
+        high watermark) on every replica, through the partition's Raft log. OFFSET_OUT_OF_RANGE beyond the high
+        watermark. Idempotent: an offset at or below the log start answers the current log start.
+        --- end issue 25: DeleteRecords ---
+        """
+
 def add_LogServicer_to_server(servicer: LogServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class AdminStub:
@@ -196,7 +223,16 @@ class AdminStub:
     CreatePartitions: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.CreatePartitionsRequest, _multiraft_pb2.CreatePartitionsResponse]
     """---- adding partitions (issue 25)
     Grow a topic to `total` partitions (Kafka's CreatePartitions); never fewer. Needs alter on the topic.
-    ---- end of adding partitions (issue 25)
+    """
+    DescribeClusterConfigs: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.DescribeClusterConfigsRequest, _multiraft_pb2.DescribeClusterConfigsResponse]
+    """---- end of adding partitions (issue 25)
+    --- issue 25: cluster-wide configuration (rpk cluster config get/set) ---
+    Dynamic cluster-wide settings, kept in the controller's replicated state: each with its effective value
+    and where that comes from (DEFAULT_CONFIG or DYNAMIC_CLUSTER_CONFIG). No keys: every setting.
+    """
+    AlterClusterConfigs: _grpc.UnaryUnaryMultiCallable[_multiraft_pb2.AlterClusterConfigsRequest, _multiraft_pb2.AlterClusterConfigsResponse]
+    """Set or reset (delete: back to the default) settings; INVALID_ARGUMENT names an unknown key or bad value.
+    --- end issue 25: cluster-wide configuration ---
     """
 
 @_typing.type_check_only
@@ -224,7 +260,16 @@ class AdminAsyncStub(AdminStub):
     CreatePartitions: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.CreatePartitionsRequest, _multiraft_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
     """---- adding partitions (issue 25)
     Grow a topic to `total` partitions (Kafka's CreatePartitions); never fewer. Needs alter on the topic.
-    ---- end of adding partitions (issue 25)
+    """
+    DescribeClusterConfigs: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.DescribeClusterConfigsRequest, _multiraft_pb2.DescribeClusterConfigsResponse]  # type: ignore[assignment]
+    """---- end of adding partitions (issue 25)
+    --- issue 25: cluster-wide configuration (rpk cluster config get/set) ---
+    Dynamic cluster-wide settings, kept in the controller's replicated state: each with its effective value
+    and where that comes from (DEFAULT_CONFIG or DYNAMIC_CLUSTER_CONFIG). No keys: every setting.
+    """
+    AlterClusterConfigs: _aio.UnaryUnaryMultiCallable[_multiraft_pb2.AlterClusterConfigsRequest, _multiraft_pb2.AlterClusterConfigsResponse]  # type: ignore[assignment]
+    """Set or reset (delete: back to the default) settings; INVALID_ARGUMENT names an unknown key or bad value.
+    --- end issue 25: cluster-wide configuration ---
     """
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
@@ -321,7 +366,28 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_multiraft_pb2.CreatePartitionsResponse, _abc.Awaitable[_multiraft_pb2.CreatePartitionsResponse]]:
         """---- adding partitions (issue 25)
         Grow a topic to `total` partitions (Kafka's CreatePartitions); never fewer. Needs alter on the topic.
-        ---- end of adding partitions (issue 25)
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeClusterConfigs(
+        self,
+        request: _multiraft_pb2.DescribeClusterConfigsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.DescribeClusterConfigsResponse, _abc.Awaitable[_multiraft_pb2.DescribeClusterConfigsResponse]]:
+        """---- end of adding partitions (issue 25)
+        --- issue 25: cluster-wide configuration (rpk cluster config get/set) ---
+        Dynamic cluster-wide settings, kept in the controller's replicated state: each with its effective value
+        and where that comes from (DEFAULT_CONFIG or DYNAMIC_CLUSTER_CONFIG). No keys: every setting.
+        """
+
+    @_abc_1.abstractmethod
+    def AlterClusterConfigs(
+        self,
+        request: _multiraft_pb2.AlterClusterConfigsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_multiraft_pb2.AlterClusterConfigsResponse, _abc.Awaitable[_multiraft_pb2.AlterClusterConfigsResponse]]:
+        """Set or reset (delete: back to the default) settings; INVALID_ARGUMENT names an unknown key or bad value.
+        --- end issue 25: cluster-wide configuration ---
         """
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

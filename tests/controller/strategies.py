@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from multiraft.controller import (
     AllocateProducerIds,
+    AlterClusterConfigs,
     AlterTopicConfigs,
     Command,
     CreatePartitions,
@@ -54,6 +55,7 @@ def any_commands() -> st.SearchStrategy[Command]:
         st.builds(SetNodeState, NODE_IDS, st.sampled_from(NodeState)),
         st.builds(AllocateProducerIds, I64),
         st.builds(CreatePartitions, TEXT, I64, assignments),
+        st.builds(AlterClusterConfigs, CONFIG_MAPS, st.lists(TEXT, max_size=3).map(tuple)),
     )
 
 
@@ -151,6 +153,15 @@ def small_commands() -> st.SearchStrategy[Command]:
             TOPIC_NAMES,
             st.integers(0, 7),
             st.lists(_ASSIGNMENTS.flatmap(_with_leader), max_size=3).map(tuple),
+        ),
+        st.builds(
+            AlterClusterConfigs,
+            st.dictionaries(
+                st.sampled_from(["log.retention.ms", "log.segment.bytes", "message.max.bytes", "no.such.key"]),
+                st.sampled_from(["-1", "4096", "86400000", "x"]),
+                max_size=2,
+            ),
+            st.lists(st.sampled_from(["log.retention.ms", "log.segment.bytes", "retention.ms"]), max_size=2).map(tuple),
         ),
     )
 

@@ -72,6 +72,7 @@ class FakeStore:
         self.offsets_calls: list[tuple[int, Any]] = []
         self.offsets_answers: list[Any] = []
         self.statuses: list[PartitionStatus] = []
+        self.deletions: list[tuple[PartitionView, int, float]] = []  # DeleteRecords handed over
 
     def produce(self, view: PartitionView, batch: bytes, header: BatchHeader) -> asyncio.Future[ProduceResult]:
         self.produced.append((view, batch, header))
@@ -92,6 +93,10 @@ class FakeStore:
 
     async def partition_status(self, group_ids: Sequence[int]) -> list[PartitionStatus]:
         return [s for s in self.statuses if s.group_id in group_ids]
+
+    async def delete_records(self, view: PartitionView, offset: int, timeout_s: float) -> int:
+        self.deletions.append((view, offset, timeout_s))
+        return max(offset, 0)
 
 
 class FakeController:

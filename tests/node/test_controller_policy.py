@@ -222,7 +222,11 @@ def test_whatever_a_peer_sends_only_allowed_operations_on_its_own_behalf_reach_t
     if not leader.reached:
         assert isinstance(answer, OperationNotAllowedError | InvalidArgumentError), answer
         return
-    assert isinstance(command, ctl.RegisterNode | ctl.DeleteTopic | ctl.AlterTopicConfigs | ctl.AllocateProducerIds)
+    # AlterClusterConfigs is a client's change a peer forwards (authorize_request checks its principal)
+    assert isinstance(
+        command,
+        ctl.RegisterNode | ctl.DeleteTopic | ctl.AlterTopicConfigs | ctl.AllocateProducerIds | ctl.AlterClusterConfigs,
+    )
     if isinstance(command, ctl.RegisterNode):
         assert command.node.node_id == requester
     if isinstance(command, ctl.DeleteTopic | ctl.AlterTopicConfigs):
@@ -255,6 +259,7 @@ CLIENT_CHANGES: list[tuple[str, ControllerBody]] = [
     ("drain a node", NodeStateRequest(VICTIM, ctl.NodeState.DRAINING)),
     ("create a user", ctl.UpsertUser("mallory", ctl.ScramCredential(b"s" * 16, 4096, b"a" * 32, b"b" * 32))),
     ("grant an ACL", ctl.CreateAcls(tuple(replace(b, principal="User:mallory") for b in ALICE_MAY))),
+    ("change a cluster config", ctl.AlterClusterConfigs({"log.retention.ms": "1"})),
 ]
 
 

@@ -185,6 +185,42 @@ def test_unknown_or_internal_partitions_are_refused_before_the_store(topic: str,
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize(
+    ("topic", "partition", "led", "error"),
+    [
+        ("orders", 0, False, NotLeaderError),
+        ("nope", 0, True, UnknownTopicError),
+        (OFFSETS_TOPIC, 0, True, UnknownTopicError),  # the internal topics' records are the system's
+        ("orders", 9, True, UnknownPartitionError),
+    ],
+)
+def test_delete_records_goes_to_the_store_only_on_the_leader_of_a_user_partition(
+    topic: str, partition: int, led: bool, error: type
+) -> None:
+    async def scenario() -> None:
+        state = ctl.ClusterState() if topic == OFFSETS_TOPIC else None
+        service, found, store, _ = data_service(state=state)
+        if led and topic == "orders" and partition == 0:
+            lead(found, "orders", 0)
+        with pytest.raises(error):
+            await service.delete_records(topic, partition, 5)
+        assert store.deletions == []
+
+    asyncio.run(scenario())
+
+
+def test_delete_records_on_the_leader_answers_the_store_s_new_log_start() -> None:
+    async def scenario() -> None:
+        service, found, store, _ = data_service()
+        lead(found, "orders", 0)
+        assert await service.delete_records("orders", 0, 5, 1500) == 5
+        assert [(view.partition, offset, timeout_s) for view, offset, timeout_s in store.deletions] == [(0, 5, 1.5)]
+        with pytest.raises(InvalidArgumentError):
+            await service.delete_records("orders", 0, 5, -1)
+
+    asyncio.run(scenario())
+
+
 def test_a_batch_over_the_limit_is_record_too_large_and_a_broken_one_is_corrupt() -> None:
     async def scenario() -> None:
         small = DataLimits(64, 200, 1 << 20, 0, 3)

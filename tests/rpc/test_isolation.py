@@ -158,6 +158,19 @@ class FaultyServices:
     async def remove_node(self, node_id: int) -> None:
         self._step("remove_node")
 
+    # issue 25: DeleteRecords, cluster configs
+    async def delete_records(self, topic: str, partition: int, offset: int, timeout_ms: int = 0) -> int:
+        self._step("delete_records")
+        return 3
+
+    def describe_cluster_configs(self, keys: Any = ()) -> list[Any]:
+        self._step("describe_cluster_configs")
+        return []
+
+    async def alter_cluster_configs(self, *_: Any) -> list[Any]:
+        self._step("alter_cluster_configs")
+        return []
+
     # security
     def scram_first(self, client_first: str) -> tuple[str, str]:
         self._step("scram_first")
@@ -322,6 +335,23 @@ CASES |= {
     "DeleteGroups": (
         "delete",
         lambda s: s.groups.DeleteGroups(pb.DeleteGroupsRequest(groups=["g"]), timeout=TIMEOUT_S),
+        False,
+    ),
+}
+CASES |= {  # issue 25
+    "DeleteRecords": (
+        "delete_records",
+        lambda s: s.log.DeleteRecords(pb.DeleteRecordsRequest(topic="orders", offset=3), timeout=TIMEOUT_S),
+        False,
+    ),
+    "DescribeClusterConfigs": (
+        "describe_cluster_configs",
+        lambda s: s.admin.DescribeClusterConfigs(pb.DescribeClusterConfigsRequest(), timeout=TIMEOUT_S),
+        False,
+    ),
+    "AlterClusterConfigs": (
+        "alter_cluster_configs",
+        lambda s: s.admin.AlterClusterConfigs(pb.AlterClusterConfigsRequest(), timeout=TIMEOUT_S),
         False,
     ),
 }

@@ -262,7 +262,9 @@ class CatchupLeader:
         if index <= group.storage.snapshot().meta.index or index > group.storage.applied_index():
             return
         producers = machine.save_producers()  # covers the index: restarts replay only entries after it
-        manifest = SnapshotManifest(refs[-1].next_offset, producers=producers, files=refs, start=start)
+        manifest = SnapshotManifest(
+            refs[-1].next_offset, producers=producers, files=refs, start=start, log_start=machine.trimmed_to
+        )
         group.storage.snapshot_for_catchup(index, manifest)
         self._scheduler.touch(group)
         self._stats.snapshots_prepared += 1

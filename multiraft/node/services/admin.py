@@ -123,6 +123,27 @@ class AdminService:
             await asyncio.sleep(_POLL_S)
         return await self.describe_topic(name)
 
+    # ------------------------------------------------------------- dynamic cluster-wide configuration
+
+    def describe_cluster_configs(self, keys: Sequence[str] = ()) -> list[ctl.ClusterConfigEntry]:
+        """The cluster settings named (all when none are), as this node's copy of the controller state has them."""
+        try:
+            return ctl.describe_cluster_configs(self._cluster.cluster.cluster_configs, keys)
+        except ctl.InvalidConfigError as exc:
+            raise InvalidArgumentError(str(exc), field=exc.key) from exc
+
+    async def alter_cluster_configs(self, set_: dict[str, str], delete: Sequence[str]) -> list[ctl.ClusterConfigEntry]:
+        """Set and reset cluster settings through the controller; every setting once this node applied it."""
+        await self._controller.call(ctl.AlterClusterConfigs(dict(set_), tuple(delete)))
+        wanted = ctl.validate_cluster_configs(set_)  # valid: the controller applied it
+        deadline = time.monotonic() + _CONFIGS_WAIT_S
+        while time.monotonic() < deadline:
+            stored = self._cluster.cluster.cluster_configs
+            if all(stored.get(k) == v for k, v in wanted.items()) and not any(k in stored for k in delete):
+                break
+            await asyncio.sleep(_POLL_S)
+        return self.describe_cluster_configs()
+
     async def _wait_for_leaders(self, name: str) -> None:
         deadline = time.monotonic() + _LEADERS_WAIT_S
         while time.monotonic() < deadline:
@@ -145,7 +166,12 @@ class AdminService:
         if topic is None:
             raise UnknownTopicError(f"unknown topic {name!r}", topic=name)
         described = self._describe(topic, await self._status.partition_status(topic.partitions))
-        return replace(described, config_entries=ctl.topic_config_entries(topic.configs))
+        return replace(
+            described,
+            config_entries=ctl.topic_config_entries(
+                topic.configs, ctl.topic_defaults(self._cluster.cluster.cluster_configs)
+            ),
+        )
 
     # ------------------------------------------------------------------- adding partitions (issue 25)
 

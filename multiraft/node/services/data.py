@@ -146,7 +146,8 @@ class DataService:
                 f"{topic}/{partition}: node storage is low, writes are refused until there is room: {short}",
                 resource=short.partition(":")[0],
             )
-        configs = ctl.effective_topic_config(self._cluster.cluster.topics[topic].configs)
+        cluster = self._cluster.cluster
+        configs = ctl.effective_config(cluster.topics[topic].configs, cluster.cluster_configs)
         limits = self._limits
         limit = min(limits.max_payload_bytes, limits.max_batch_bytes, configs.max_message_bytes)
         if len(batch) > limit:
@@ -264,7 +265,7 @@ class DataService:
             raise UnavailableError(f"{topic}/{partition}: a stored batch failed its check; repairing") from exc
         except StorageError as exc:
             raise StorageFailureError(f"{topic}/{partition}: {exc}") from exc
-        return FetchResult(result.data, view.high_watermark, result.log_start_offset, result.next_offset)
+        return FetchResult(result.data, view.high_watermark, view.log_start_offset, result.next_offset)
 
     async def subscribe(self, topic: str, partition: int, offset: int, max_bytes: int) -> AsyncIterator[FetchResult]:
         """Committed batches from ``offset`` on, as they commit, until the caller stops or an error ends it."""
@@ -296,4 +297,15 @@ class DataService:
                 raise UnavailableError(f"{topic}/{partition}: the new leader is still catching up")
             return view.high_watermark
         found = view.log.offset_for_timestamp(timestamp_ms)
+        if found is not None:
+            found = max(found, view.log_start_offset)  # in a segment straddling the DeleteRecords point
         return -1 if found is None or found >= view.high_watermark else found
+
+    async def delete_records(self, topic: str, partition: int, offset: int, timeout_ms: int = 0) -> int:
+        """Kafka's DeleteRecords for one partition, on its leader: records before ``offset`` (-1: the high
+        watermark) are deleted on every replica; the new log start offset (low watermark)."""
+        if timeout_ms < 0:
+            raise InvalidArgumentError("timeout_ms must be >= 0", field="timeout_ms")
+        view = self._leaders.leader_view(topic, partition)
+        timeout_s = (timeout_ms or self._limits.produce_timeout_ms) / 1000
+        return await self._store.delete_records(view, offset, timeout_s)
