@@ -2360,7 +2360,7 @@ class ConfigEntry(_message.Message):
     value: _builtins.str
     """the effective value"""
     source: _builtins.str
-    """DYNAMIC_TOPIC_CONFIG (set on the topic) or DEFAULT_CONFIG"""
+    """DYNAMIC_TOPIC_CONFIG (set on the topic), DYNAMIC_CLUSTER_CONFIG or DEFAULT_CONFIG"""
     read_only: _builtins.bool
     """fixed at creation (segment.bytes, segment.ms)"""
     def __init__(
