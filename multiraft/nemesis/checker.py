@@ -249,8 +249,11 @@ def _check_replicas(result: CheckResult, history: list[Event]) -> None:
 
 
 def _check_removals(result: CheckResult, history: list[Event]) -> None:
-    for event in history:
-        if event.f != "removals" or event.type not in ("info", "fail"):
+    # Only the last wait counts: the runner waits again when the placement changed meanwhile (a later move),
+    # and what an earlier placement moved off a node a later one may have given back to it.
+    removals = [event for event in history if event.f == "removals"]
+    for event in removals[-1:]:
+        if event.type not in ("info", "fail"):
             continue
         kept = [str(k) for k in event.value.get("kept", [])]
         bound = event.value.get("bound_s")

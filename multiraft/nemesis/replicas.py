@@ -50,6 +50,8 @@ LogEntries = list[tuple[int, int, int, bytes]]
 """A replica's Raft log: (index, term, kind, payload) per entry."""
 
 _POLL_S = 0.5
+STABLE_S = 5.0
+"""How long the agreed placement must hold with no move in flight before it is taken as final."""
 _ASK_TIMEOUT_S = 5.0
 
 
@@ -184,11 +186,20 @@ def _describe(admin: Admin, topics: Iterable[str]) -> tuple[dict[str, list[int]]
 
 
 def record_placement(
-    cluster: ClusterInfo, history: History, members: list[int], topics: tuple[str, ...], timeout_s: float
+    cluster: ClusterInfo,
+    history: History,
+    members: list[int],
+    topics: tuple[str, ...],
+    timeout_s: float,
+    stable_s: float = STABLE_S,
 ) -> Placement | None:
-    """Until every member describes the same placement and the controller has no move in flight (bounded),
-    then record it (``placement``: ``ok``, or ``info`` with the controller leader's view when they never
-    agreed). None if no node answered."""
+    """Until every member describes the same placement, the controller has no move in flight, and both have
+    held for ``stable_s`` (bounded), then record it (``placement``: ``ok``, or ``info`` with the controller
+    leader's view when they never agreed). None if no node answered.
+
+    The window matters: a new controller leader adopts the moves of the old one only at its first rebalancing
+    round, so "no move in flight" can be true for a moment in the middle of a rebalance (seed 23025 recorded a
+    placement 3 s before two more moves)."""
     # One Admin per node, bootstrapped with that node alone: it asks that node (it fetches no metadata that
     # would send it elsewhere), so each answer is that node's applied controller state.
     admins = {n: Admin(cluster.nodes[n].client_address, request_timeout_s=_ASK_TIMEOUT_S) for n in members}
@@ -196,6 +207,7 @@ def record_placement(
     views: dict[int, tuple[dict[str, list[int]], dict[str, list[int]]]] = {}
     moves: list[str] = []
     controller = 0
+    settled: tuple[str, float] | None = None  # the agreed view, and since when it has held with no move
     try:
         for _ in range(10_000):
             views = {}
@@ -211,9 +223,17 @@ def record_placement(
                     break
             distinct = {repr(v) for v in views.values()}
             if len(views) == len(admins) and len(distinct) == 1 and not moves:
-                replicas, learners = next(iter(views.values()))
-                history.record("runner", "ok", "placement", replicas=replicas, learners=learners, controller=controller)
-                return Placement(replicas, learners)
+                agreed = next(iter(distinct))
+                if settled is None or settled[0] != agreed:
+                    settled = (agreed, time.monotonic())
+                if time.monotonic() - settled[1] >= stable_s:
+                    replicas, learners = next(iter(views.values()))
+                    history.record(
+                        "runner", "ok", "placement", replicas=replicas, learners=learners, controller=controller
+                    )
+                    return Placement(replicas, learners)
+            else:
+                settled = None
             if time.monotonic() > deadline:
                 break
             time.sleep(_POLL_S)

@@ -47,6 +47,7 @@ _OFFSETS_TOPIC = "__consumer_offsets"
 _FINAL_READ_TIMEOUT_S = 60.0
 _DISK_BYTES = 48 << 20
 _CLIENTS_OUTLIVE_S = 3_600.0
+_PLACEMENT_ROUNDS = 3
 _COMPARED_TOPICS = (TOPIC, _OFFSETS_TOPIC)
 
 
@@ -206,8 +207,12 @@ def _run(
             worker.stop()
         _settle(admin, history, nemesis.members, settings.settle_timeout_s)
         _final_read(cluster.bootstrap, admin, history, partitions)
-        placement = record_placement(cluster, history, nemesis.members, _COMPARED_TOPICS, settings.placement_timeout_s)
-        if placement is not None:
+        placement = None
+        for _ in range(_PLACEMENT_ROUNDS):  # a placement that changed while the nodes gave back logs is taken again
+            again = record_placement(cluster, history, nemesis.members, _COMPARED_TOPICS, settings.placement_timeout_s)
+            if again is None or again == placement:
+                break
+            placement = again
             await_removals(
                 cluster, history, nemesis.members, placement, settings.removal_bound_s,
                 counted=(_OFFSETS_TOPIC,), replication=replication,

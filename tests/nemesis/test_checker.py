@@ -228,6 +228,17 @@ def test_stores_that_could_not_be_looked_at_for_removed_replicas_fail_the_run() 
     assert check(script.events).retained_replicas == 1
 
 
+def test_only_the_wait_for_the_last_placement_judges_what_nodes_gave_back() -> None:
+    """Seed 23025 (five nodes): two more moves came after the first placement was taken; the runner took the
+    placement again and waited again, and what the first wait saw kept is judged by the second."""
+    script = _clean()
+    script.add("runner", "info", "removals", kept=["node 3: nemesis/0"], bound_s=15.0)
+    script.add("runner", "ok", "removals", waited_s=5.0, bound_s=15.0)
+    script.close()
+    result = check(script.events)
+    assert result.valid, result.problems()
+
+
 def test_removals_given_back_within_the_bound_pass() -> None:
     script = _clean()
     script.add("runner", "ok", "removals", waited_s=4.5, bound_s=15.0)
