@@ -48,7 +48,7 @@ from multiraft.node.scheduler import Completion, Group, Scheduler, damaged_index
 from multiraft.node.startup_elections import StartupElections, hold_ticks
 from multiraft.node.store_client import StoreClient
 from multiraft.node.threads import LoopHandoff, SchedulerOwned, on_owner_thread
-from storage import CorruptionError, SegmentedLog, StorageError, StoreCapacity
+from storage import CorruptionError, SegmentedLog, StorageError, StorageFullError, StoreCapacity
 from storage.batch import BatchHeader
 
 __all__ = ["Store", "StoreClient", "LiveIds", "CatchupHook"]
@@ -342,8 +342,6 @@ class Store(SchedulerOwned):
         for group_id in deleted:
             group = scheduler.remove_group(group_id)
             if group is not None and isinstance(group.machine, PartitionMachine):
-                if scheduler.term_guard is not None:
-                    scheduler.term_guard.release(group_id)  # a deleted topic's group is never placed again
                 self._delete_local(group.machine)
         self._open_assigned(state, created)
         if self.startup:
@@ -382,9 +380,20 @@ class Store(SchedulerOwned):
                         self.unstorable[partition.group_id] = (short, bootstrap)
                         continue
                 self.unstorable.pop(partition.group_id, None)
-                group = self.open_partition(
-                    partition.topic, partition.partition, partition.group_id, bootstrap=bootstrap, configs=configs
-                )
+                try:
+                    group = self.open_partition(
+                        partition.topic, partition.partition, partition.group_id, bootstrap=bootstrap, configs=configs
+                    )
+                except StorageFullError as exc:  # the disk filled meanwhile (the term guard's file, say)
+                    log.error(
+                        "cannot store a replica assigned to this node; it stays offline until there is room",
+                        topic=partition.topic,
+                        partition=partition.partition,
+                        group=partition.group_id,
+                        short=str(exc),
+                    )
+                    self.unstorable[partition.group_id] = (str(exc), bootstrap)
+                    continue
             if isinstance(group.machine, PartitionMachine):
                 group.machine.retention = RetentionPolicy(configs.retention_ms, configs.retention_bytes)
 
@@ -429,7 +438,12 @@ class Store(SchedulerOwned):
         members = {*conf.voters, *conf.voters_outgoing, *conf.learners, *conf.learners_next}
         guard = self.scheduler.term_guard
         if guard is not None and self.node_id not in members:
-            guard.release(group.group_id)
+            try:
+                guard.release(group.group_id)
+            except StorageFullError as exc:  # only the release is lost: placed here again, it is rebuilt
+                log.warning(
+                    "cannot record a replica's release; dropping it anyway", group=group.group_id, error=str(exc)
+                )
         elif guard is not None:
             log.warning(
                 "dropping a replica whose removal did not reach it; placed here again, it is rebuilt as one that "

@@ -8,6 +8,8 @@ Free disk space comes from a fake source here (``Store.disk_free``); the store, 
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -34,6 +36,7 @@ from multiraft.node.directory import Directory
 from multiraft.node.scheduler import Scheduler
 from multiraft.node.services import DataService
 from multiraft.node.store import Store
+from multiraft.node.term_guard import TermGuard
 from multiraft.node.threads import LoopHandoff, ThreadOwner
 from storage import LogStore, StorageConfig, StoreCapacity
 from tests.controller._helpers import active, cluster, create_topic
@@ -255,3 +258,31 @@ def test_a_short_disk_is_named_in_the_report_with_the_data_dir(tmp_path: Path) -
     assert report.disk_free_bytes == 10
     assert store.scheduler.store is not None
     store.scheduler.store.close()
+
+
+def test_a_replica_placed_again_while_the_disk_is_too_full_to_reclaim_it_stays_offline_and_the_node_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23 (five-node nemesis, disk-full): the term guard's file could not be written when a controller
+    command placed a released replica here again, and the scheduler stopped on the error."""
+    store = _store(tmp_path, max_segments=64)
+    scheduler = store.scheduler
+    (tmp_path / "terms").mkdir()
+    scheduler.term_guard = TermGuard.open(tmp_path / "terms", scheduler.owner)
+    state = create_topic(cluster(3), "orders", 1, 3)
+    group_id = next(iter(state.groups()))
+    scheduler.term_guard.release(group_id)  # this node gave the replica up after its removal applied
+
+    def no_room(fd: int, data: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", no_room)
+    store.controller = cast(ControllerMachine, SimpleNamespace(state=state))
+    store._on_cluster_state(state, set(), set())  # placed here again: no exception reaches the scheduler
+
+    assert group_id not in scheduler.groups and "no room to record Raft terms" in store.unstorable[group_id][0]
+    monkeypatch.undo()
+    store.housekeeping(None)  # room again: it opens, as a new replica, and the mark is gone
+    assert group_id in scheduler.groups and not scheduler.term_guard.released(group_id)
+    assert scheduler.store is not None
+    scheduler.store.close()
