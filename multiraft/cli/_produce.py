@@ -19,6 +19,7 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
 from multiraft.cli._common import err_console
+from multiraft.cli._input_format import format_string_parser
 from multiraft.cli._options import (
     BootstrapOption,
     ClusterDirOption,
@@ -198,6 +199,12 @@ def produce(
         help="text: one value per line (-K splits off a key); json: one object per line as `consume --format "
         'json` prints them (key, value, headers, timestamp; bytes as text or {"base64": ...}).',
     ),
+    record_format: str | None = typer.Option(
+        None,
+        "--input-format",
+        help="What each input line holds, as rpk produce's -f: %k key, %v value, %h headers (name=value,...), "
+        "%T timestamp [ms], %p partition, %% a percent sign; other text stands as written (e.g. '%k\\t%v').",
+    ),
     verbose: bool = typer.Option(
         False, "--verbose", "-v", help="Print PARTITION/OFFSET of each record, in input order, on stdout."
     ),
@@ -223,6 +230,9 @@ def produce(
     headers = [(key, value.encode()) for key, value in key_values(header, "--header").items()]
     if key_separator is not None and input_format is InputFormat.JSON:
         raise typer.BadParameter("a JSON record carries its own key", param_hint="-K")
+    if record_format is not None and (key_separator is not None or input_format is InputFormat.JSON):
+        raise typer.BadParameter("the format string says where the key is (no -K, no --format json)")
+    parse_line = format_string_parser(record_format) if record_format is not None else None
     if key_separator is not None and not key_separator:
         raise typer.BadParameter("an empty separator would make every line a key with no value", param_hint="-K")
     separator = unescape(key_separator) if key_separator else None
@@ -235,7 +245,7 @@ def produce(
     started = time.monotonic()
     interrupted = False
     skipped = False  # input left unsent after the first failure
-    bad_line = ""  # --format json: why the input stopped
+    bad_line = ""  # --format json or --input-format: why the input stopped
     total_bytes = file.stat().st_size if file is not None else 0
     show_progress = file is not None and err_console.is_terminal
     progress = Progress(
@@ -271,7 +281,15 @@ def produce(
                 value: bytes | None = line
                 record_headers = headers
                 timestamp: int | None = None
-                if input_format is InputFormat.JSON:
+                record_partition = partition
+                if parse_line is not None:
+                    try:
+                        key, value, record_headers, timestamp, given = parse_line(line, headers)
+                    except ValueError as exc:
+                        bad_line = f"line {records + 1} does not match --input-format: {exc}"
+                        break
+                    record_partition = given if given is not None else partition
+                elif input_format is InputFormat.JSON:
                     try:
                         key, value, record_headers, timestamp = _json_record(line, headers)
                     except ValueError as exc:
@@ -288,7 +306,7 @@ def produce(
                     value,
                     key=key,
                     headers=record_headers or None,
-                    partition=partition,
+                    partition=record_partition,
                     timestamp=timestamp,
                     callback=tally,
                 )

@@ -9,6 +9,7 @@ import pytest
 import typer
 
 from multiraft.cli._consume import bytes_of_json, format_string_formatter, json_bytes
+from multiraft.cli._input_format import format_string_parser
 from multiraft.client import Record
 from tests.cli._helpers import invoke, invoked, ok, one_error_line, run_cli
 from tests.integration._helpers import Cluster
@@ -39,6 +40,38 @@ def test_json_bytes_read_back_as_the_same_bytes(data: bytes | None) -> None:
 def test_json_bytes_of_another_type_are_refused() -> None:
     with pytest.raises(ValueError, match="value must be a string"):
         bytes_of_json(1, "value")
+
+
+def test_an_input_format_string_reads_key_value_headers_timestamp_and_partition() -> None:
+    parse = format_string_parser(r"%p|%T|%k\t%v|%h\n")
+    assert parse(b"2|1700000000123|user-1\tclicked|src=web,trace=a1", [("via", b"cli")]) == (
+        b"user-1",
+        b"clicked",
+        [("via", b"cli"), ("src", b"web"), ("trace", b"a1")],
+        1_700_000_000_123,
+        2,
+    )
+
+
+def test_the_last_field_of_an_input_format_takes_the_rest_of_the_line() -> None:
+    assert format_string_parser("%k %v")(b"k1 a value with spaces", [])[:2] == (b"k1", b"a value with spaces")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "line", "why"),
+    [("%k %v", b"no-space-here", "does not have the shape"), ("%T %v", b"x v", "timestamp 'x' is not a whole number")],
+)
+def test_a_line_an_input_format_does_not_fit_says_why(fmt: str, line: bytes, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        format_string_parser(fmt)(line, [])
+
+
+@pytest.mark.parametrize(
+    ("fmt", "why"), [("%k %x", "unknown directive %x"), ("%v %v", "repeated directive %v"), ("%k", "needs its value")]
+)
+def test_a_bad_input_format_is_a_usage_error(fmt: str, why: str) -> None:
+    with pytest.raises(typer.BadParameter, match=why):
+        format_string_parser(fmt)
 
 
 pytestmark_integration = pytest.mark.integration
@@ -146,3 +179,14 @@ def test_consume_as_a_group_member_with_kcats_minus_g(shared_cluster: Cluster) -
     assert ok(result) == "first\nsecond\n"
     described = json.loads(ok(run_cli("group", "describe", "readers", "--json", bootstrap=bootstrap)))
     assert {(p["partition"], p["committed"]) for p in described["partitions"]} == {(0, 2)}
+
+
+@pytestmark_integration
+def test_produce_reads_records_shaped_by_an_input_format_and_consume_prints_them_back(shared_cluster: Cluster) -> None:
+    bootstrap = shared_cluster.bootstrap
+    shared_cluster.create_topic("shaped", 2, 3)
+    lines = b"1;k1;src=a;first value\n0;k2;;second\n"
+    ok(run_cli("produce", "shaped", "--input-format", "%p;%k;%h;%v", bootstrap=bootstrap, stdin=lines))
+    for partition, expected in ((1, "1 k1 [src=a] first value"), (0, "0 k2 [] second")):
+        printed = ok(run_cli("consume", "shaped", "-p", str(partition), "-f", r"%p %k [%h] %v\n", bootstrap=bootstrap))
+        assert printed.strip() == expected
