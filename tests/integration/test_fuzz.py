@@ -295,6 +295,55 @@ def test_create_partitions_answers_every_request_precisely(
             admin.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=30)
 
 
+@fuzzes("DeleteRecords")  # issue 25
+@FUZZ
+@given(node=st.integers(1, 3), topic=odd_names, partition=int32s, offset=int64s, timeout_ms=int32s)
+def test_delete_records_answers_every_request_precisely(
+    fuzzed: tuple[Cluster, Any], node: int, topic: str, partition: int, offset: int, timeout_ms: int
+) -> None:
+    """Of odd names and offsets; of the fuzzed topic only offsets that delete nothing (the fixture checks it
+    whole): at or below its log start, 0, and never -1 (the high watermark)."""
+    cluster, _ = fuzzed
+    if topic == TOPIC:
+        offset = min(offset, 0) if offset != -1 else 0
+    request = pb.DeleteRecordsRequest(
+        topic=topic, partition=partition, offset=offset, timeout_ms=min(max(timeout_ms, 0), 2_000)
+    )
+    _answered_precisely(lambda: _stub(cluster, node).DeleteRecords(request, timeout=10), cluster, node)
+
+
+_CLUSTER_KEYS = ["log.retention.ms", "log.retention.bytes", "message.max.bytes", "log.segment.bytes", "log.roll.ms"]
+
+
+@fuzzes("DescribeClusterConfigs", "AlterClusterConfigs")  # issue 25
+@FUZZ
+@given(
+    node=st.integers(1, 3),
+    set_=st.dictionaries(
+        st.one_of(st.sampled_from(_CLUSTER_KEYS), st.text(max_size=8)),
+        # never a small retention or size that would drop or refuse the fuzzed topic's records
+        st.one_of(st.sampled_from(["-1", "9223372036854775807", "", "x", "1e3", " 86400000 "]), st.text(max_size=6)),
+        max_size=3,
+    ),
+    delete=large(st.one_of(st.sampled_from(_CLUSTER_KEYS), st.text(max_size=8))),
+    keys=large(st.one_of(st.sampled_from(_CLUSTER_KEYS), st.text(max_size=8))),
+)
+def test_cluster_configs_answer_every_request_precisely(
+    fuzzed: tuple[Cluster, Any], node: int, set_: dict[str, str], delete: list[str], keys: list[str]
+) -> None:
+    cluster, _ = fuzzed
+    safe = {k: v for k, v in set_.items() if not (v.strip().isdigit() and int(v.strip()) < 1 << 40)}
+    admin = _admin(cluster, node)
+    try:
+        request = pb.AlterClusterConfigsRequest(set=safe, delete=delete)
+        _answered_precisely(lambda: admin.AlterClusterConfigs(request, timeout=30), cluster, node)
+        _answered_precisely(
+            lambda: admin.DescribeClusterConfigs(pb.DescribeClusterConfigsRequest(keys=keys), timeout=30)
+        )
+    finally:
+        admin.AlterClusterConfigs(pb.AlterClusterConfigsRequest(delete=_CLUSTER_KEYS), timeout=30)
+
+
 @fuzzes("AlterTopicConfigs", "DescribeTopic", "Metadata")
 @FUZZ
 @given(

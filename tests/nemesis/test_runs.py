@@ -1,5 +1,6 @@
 """Seeded nemesis runs against real clusters on 127.0.0.1: one short run per family of faults at three nodes,
-and two at five (where a partition lives on three of the nodes, so rebalancing moves replicas).
+and one of every kind of churn at five (where a partition lives on three of the nodes, so rebalancing moves
+replicas); under ``-m slow`` also the undrain and rejoin kinds at three and process and network faults at five.
 
 Each run injects every kind of its family at least once (the kinds are dealt from a shuffled deck), heals,
 and checks its history: no acknowledged record lost, duplicated or reordered, nothing read that was not
@@ -66,6 +67,7 @@ def test_membership_churn_during_writes_loses_nothing_and_the_drained_node_is_re
     _assert_valid(_run(tmp_path, 15, ("churn",), 1.0))
 
 
+@pytest.mark.slow  # CI time: the five-node churn run below deals these kinds too
 def test_drain_undrain_drain_again_and_a_removed_node_that_joins_again_lose_nothing(tmp_path: Path) -> None:
     result = _run(tmp_path, 16, _CHURN[1:], 1.0)
     _assert_valid(result)
@@ -77,6 +79,7 @@ def test_five_nodes_under_every_kind_of_churn_move_replicas_and_lose_nothing(tmp
     _assert_valid(_run(tmp_path, 17, _CHURN, 8.0, nodes=5))
 
 
+@pytest.mark.slow  # CI time: CI runs the five-node churn run; these kinds run at three nodes above
 def test_five_nodes_under_kills_power_loss_and_partitions_of_every_shape_lose_nothing(tmp_path: Path) -> None:
     faults = ("kill-minority", "power-loss", "partition-halves", "partition-bridge", "pause-follower")
     _assert_valid(_run(tmp_path, 18, faults, 8.0, nodes=5))
