@@ -514,17 +514,16 @@ class Store(SchedulerOwned):
 
     @on_owner_thread
     def produce(self, view: PartitionView, batch: bytes, header: BatchHeader, completion: Completion) -> None:
-        group = self.scheduler.groups.get(view.group_id)
-        name = f"{view.topic}/{view.partition}"
-        if group is None:
-            completion(None, UnavailableError(f"{name} is not hosted here"))
-        elif not group.is_leader or not isinstance(group.machine, PartitionMachine):
-            completion(None, NotLeaderError(f"not the leader of {name}", leader_id=group.raw.leader_id))
-        else:
-            group.machine.produce(group, batch, header, completion)
+        if (leading := self._leading(view, completion)) is not None:
+            leading[1].produce(leading[0], batch, header, completion)
 
     @on_owner_thread
     def delete_records(self, view: PartitionView, offset: int, completion: Completion) -> None:
+        if (leading := self._leading(view, completion)) is not None:
+            leading[1].delete_records(leading[0], offset, completion)
+
+    def _leading(self, view: PartitionView, completion: Completion) -> tuple[Group, PartitionMachine] | None:
+        """The partition's group and machine when this replica leads it; else the completion is answered."""
         group = self.scheduler.groups.get(view.group_id)
         name = f"{view.topic}/{view.partition}"
         if group is None:
@@ -532,7 +531,8 @@ class Store(SchedulerOwned):
         elif not group.is_leader or not isinstance(group.machine, PartitionMachine):
             completion(None, NotLeaderError(f"not the leader of {name}", leader_id=group.raw.leader_id))
         else:
-            group.machine.delete_records(group, offset, completion)
+            return group, group.machine
+        return None
 
     @on_owner_thread
     def offsets(
