@@ -10,18 +10,15 @@ thread over a real store on a small tmpfs (root only); the leader is played by t
 from __future__ import annotations
 
 import os
-import random
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from multiraft import raft
-from multiraft.node.raftlog import RaftLogStorage
 from multiraft.node.scheduler import Group, Scheduler
 from storage import LogStore, StorageConfig
-from tests.node.test_storage_full import NODE, Machine, Outbox, append, on_thread, wait_until
+from tests.node.test_storage_full import Machine, Outbox, append, follower_group, on_thread, wait_until
 
 MiB = 1 << 20
 
@@ -51,12 +48,7 @@ def _scenario(disk: Path) -> None:
     def load() -> None:
         store = scheduler.store
         assert store is not None
-        storage = RaftLogStorage(store.log("t", 0))
-        hard_state, snapshot = raft.bootstrap(raft.ConfState.of((1, 2, 3)))
-        storage.apply_snapshot(snapshot)
-        storage.set_hard_state(hard_state)
-        raw = raft.RawNode(raft.RaftConfig(id=NODE, election_tick=10, heartbeat_tick=1), storage, random.Random(1))
-        groups.append(Group(1, raw, storage, machine))
+        groups.append(follower_group(store, machine))
         scheduler.add_group(groups[0])
 
     scheduler.start(load)

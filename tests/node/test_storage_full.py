@@ -26,6 +26,17 @@ MiB = 1 << 20
 T = raft.MessageType
 
 
+def follower_group(store: LogStore, machine: Any) -> Group:
+    """Group 1 of voters 1, 2 and 3 on log ``t/0`` of ``store``, as node 1 (a follower until leader 2 speaks)."""
+    storage = RaftLogStorage(store.log("t", 0))
+    hard_state, snapshot = raft.bootstrap(raft.ConfState.of((1, 2, 3)))
+    storage.apply_snapshot(snapshot)
+    storage.set_hard_state(hard_state)
+    config = raft.RaftConfig(id=NODE, election_tick=10, heartbeat_tick=1)
+    raw = raft.RawNode(config, storage, random.Random(1), applied=storage.applied_index())
+    return Group(1, raw, storage, machine)
+
+
 class Outbox:
     def __init__(self) -> None:
         self.sent: list[raft.Message] = []
@@ -104,13 +115,7 @@ def test_a_follower_that_runs_out_of_storage_keeps_running_acks_nothing_undurabl
     def load() -> None:
         store = scheduler.store
         assert store is not None
-        storage = RaftLogStorage(store.log("t", 0))
-        hard_state, snapshot = raft.bootstrap(raft.ConfState.of((1, 2, 3)))
-        storage.apply_snapshot(snapshot)
-        storage.set_hard_state(hard_state)
-        config_ = raft.RaftConfig(id=NODE, election_tick=10, heartbeat_tick=1)
-        raw = raft.RawNode(config_, storage, random.Random(1), applied=storage.applied_index())
-        group = Group(1, raw, storage, machine)
+        group = follower_group(store, machine)
         if resource == "segments":
             for i in range(3):
                 store.log("ballast", i)
