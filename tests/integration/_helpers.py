@@ -127,6 +127,20 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
         cluster_down(info.directory)
 
 
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.5) -> float:
+    """Poll until ``condition()`` holds (a MultiraftError while asking counts as not yet: a node being killed
+    or a leader moving); return the seconds it took, or fail naming ``what``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        try:
+            if condition():
+                return time.monotonic() - start
+        except MultiraftError:
+            pass
+        time.sleep(poll_s)
+    raise AssertionError(f"{what} not reached within {timeout_s}s")
+
+
 def record_values(producer: int, sequence: int, attempt: int, count: int) -> list[bytes]:
     return [b"p%d:s%d:a%d:r%d" % (producer, sequence, attempt, r) for r in range(count)]
 

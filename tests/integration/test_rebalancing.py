@@ -10,12 +10,13 @@ from collections.abc import Callable
 
 import pytest
 
-from multiraft.errors import MultiraftError, NodeHasReplicasError, NotLeaderError
+from multiraft.errors import NodeHasReplicasError, NotLeaderError
 from multiraft.launcher import add_node
 from multiraft.node.offsets import SNAPSHOT_EVERY
 from rpc.client import Admin, ClusterInfo
 from rpc.proto import multiraft_pb2 as pb
 from tests.integration._helpers import BackgroundProducer, Cluster, fetch_all, produce
+from tests.integration._helpers import wait_for as _wait
 
 pytestmark = pytest.mark.integration
 
@@ -30,19 +31,6 @@ TOPIC, PARTITIONS, RF = "events", 12, 3
 
 def _state_of(admin: Admin, node_id: int) -> str:
     return next(n.state for n in admin.describe_cluster().nodes if n.node_id == node_id)
-
-
-def _wait(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.5) -> float:
-    """Poll until ``condition()``; return the seconds it took."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        try:
-            if condition():
-                return time.monotonic() - start
-        except MultiraftError:
-            pass  # a node being killed or a leader moving: ask again
-        time.sleep(poll_s)
-    raise AssertionError(f"{what} not reached within {timeout_s}s")
 
 
 def _fully_replicated_on(cluster: Cluster, live: set[int]) -> bool:

@@ -14,11 +14,11 @@ from collections.abc import Callable
 
 import pytest
 
-from multiraft.errors import MultiraftError
 from multiraft.launcher import add_node
 from multiraft.node.reconfigure import REMOVAL_GRACE_S
 from rpc.client import Admin
 from tests.integration._helpers import Cluster, fetch_all, produce
+from tests.integration._helpers import wait_for as _wait
 
 pytestmark = pytest.mark.integration
 
@@ -28,18 +28,6 @@ MOVING = {
     "max_concurrent_moves": 4,
 }
 TOPICS = {"events": 3, "audit": 4, "orders": 5}
-
-
-def _wait(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.5) -> None:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        try:
-            if condition():
-                return
-        except MultiraftError:
-            pass  # a leader moving: ask again
-        time.sleep(poll_s)
-    raise AssertionError(f"{what} not reached within {timeout_s}s")
 
 
 def _replicas_on(admin: Admin, node_id: int) -> int:
