@@ -32,10 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from multiraft import raft
 from multiraft.node.catchup import CatchupManager, CatchupProgress, _Job
-from multiraft.node.partition import PartitionView
-from multiraft.node.raftlog import SegmentRef, SnapshotManifest, decode_manifest, encode_manifest
-from multiraft.node.scheduler import Scheduler
-from multiraft.node.transport import PeerTransport
+from multiraft.node.peer.transport import PeerTransport
+from multiraft.node.replicas.partition import PartitionView
+from multiraft.node.replicas.raft_log import SegmentRef, SnapshotManifest, decode_manifest, encode_manifest
+from multiraft.node.scheduler.scheduler import Scheduler
 from storage import LogStore, SegmentFileReceiver, StorageConfig, encode_batch
 
 MiB = 1024 * 1024

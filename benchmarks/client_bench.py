@@ -53,8 +53,8 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from multiraft import Admin, BatchMetadata, Consumer, Producer
-from multiraft.launcher import cluster_down, cluster_up
-from rpc.client import ClusterClient
+from multiraft.tools.launcher import cluster_down, cluster_up
+from rpc.client._cluster import ClusterClient
 from rpc.proto import multiraft_pb2 as pb
 from storage import encode_batch, iter_batches
 

@@ -29,8 +29,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from multiraft.launcher import ClusterInfo, cluster_down, cluster_up
-from rpc.client import Admin, ClusterClient
+from multiraft import Admin
+from multiraft.tools.launcher import ClusterInfo, cluster_down, cluster_up
+from rpc.client._cluster import ClusterClient
 from rpc.proto import multiraft_pb2 as pb
 from storage import encode_batch
 

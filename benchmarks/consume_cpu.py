@@ -107,7 +107,7 @@ def main() -> None:
     import pyarrow as pa
 
     from multiraft import Admin, Producer
-    from multiraft.launcher import cluster_down, cluster_up
+    from multiraft.tools.launcher import cluster_down, cluster_up
 
     scratch = Path(tempfile.mkdtemp(prefix="consume-cpu-"))
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}

@@ -3,7 +3,7 @@
     python benchmarks/groups_bench.py --json --out benchmarks/results/groups.json    # 3 rounds
     python benchmarks/groups_bench.py --rounds 1                                      # a quick look
 
-On a local 3-node cluster (``multiraft.launcher``), one topic of 60 partitions (replication factor 3):
+On a local 3-node cluster (``multiraft.tools.launcher``), one topic of 60 partitions (replication factor 3):
 
 * **join**: 3 members hold the 60 partitions; a 4th starts. Time from its ``subscribe()`` to the moment every
   one of the 4 members holds its share of one generation that covers the 60 partitions (each member's
@@ -40,8 +40,8 @@ sys.path.insert(0, str(ROOT))
 
 from _results import save_json  # noqa: E402  # benchmarks/ (this script's directory)
 
-from multiraft.client import Admin, Producer  # noqa: E402
-from multiraft.launcher import cluster_down, cluster_up  # noqa: E402
+from multiraft import Admin, Producer  # noqa: E402
+from multiraft.tools.launcher import cluster_down, cluster_up  # noqa: E402
 
 PARTITIONS = 60
 _SETTLE_TIMEOUT_S = 180.0

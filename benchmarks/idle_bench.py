@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from _results import emit  # noqa: E402  # benchmarks/ (this script's directory)
 
-from multiraft.launcher import ClusterInfo, cluster_down, cluster_up, start_node, stop_node, wait_serving  # noqa: E402
+from multiraft.tools.launcher import ClusterInfo, cluster_down, cluster_up, start_node, stop_node, wait_serving  # noqa: E402
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 _POLL_S = 1.0
@@ -75,7 +75,7 @@ def rest_cost(info: ClusterInfo, window: float) -> dict[str, Any]:
 
 def leaderless(bootstrap: str, topic: str, timeout_s: float) -> tuple[int, int]:
     """(partitions without a leader, partitions) as DescribeTopic reports them now."""
-    from multiraft.client import Admin
+    from multiraft import Admin
 
     with Admin(bootstrap, request_timeout_s=timeout_s) as admin:
         described = admin.describe_topic(topic)
@@ -104,7 +104,7 @@ def wait_all_leaders(bootstrap: str, topic: str, began: float, timeout_s: float)
 
 def create_topic(bootstrap: str, args: argparse.Namespace) -> bool:
     """Create the topic; True if the client retried the call and found it created by its first attempt."""
-    from multiraft.client import Admin
+    from multiraft import Admin
     from multiraft.errors import TopicExistsError
 
     with Admin(bootstrap, request_timeout_s=args.timeout) as admin:
@@ -116,7 +116,7 @@ def create_topic(bootstrap: str, args: argparse.Namespace) -> bool:
 
 
 def leaders_per_node(bootstrap: str) -> dict[str, int]:
-    from multiraft.client import Admin
+    from multiraft import Admin
 
     with Admin(bootstrap, request_timeout_s=30.0) as admin:
         cluster = admin.describe_cluster()

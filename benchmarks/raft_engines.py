@@ -179,7 +179,7 @@ def pysyncobj_node(index: int, addresses: list[str], journal: str, variant: dict
 
 class PySyncObjCluster:
     def __init__(self, directory: Path, variant: dict[str, Any]) -> None:
-        from multiraft.launcher import free_ports
+        from multiraft.tools.launcher import free_ports
 
         context = multiprocessing.get_context("spawn")
         addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
@@ -235,8 +235,9 @@ class PySyncObjCluster:
 
 class MultiraftCluster:
     def __init__(self, directory: Path) -> None:
-        from multiraft.launcher import cluster_up
-        from rpc.client import Admin, ClusterClient
+        from multiraft import Admin
+        from multiraft.tools.launcher import cluster_up
+        from rpc.client._cluster import ClusterClient
 
         self.directory = directory
         self.info = cluster_up(directory, 3)
@@ -315,7 +316,7 @@ class MultiraftCluster:
         return [n.pid for n in self.info.nodes.values()]
 
     def stop(self) -> None:
-        from multiraft.launcher import cluster_down
+        from multiraft.tools.launcher import cluster_down
 
         self.client.close()
         cluster_down(self.directory)

@@ -41,9 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from multiraft.launcher import ClusterInfo, cluster_down, cluster_up, kill_node  # noqa: E402
 from multiraft.logging import configure_logging  # noqa: E402
-from rpc.client import ClusterClient  # noqa: E402
+from multiraft.tools.launcher import ClusterInfo, cluster_down, cluster_up, kill_node  # noqa: E402
+from rpc.client._cluster import ClusterClient  # noqa: E402
 from rpc.proto import multiraft_pb2 as pb  # noqa: E402
 from storage import encode_batch  # noqa: E402
 

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from _results import save_json  # noqa: E402  # benchmarks/ (this script's directory)
 
-from multiraft.launcher import ClusterInfo, cluster_down, cluster_up  # noqa: E402  # after sys.path
+from multiraft.tools.launcher import ClusterInfo, cluster_down, cluster_up  # noqa: E402  # after sys.path
 
 PARTITIONS = [1, 8, 64, 512]
 SIZES = [100, 1024, 16 * 1024, 1024 * 1024]
@@ -48,7 +48,7 @@ HEADLINE = ("msgs_per_s", "mb_per_s")
 
 def bench_produce(directory: Path, partitions: int, size: int, seconds: float) -> dict[str, Any]:
     command = [
-        sys.executable, "-m", "multiraft.cli", "bench", "produce", "--cluster-dir", str(directory),
+        sys.executable, "-m", "multiraft.tools.cli", "bench", "produce", "--cluster-dir", str(directory),
         "--partitions", str(partitions), "--message-size", str(size), "--duration", str(seconds), "--json",
     ]  # fmt: skip
     environment = {k: v for k, v in os.environ.items() if not k.startswith("MULTIRAFT_")}
@@ -128,7 +128,7 @@ def main() -> None:
                     file=sys.stderr,
                 )
         if args.idle_partitions:
-            from multiraft.client import Admin
+            from multiraft import Admin
 
             print(f"idle: baseline, then {args.idle_partitions} partitions", file=sys.stderr)
             time.sleep(args.idle_settle / 3)  # the last bench's deleted topic is being cleaned up

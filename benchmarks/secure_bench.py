@@ -37,7 +37,7 @@ FIGURES = {
 
 
 def bench(mode: str, secure: bool) -> dict[str, Any]:
-    command = [sys.executable, "-m", "multiraft.cli", "bench", mode, "--local", "3", *MODES[mode], "--json"]
+    command = [sys.executable, "-m", "multiraft.tools.cli", "bench", mode, "--local", "3", *MODES[mode], "--json"]
     if secure:
         command.append("--secure")
     environment = {k: v for k, v in os.environ.items() if not k.startswith("MULTIRAFT_")}

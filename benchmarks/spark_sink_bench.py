@@ -40,8 +40,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from _spark_common import repeat, report, start_spark, summarise, timed
 
-from multiraft.client import Admin, Consumer, Producer, TopicPartition
-from multiraft.launcher import cluster_down, cluster_up
+from multiraft import Admin, Consumer, Producer, TopicPartition
+from multiraft.tools.launcher import cluster_down, cluster_up
 
 PARTITIONS = 6
 

@@ -43,8 +43,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from _spark_common import process_cpu, repeat, report, start_spark, summarise, timed
 
-from multiraft.client import Admin, Producer
-from multiraft.launcher import cluster_down, cluster_up
+from multiraft import Admin, Producer
+from multiraft.tools.launcher import cluster_down, cluster_up
 
 TOPIC = "bench"
 PARTITIONS = 6

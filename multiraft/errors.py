@@ -386,7 +386,7 @@ class InsufficientStorageError(ResourceExhaustedError):
 
 
 # ------------------------------------------------------------------------------------------ consumer groups
-# The wire face of multiraft.groups.errors (the coordinator's own tree): the same reasons, client-side names.
+# The wire face of multiraft.consumer_groups.errors (the coordinator's own tree): the same reasons, client-side names.
 
 
 class GroupError(MultiraftError):

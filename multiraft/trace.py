@@ -10,7 +10,7 @@ Keys let a reader join the lines of one batch: ``c<crc>`` (the batch's CRC, whic
 assignment does not change), ``g<group>.<index>`` (its Raft entry), ``b<topic>/<partition>@<base>+<count>``
 (where it was written). A line holding several keys links them. ``u<topic>/<partition>@<next>`` says
 that everything below offset ``next`` reached the stage; ``ug<group>@<next>``, every entry below index
-``next``. :mod:`multiraft.cli._bench_trace` reads the files.
+``next``. :mod:`multiraft.tools.cli._bench_trace` reads the files.
 
 Off, a hook costs one module attribute read (``if trace.ON:``); on, a few microseconds per line.
 """

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from _quickstart_events import Clock, end_of_stream_marker, event_chunk
 
-from multiraft.client import BatchMetadata, Producer
+from multiraft import BatchMetadata, Producer
 
 __all__ = ["StreamProducer", "send_end_of_stream"]
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from multiraft.client import (
+from multiraft import (
     AclBinding,
     Admin,
     AuthenticationFailedError,

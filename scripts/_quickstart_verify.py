@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from multiraft.client import Admin, Consumer
+from multiraft import Admin, Consumer
 
 __all__ = ["TopicCheck", "VerificationError", "WindowCheck", "check_events_topic", "check_windows", "read_topic"]
 

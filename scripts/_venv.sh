@@ -34,10 +34,10 @@ ensure_venv() {
     fi
 }
 
-# The code generators of rpc/codegen.py, pinned so that everyone runs the same protoc: tests/test_protos.py
+# The code generators of rpc/proto/codegen.py, pinned so that everyone runs the same protoc: tests/test_protos.py
 # compares its output byte for byte. They live in .venv/codegen, off the interpreter's path, because grpcio's
 # own grpc/__init__.py imports grpc_tools whenever it is importable (a backwards-compatibility shim), which
-# would load it into every client; rpc/codegen.py puts the directory on PYTHONPATH for protoc alone. Their
+# would load it into every client; rpc/proto/codegen.py puts the directory on PYTHONPATH for protoc alone. Their
 # dependencies (grpcio, protobuf, types-protobuf) come from .venv. A stamp inside the directory records the
 # pins it holds, so changing them re-installs it.
 ensure_codegen_tools() {

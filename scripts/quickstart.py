@@ -1,6 +1,6 @@
 """The quickstart pipeline (run it through ``scripts/quickstart``, which sets up .venv and the work directory).
 
-1. start a local 3-node cluster (``multiraft.launcher``) in the work directory;
+1. start a local 3-node cluster (``multiraft.tools.launcher``) in the work directory;
 2. create the topics ``events`` (6 partitions) and ``events_per_minute`` (3 partitions), replication factor 3;
 3. produce a paced clickstream of JSON events into ``events`` from a background thread, with a progress bar;
 4. run a Spark Structured Streaming job that reads ``events`` while it is written: raw events to Parquet, and
@@ -44,8 +44,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from multiraft import launcher
-from multiraft.client import Admin
+from multiraft import Admin
+from multiraft.tools import launcher
 
 _NODES = 3
 _PARTITIONS = 6

@@ -5,7 +5,7 @@
 >>> spark.readStream.format("multiraft").option("bootstrap", "127.0.0.1:9092").option("subscribe", "events").load()
 
 The options mirror Spark's Kafka source and sink (docs/spark.md). This package talks to the cluster only
-through the public client API, :mod:`multiraft.client`.
+through the public client API, :mod:`multiraft`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import difflib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from multiraft.client import Admin, ConfigError
+from multiraft import Admin, ConfigError
 from spark_connector._security import SECURITY_OPTIONS, Security, parse_security
 
 __all__ = [

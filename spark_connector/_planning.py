@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from multiraft.client import Admin, ConfigError, TopicInfo, UnknownTopicError
+from multiraft import Admin, ConfigError, TopicInfo, UnknownTopicError
 from spark_connector._options import missing_topics_error
 from spark_connector._source_options import EARLIEST, LATEST, Offsets, SourceOptions
 from spark_connector.errors import DataLossError

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multiraft.client import ConfigError, TlsSettings
+from multiraft import ConfigError, TlsSettings
 
 __all__ = ["SECURITY_OPTIONS", "KAFKA_PREFIXED", "Security", "parse_security"]
 

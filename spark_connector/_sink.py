@@ -57,7 +57,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from multiraft.client import BatchMetadata, ConfigError, Producer
+from multiraft import BatchMetadata, ConfigError, Producer
 from spark_connector._options import (
     CONNECTION_OPTIONS,
     Connection,
@@ -81,7 +81,7 @@ __all__ = [
     "parse_sink_options",
 ]
 
-# multiraft.client routes structlog through stdlib logging until a process configures it: stdout stays clean.
+# the client (multiraft) routes structlog through stdlib logging until a process configures it: stdout stays clean.
 log: structlog.stdlib.BoundLogger = structlog.get_logger(__name__)
 
 # Spark's local properties (StreamExecution.QUERY_ID_KEY, MicroBatchExecution.BATCH_ID_KEY).

@@ -1,7 +1,7 @@
 """The read side: ``spark.read`` and ``spark.readStream`` over multiraft topics, with Kafka-source options.
 
-Planning happens on the driver (which partitions, which offset ranges; :class:`multiraft.client.Admin`);
-each Spark task reads one offset range with a :class:`multiraft.client.Consumer` and yields Arrow record
+Planning happens on the driver (which partitions, which offset ranges; :class:`multiraft.Admin`);
+each Spark task reads one offset range with a :class:`multiraft.Consumer` and yields Arrow record
 batches decoded in bulk. A streaming query's offsets live in Spark's checkpoint, never in the cluster, so a
 restarted query replays a batch with exactly the offsets it planned before.
 
@@ -37,7 +37,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from multiraft.client import Admin, ConfigError, Consumer, MultiraftError, TopicPartition
+from multiraft import Admin, ConfigError, Consumer, MultiraftError, TopicPartition
 from spark_connector._options import Connection, connect
 from spark_connector._planning import (
     Snapshot,

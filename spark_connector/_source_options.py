@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from multiraft.client import ConfigError
+from multiraft import ConfigError
 from spark_connector._options import CONNECTION_OPTIONS, check_names, lower_keys, parse_connection, positive_int
 from spark_connector._security import KAFKA_PREFIXED, Security
 

@@ -2,7 +2,7 @@
 
 ::
 
-    multiraft.client.MultiraftError
+    multiraft.MultiraftError
     ├── ConfigError          a bad option (the message starts with the option's name)
     ├── ...                  every client error (UnknownTopicError, UnavailableError, ...) passes through
     └── DataLossError        records a query had still to read are gone (failOnDataLoss=true)
@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from multiraft.client import MultiraftError
+from multiraft import MultiraftError
 
 __all__ = ["DataLossError"]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.config import NodeConfig, config_reference, load_config
+from multiraft.config.node import NodeConfig, config_reference, load_config
 from multiraft.errors import ConfigError
 from storage import ENTRY_OVERHEAD_BYTES, StorageConfig
 

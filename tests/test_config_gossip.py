@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from multiraft.config import load_config
+from multiraft.config.node import load_config
 from multiraft.errors import ConfigError
 
 REQUIRED = {"node_id": 1, "data_dir": "/var/lib/multiraft"}

@@ -27,7 +27,7 @@ ERROR_MODULES = (
     "multiraft.errors",
     "multiraft.raft.errors",
     "multiraft.controller.errors",
-    "multiraft.groups.errors",
+    "multiraft.consumer_groups.errors",
     "storage.errors",
     "membership.errors",
     "spark_connector.errors",

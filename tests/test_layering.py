@@ -48,6 +48,16 @@ _PURE = (
     "grpc",
 )
 
+
+def _face() -> tuple[str, ...]:
+    """The public face: ``multiraft`` itself and the names of its ``__all__`` (read, not imported)."""
+    tree = ast.parse((ROOT / "multiraft" / "__init__.py").read_text())
+    names = next(n.value for n in tree.body if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "__all__")
+    return ("multiraft$", *(f"multiraft.{name}$" for name in ast.literal_eval(names)))
+
+
+_FACE = _face()
+
 # layer (module prefix) -> module prefixes it must not import. The most specific layer wins.
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "storage": ("multiraft", "rpc", "membership", "spark_connector", "tests", "benchmarks"),
@@ -58,24 +68,25 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # The controller's state machine is pure too: the node runtime does its I/O.
     "multiraft.controller": _PURE,
     # So is the consumer-group coordinator: the gRPC surface and a Kafka front door drive it.
-    "multiraft.groups": _PURE,
-    "multiraft": ("spark_connector", "tests", "benchmarks"),
+    "multiraft.consumer_groups": _PURE,
+    # Nothing below the tools (CLI, launcher, nemesis) imports them: they are the top floor.
+    "multiraft": ("spark_connector", "tests", "benchmarks", "multiraft.tools"),
+    "multiraft.tools": ("spark_connector", "tests", "benchmarks"),
     # The node runtime knows no front door: gRPC servicers and the server are built on its services, outside.
     "multiraft.node": ("rpc", "spark_connector", "tests", "benchmarks"),
-    "rpc": ("spark_connector", "tests", "benchmarks"),
+    "rpc": ("spark_connector", "tests", "benchmarks", "multiraft.tools"),
     # The client library must stay importable without the node runtime, and light: no storage engine.
     "rpc.client": (
         "multiraft.node",
         "multiraft.controller",
         "multiraft.raft",
-        "rpc.servicers",
+        "rpc.server.servicers",
         "membership",
         "storage",
     ),
-    "multiraft.client": ("storage",),
     # The nemesis drives clusters from outside, as a user would: the public client API and the launcher
     # (it reads stopped nodes' log stores offline with storage), never the node runtime.
-    "multiraft.nemesis": (
+    "multiraft.tools.nemesis": (
         "multiraft.node",
         "multiraft.controller",
         "multiraft.raft",
@@ -87,17 +98,17 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     ),
     "spark_connector": ("multiraft.", "storage", "rpc.", "membership", "tests", "benchmarks"),
 }
-# Exceptions to a forbidden prefix for a layer: the connector may use the public client API only.
+# Exceptions to a forbidden prefix for a layer: the connector may use the public face (`multiraft`) only.
 ALLOWED: dict[str, tuple[str, ...]] = {
     "multiraft.raft": ("multiraft.raft",),
+    "multiraft.tools": ("multiraft.tools",),
     "multiraft.controller": ("multiraft.controller",),
-    "multiraft.groups": ("multiraft.groups",),
-    "spark_connector": ("multiraft.client",),
+    "multiraft.consumer_groups": ("multiraft.consumer_groups",),
+    "spark_connector": (*_FACE,),
     # The client shares the record-batch format with storage and uses none of the engine (light to import).
     "rpc.client": ("storage.batch", "storage.errors"),
-    "multiraft.client": ("storage.batch", "storage.errors"),
     # The debug switch's module defines the cuts file the nemesis writes.
-    "multiraft.nemesis": ("multiraft.node.debug",),
+    "multiraft.tools.nemesis": ("multiraft.node.debug", "multiraft.tools"),
 }
 
 
@@ -127,6 +138,8 @@ def _imports(path: Path, module: str) -> Iterator[tuple[int, str]]:
 
 
 def _matches(name: str, prefix: str) -> bool:
+    if prefix.endswith("$"):  # this module or name exactly, nothing under it
+        return name == prefix[:-1]
     if prefix.endswith("."):
         return name.startswith(prefix)
     return name == prefix or name.startswith(prefix + ".")
@@ -206,17 +219,19 @@ def test_the_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
     assert _violations(probe, "storage._layering_probe") == [
         "_layering_probe.py:2: storage._layering_probe (storage) imports multiraft.node"
     ]
-    assert _violations(probe, "multiraft.cli._layering_probe") == []  # the runtime may use the node
+    assert _violations(probe, "multiraft.tools.cli._layering_probe") == []  # the runtime may use the node
 
 
 def test_the_node_runtime_may_not_import_the_servicers_or_the_server(tmp_path: Path) -> None:
     probe = tmp_path / "_layering_probe.py"
-    probe.write_text("from rpc.servicers import LogServicer\nimport rpc.server\nfrom storage import LogStore\n")
+    probe.write_text(
+        "from rpc.server.servicers import LogServicer\nimport rpc.server.front_door\nfrom storage import LogStore\n"
+    )
     assert _violations(probe, "multiraft.node._layering_probe") == [
-        "_layering_probe.py:1: multiraft.node._layering_probe (multiraft.node) imports rpc.servicers",
-        "_layering_probe.py:2: multiraft.node._layering_probe (multiraft.node) imports rpc.server",
+        "_layering_probe.py:1: multiraft.node._layering_probe (multiraft.node) imports rpc.server.servicers",
+        "_layering_probe.py:2: multiraft.node._layering_probe (multiraft.node) imports rpc.server.front_door",
     ]
-    assert _violations(probe, "multiraft.cli._layering_probe") == []  # the CLI wires node and front door
+    assert _violations(probe, "multiraft.tools.cli._layering_probe") == []  # the CLI wires node and front door
 
 
 def test_the_runtime_the_rebalancer_and_the_servicers_form_no_import_cycle() -> None:
@@ -238,7 +253,12 @@ def test_the_runtime_the_rebalancer_and_the_servicers_form_no_import_cycle() -> 
         return found
 
     reach = {m: targets(m) for m in known}
-    for start in ("multiraft.node.node", "multiraft.node.rebalancer", "rpc.servicers", "rpc.server"):
+    for start in (
+        "multiraft.node.node",
+        "multiraft.node.cluster.rebalancer",
+        "rpc.server.servicers",
+        "rpc.server.front_door",
+    ):
         seen, todo = set(), [start]
         while todo:
             for nxt in reach.get(todo.pop(), set()) - seen:
@@ -255,12 +275,12 @@ def test_the_client_may_use_the_batch_format_but_not_the_storage_engine(tmp_path
         "from storage import LogStore\n"
         "import storage.log\n"
     )
-    for module, layer in (("rpc.client._layering_probe", "rpc.client"), ("multiraft.client", "multiraft.client")):
+    for module, layer in (("rpc.client._layering_probe", "rpc.client"),):
         assert _violations(probe, module) == [
             f"_layering_probe.py:3: {module} ({layer}) imports storage",
             f"_layering_probe.py:4: {module} ({layer}) imports storage.log",
         ]
-    assert _violations(probe, "multiraft.cli._layering_probe") == []  # the runtime may use the engine
+    assert _violations(probe, "multiraft.tools.cli._layering_probe") == []  # the runtime may use the engine
 
 
 def test_the_raft_core_may_not_read_the_clock(tmp_path: Path) -> None:
@@ -275,11 +295,11 @@ def test_the_raft_core_may_not_read_the_clock(tmp_path: Path) -> None:
 def test_the_group_coordinator_may_not_read_the_clock_or_draw_random_numbers(tmp_path: Path) -> None:
     probe = tmp_path / "_layering_probe.py"
     probe.write_text("import time\nimport random\nfrom multiraft.node import offsets\nfrom . import assignors\n")
-    module = "multiraft.groups._layering_probe"
+    module = "multiraft.consumer_groups._layering_probe"
     assert _violations(probe, module) == [
-        f"_layering_probe.py:1: {module} (multiraft.groups) imports time",
-        f"_layering_probe.py:2: {module} (multiraft.groups) imports random",
-        f"_layering_probe.py:3: {module} (multiraft.groups) imports multiraft.node",
+        f"_layering_probe.py:1: {module} (multiraft.consumer_groups) imports time",
+        f"_layering_probe.py:2: {module} (multiraft.consumer_groups) imports random",
+        f"_layering_probe.py:3: {module} (multiraft.consumer_groups) imports multiraft.node",
     ]
 
 
@@ -297,3 +317,19 @@ def test_the_checker_catches_a_clock_processor_in_a_library(tmp_path: Path) -> N
     for module in ("multiraft.raft._raft_probe", "storage._probe", "membership._probe"):
         assert sorted(_clock_processors(probe, module)) == [line.format(module=module) for line in expected]
     assert _clock_processors(probe, "multiraft.logging") == []  # where events are rendered
+
+
+def test_the_spark_connector_may_use_the_public_face_only(tmp_path: Path) -> None:
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text("from multiraft import Producer\nimport multiraft\nfrom multiraft.node import Node\n")
+    assert _violations(probe, "spark_connector._layering_probe") == [
+        "_layering_probe.py:3: spark_connector._layering_probe (spark_connector) imports multiraft.node"
+    ]
+
+
+def test_nothing_below_the_tools_imports_them(tmp_path: Path) -> None:
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text("from multiraft.tools.launcher import Cluster\n")
+    for module in ("multiraft.node._layering_probe", "rpc.server._layering_probe", "multiraft._layering_probe"):
+        assert len(_violations(probe, module)) == 1
+    assert _violations(probe, "multiraft.tools.nemesis._layering_probe") == []

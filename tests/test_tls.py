@@ -1,4 +1,4 @@
-"""Certificates for a local cluster (``multiraft.tls``): what each one names and may do, and how a verified
+"""Certificates for a local cluster (``multiraft.security.tls``): what each one names and may do, and how a verified
 peer certificate proves node ids."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from multiraft.tls import (
+from multiraft.security.tls import (
     make_ca,
     make_client_certificate,
     make_node_certificate,

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from multiraft import raft, trace
-from multiraft.node.partition import PartitionView
-from multiraft.node.tracing import trace_peer_messages, trace_persisted
+from multiraft.node.replicas.partition import PartitionView
+from multiraft.node.scheduler.tracing import trace_peer_messages, trace_persisted
 from storage.batch import encode_batch, read_header
 
 

@@ -61,7 +61,7 @@ def _environment() -> dict[str, str]:
 def run_ours(case: str, count: int, size: int, samples: int) -> dict[str, Any]:
     records = samples if case in ("latency", "e2e") else count
     command = [
-        sys.executable, "-m", "multiraft.cli", "bench", *OURS_CASES[case], "--local", "3",
+        sys.executable, "-m", "multiraft.tools.cli", "bench", *OURS_CASES[case], "--local", "3",
         "--message-size", str(size), "--count", str(records), "--json",
     ]  # fmt: skip
     completed = subprocess.run(

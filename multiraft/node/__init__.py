@@ -1,6 +1,6 @@
 """The node runtime: a store of replicas on the scheduler thread, services on the event loop, and the peer side.
 
-Front doors (gRPC: :mod:`rpc.server`) are built on :attr:`Node.services` outside this package; what the
+Front doors (gRPC: :mod:`rpc.server.front_door`) are built on :attr:`Node.services` outside this package; what the
 services answer is in :mod:`multiraft.node.services`.
 """
 

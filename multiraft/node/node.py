@@ -2,15 +2,15 @@
 
 The parts (``docs/architecture.md`` draws them):
 
-* the **store** (:mod:`multiraft.node.store`) owns the log store and every replica, on the scheduler thread
-  (:mod:`multiraft.node.scheduler`);
+* the **store** (:mod:`multiraft.node.scheduler.store`) owns the log store and every replica, on the scheduler thread
+  (:mod:`multiraft.node.scheduler.scheduler`);
 * the **services** (:mod:`multiraft.node.services`: data, offsets, admin) answer clients on the event loop,
   each depending on narrow protocols (:mod:`multiraft.node.protocols`);
-* the **peer side**: the transport (Raft messages and typed requests, :mod:`multiraft.node.peer_messages`),
+* the **peer side**: the transport (Raft messages and typed requests, :mod:`multiraft.node.peer.messages`),
   the peer service answering requests, the controller client, leader announcements, the catch-up copier;
 * **membership** (SWIM) and the **rebalancer** (on the controller leader).
 
-Front doors (the gRPC server in :mod:`rpc.server`; a Kafka listener or console later) are built outside the
+Front doors (the gRPC server in :mod:`rpc.server.front_door`; a Kafka listener or console later) are built outside the
 runtime on :attr:`Node.services` and handed to :meth:`Node.add_front_door` so that the node stops them in
 order. Only :mod:`multiraft.node.threads`' hand-offs cross between the loop and the scheduler thread, and the
 transport's ``post`` (the scheduler thread writes Raft frames on idle peer connections, under their locks).
@@ -30,26 +30,28 @@ from typing import Protocol
 from membership import EventKind, MemberEvent
 from multiraft import controller as ctl
 from multiraft import raft, trace
-from multiraft.config import NodeConfig
+from multiraft.config.node import NodeConfig
 from multiraft.errors import MultiraftError, UnavailableError
 from multiraft.logging import get_logger
-from multiraft.node.capacity import CapacityMonitor, NodeCapacity, RoomLedger
 from multiraft.node.catchup import CatchupManager
-from multiraft.node.controller_client import RemoteController
+from multiraft.node.cluster.capacity import CapacityMonitor, NodeCapacity, RoomLedger
+from multiraft.node.cluster.controller_client import RemoteController
+from multiraft.node.cluster.directory import Directory
+from multiraft.node.cluster.rebalancer import OwnController, Rebalancer, RebalanceSettings
+from multiraft.node.cluster.status import MoveReporter, StatusCollector, move_report
+from multiraft.node.cluster.swim import NodeMembership
 from multiraft.node.debug import CUTS_FILE, DEBUG_GC_MS, DEBUG_ISOLATION, Isolation, record_gc_pauses
-from multiraft.node.directory import Directory
-from multiraft.node.groups_local import GROUP_TICK_S, LocalGroups, offsets_group_ids, tick_group_hosts
-from multiraft.node.leader_broadcast import LeaderBroadcaster
-from multiraft.node.membership import NodeMembership
-from multiraft.node.peer_messages import STATUS_ERROR, encode_error
-from multiraft.node.peer_service import PeerService
-from multiraft.node.raftlog import record_lost_suffixes
-from multiraft.node.rebalancer import OwnController, Rebalancer, RebalanceSettings
-from multiraft.node.reconfigure import Reconciler
-from multiraft.node.scheduler import Scheduler
-from multiraft.node.scrubber import SLICE_S as SCRUB_SLICE_S
-from multiraft.node.scrubber import Scrubber
-from multiraft.node.security import NodeSecurity, SecuritySettings
+from multiraft.node.peer.leader_broadcast import LeaderBroadcaster
+from multiraft.node.peer.messages import STATUS_ERROR, encode_error
+from multiraft.node.peer.service import PeerService
+from multiraft.node.peer.transport import PeerTransport
+from multiraft.node.replicas.raft_log import record_lost_suffixes
+from multiraft.node.scheduler.reconciler import Reconciler
+from multiraft.node.scheduler.scheduler import Scheduler
+from multiraft.node.scheduler.scrubber import SLICE_S as SCRUB_SLICE_S
+from multiraft.node.scheduler.scrubber import Scrubber
+from multiraft.node.scheduler.store import Store, StoreClient
+from multiraft.node.scheduler.tracing import trace_peer_messages
 from multiraft.node.services import (
     AdminService,
     AdminSettings,
@@ -58,13 +60,11 @@ from multiraft.node.services import (
     OffsetsService,
     OffsetsSettings,
 )
-from multiraft.node.services.groups import GroupsService, GroupsSettings
-from multiraft.node.status import MoveReporter, StatusCollector, move_report
-from multiraft.node.store import Store, StoreClient
+from multiraft.node.services.consumer_groups import GroupsService, GroupsSettings
+from multiraft.node.services.local_consumer_groups import GROUP_TICK_S, LocalGroups, offsets_group_ids, tick_group_hosts
+from multiraft.node.services.security import NodeSecurity, SecuritySettings
 from multiraft.node.threads import LoopHandoff, LoopOwned, SchedulerHandoff, ThreadOwner
-from multiraft.node.tracing import trace_peer_messages
-from multiraft.node.transport import PeerTransport
-from multiraft.tls import peer_tls
+from multiraft.security.tls import peer_tls
 from storage import (
     CorruptionError,
     LogStore,
@@ -288,7 +288,7 @@ class Node(LoopOwned):
             directory,
             self.liveness,
             status,
-            OwnController(store_client.controller),  # never forwarded: see multiraft.node.rebalancer
+            OwnController(store_client.controller),  # never forwarded: see multiraft.node.cluster.rebalancer
             room,
         )
         directory.on_controller_leader(rebalancer.controller_leader_changed)
@@ -409,7 +409,7 @@ class Node(LoopOwned):
             report = repair_store(path, storage_config)  # the damaged file is kept aside
         except UnrepairableStoreError as exc:
             # Start empty: every replica comes back from its peers, held by the terms recorded outside the store
-            # (multiraft.node.term_guard) to neither vote nor campaign before it holds what it may have lost.
+            # (multiraft.node.scheduler.term_guard) to neither vote nor campaign before it holds what it may have lost.
             aside = set_aside_store(path)
             log.error(
                 "the log store cannot be repaired; it is set aside and every replica is rebuilt from its peers",

@@ -1,10 +1,10 @@
 """The narrow protocols services and background tasks depend on, so each can be built and tested with fakes.
 
-The node wires the real ones: :class:`~multiraft.node.directory.Directory` is a ``ClusterView`` and a
-``LeaderDirectory``; :class:`~multiraft.node.membership.NodeMembership` behind ``Liveness``;
-:class:`~multiraft.node.controller_client.RemoteController` is the ``ControllerClient``;
-:class:`~multiraft.node.store.StoreClient` the ``StoreHandle``; the transport the ``PeerCaller``;
-:class:`~multiraft.node.status.StatusCollector` the ``PartitionStatusSource``. Everything here is used on
+The node wires the real ones: :class:`~multiraft.node.cluster.directory.Directory` is a ``ClusterView`` and a
+``LeaderDirectory``; :class:`~multiraft.node.cluster.swim.NodeMembership` behind ``Liveness``;
+:class:`~multiraft.node.cluster.controller_client.RemoteController` is the ``ControllerClient``;
+:class:`~multiraft.node.scheduler.store.StoreClient` the ``StoreHandle``; the transport the ``PeerCaller``;
+:class:`~multiraft.node.cluster.status.StatusCollector` the ``PartitionStatusSource``. Everything here is used on
 the event loop.
 """
 
@@ -16,9 +16,8 @@ from typing import Any, Protocol
 
 from multiraft import controller as ctl
 from multiraft.errors import NotLeaderError
-from multiraft.node.capacity import NodeCapacity
-from multiraft.node.partition import PartitionView, ProduceResult
-from multiraft.node.peer_messages import (
+from multiraft.node.cluster.capacity import NodeCapacity
+from multiraft.node.peer.messages import (
     ControllerBody,
     ControllerOutcome,
     MoveReport,
@@ -27,6 +26,7 @@ from multiraft.node.peer_messages import (
     OffsetsList,
     PartitionStatus,
 )
+from multiraft.node.replicas.partition import PartitionView, ProduceResult
 from storage.batch import BatchHeader
 
 __all__ = [
@@ -122,7 +122,7 @@ class StoreHandle(Protocol):
         ...
 
     async def capacity(self) -> NodeCapacity:
-        """What this node's store can still take (``multiraft.node.capacity``)."""
+        """What this node's store can still take (``multiraft.node.cluster.capacity``)."""
         ...
 
 

@@ -1,8 +1,8 @@
 """Which thread owns an object, in its type: the scheduler thread or the event loop.
 
 A node runs two threads of its own. The scheduler thread owns the log store and every Raft group
-(:class:`~multiraft.node.store.Store`); the asyncio event loop owns the network, the services and the loop's
-view of the cluster (:class:`~multiraft.node.directory.Directory`). A class says which one it belongs to by
+(:class:`~multiraft.node.scheduler.store.Store`); the asyncio event loop owns the network, the services and the loop's
+view of the cluster (:class:`~multiraft.node.cluster.directory.Directory`). A class says which one it belongs to by
 deriving from :class:`SchedulerOwned` or :class:`LoopOwned`, and its methods that must run there are marked
 :func:`on_owner_thread`. In debug mode (the default; ``python -O`` or ``MULTIRAFT_CHECK_THREADS=0`` turns it
 off) a call from another thread raises :class:`WrongThreadError` at once, instead of racing silently.
@@ -10,7 +10,7 @@ off) a call from another thread raises :class:`WrongThreadError` at once, instea
 The loop reaches scheduler-owned objects only through :class:`SchedulerHandoff` (submit, or submit and
 await); the scheduler reaches loop-owned objects only through :meth:`LoopHandoff.post`. One exception, built
 for it: the peer transport's ``post`` takes its connections' locks and writes Raft frames from the scheduler
-thread (:mod:`multiraft.node.peer_link`).
+thread (:mod:`multiraft.node.peer.link`).
 """
 
 from __future__ import annotations

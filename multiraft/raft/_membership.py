@@ -82,7 +82,7 @@ class Membership(Replication):
     def _tell_removed(self, before: dict[int, Any], index: int) -> None:
         """Tell each replica this configuration removed that the entry removing it is committed: nothing else
         is sent to it any more, and a replica that applied its own removal can be given up by its node as one
-        that nothing needs (multiraft.node.term_guard: placed there again, it is an ordinary new replica).
+        that nothing needs (multiraft.node.scheduler.term_guard: placed there again, it is an ordinary new replica).
 
         An empty append anchored at the entry, after whatever is in flight to it on the same connection, so it
         also reaches a replica whose acknowledgement of the entry came after the commit. Best effort: a replica

@@ -1,5 +1,6 @@
 """Client authentication and authorization, shared by the node and the client library: principals, SCRAM-SHA-256
-(:mod:`multiraft.scram`), the cluster's bearer tokens (:mod:`._tokens`), the ACL authorizer (:mod:`._authorizer`),
+(:mod:`multiraft.security.scram`), the cluster's bearer tokens (:mod:`._tokens`), the ACL authorizer
+(:mod:`._authorizer`),
 and the principal of the request being served (:data:`CURRENT_PRINCIPAL`, set by a front door).
 
 The users and ACLs themselves live in the controller's replicated state (:mod:`multiraft.controller.security`).
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
-from multiraft.scram import DEFAULT_ITERATIONS, MECHANISM, ScramClient, ScramServer, scram_credential
 from multiraft.security._authorizer import (
     ANONYMOUS,
     CLUSTER,
@@ -19,6 +19,7 @@ from multiraft.security._authorizer import (
     user_principal,
 )
 from multiraft.security._tokens import TOKEN_PREFIX, Token, issue_token, verify_token
+from multiraft.security.scram import DEFAULT_ITERATIONS, MECHANISM, ScramClient, ScramServer, scram_credential
 
 __all__ = [
     "ANONYMOUS",

@@ -20,7 +20,7 @@ from rpc.client._security_admin import SecurityAdmin
 from rpc.client._tls import TlsSettings
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from rpc.status import from_proto_error, from_rpc_error
+from rpc.proto.status import from_proto_error, from_rpc_error
 
 __all__ = [
     "Admin",

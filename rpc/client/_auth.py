@@ -16,10 +16,10 @@ from typing import Any, NamedTuple
 import grpc
 
 from multiraft.errors import AuthenticationFailedError, ConnectionFailedError, MultiraftError
-from multiraft.scram import MECHANISM, ScramClient
+from multiraft.security.scram import MECHANISM, ScramClient
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from rpc.status import from_rpc_error
+from rpc.proto.status import from_rpc_error
 
 __all__ = ["TokenSource", "AuthInterceptor", "aio_interceptors"]
 

@@ -31,7 +31,7 @@ from rpc.client._auth import AuthInterceptor, TokenSource, aio_interceptors
 from rpc.client._tls import TlsSettings, open_aio_channel, open_channel, tls_hint
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from rpc.status import from_rpc_error
+from rpc.proto.status import from_rpc_error
 
 __all__ = ["CHANNEL_OPTIONS", "ClusterClient", "Metadata", "TopicMetadata", "PartitionMetadata", "parse_bootstrap"]
 

@@ -32,12 +32,12 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
+from multiraft.consumer_groups import NO_GENERATION
 from multiraft.errors import (
     ConfigError,
     InvalidArgumentError,
     MultiraftError,
 )
-from multiraft.groups import NO_GENERATION
 from multiraft.logging import get_logger
 from rpc.client._cluster import ClusterClient
 from rpc.client._consumer_fetch import collect, fetch_failed, open_streams

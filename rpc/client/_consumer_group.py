@@ -15,8 +15,8 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from multiraft.consumer_groups import TopicRacks
 from multiraft.errors import MultiraftError
-from multiraft.groups import TopicRacks
 from multiraft.logging import get_logger
 from rpc.client._cluster import ClusterClient
 from rpc.client._group_heartbeat import HeartbeatThread

@@ -33,7 +33,7 @@ from rpc.client._cluster import CHANNEL_OPTIONS
 from rpc.client._fetch_response import FetchedResponse, parse_fetch_response
 from rpc.client._tls import open_aio_channel
 from rpc.proto import multiraft_pb2 as pb
-from rpc.status import from_proto_error, from_rpc_error
+from rpc.proto.status import from_proto_error, from_rpc_error
 
 __all__ = ["PartitionStream", "StreamFetcher"]
 

@@ -2,7 +2,7 @@
 
 :class:`GroupLink` is what :class:`~rpc.client._group_member.GroupMembership` needs; :class:`GrpcGroupLink`
 serves it over ``service Groups`` on any node (the node forwards to the coordinator), and tests serve it
-with an in-process :class:`multiraft.groups.GroupCoordinator`. Values are :mod:`multiraft.groups`' own
+with an in-process :class:`multiraft.consumer_groups.GroupCoordinator`. Values are :mod:`multiraft.consumer_groups`' own
 requests and replies; refusals are :mod:`multiraft.errors` group errors.
 
 JoinGroup and SyncGroup are long polls (the coordinator parks them until the generation forms), so they run
@@ -21,8 +21,7 @@ from typing import Protocol, TypeVar
 
 import grpc
 
-from multiraft.errors import MultiraftError
-from multiraft.groups import (
+from multiraft.consumer_groups import (
     NO_GENERATION,
     HeartbeatRequest,
     JoinReply,
@@ -33,6 +32,7 @@ from multiraft.groups import (
     SyncReply,
     SyncRequest,
 )
+from multiraft.errors import MultiraftError
 from rpc.client._cluster import ClusterClient
 from rpc.client._records import TopicPartition
 from rpc.proto import multiraft_pb2 as pb

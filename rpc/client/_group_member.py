@@ -1,7 +1,7 @@
 """A consumer's membership in its group: Kafka's consumer-side group protocol, driven by ``poll()``.
 
 The member joins (a first JoinGroup is answered MEMBER_ID_REQUIRED with its id: it joins again with it),
-then syncs: the leader computes every member's assignment with :func:`multiraft.groups.assign_for_leader`
+then syncs: the leader computes every member's assignment with :func:`multiraft.consumer_groups.assign_for_leader`
 from the topics' metadata; each member receives its own. A heartbeat thread
 (:mod:`rpc.client._group_heartbeat`) keeps the membership alive and says when to rejoin.
 
@@ -25,18 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Protocol
 
-from multiraft.errors import (
-    GroupRebalancingError,
-    InstanceFencedError,
-    InvalidGroupAssignmentError,
-    MemberFencedError,
-    MemberIdAssignedError,
-    MultiraftError,
-    PartitionNotAssignedError,
-    StaleGenerationError,
-    UnknownMemberError,
-)
-from multiraft.groups import (
+from multiraft.consumer_groups import (
     COOPERATIVE_ASSIGNORS,
     NO_GENERATION,
     HeartbeatRequest,
@@ -49,8 +38,19 @@ from multiraft.groups import (
     TopicRacks,
     assign_for_leader,
 )
-from multiraft.groups import (
+from multiraft.consumer_groups import (
     TopicPartition as GroupPartition,
+)
+from multiraft.errors import (
+    GroupRebalancingError,
+    InstanceFencedError,
+    InvalidGroupAssignmentError,
+    MemberFencedError,
+    MemberIdAssignedError,
+    MultiraftError,
+    PartitionNotAssignedError,
+    StaleGenerationError,
+    UnknownMemberError,
 )
 from multiraft.logging import get_logger
 from rpc.client._group_link import GroupLink

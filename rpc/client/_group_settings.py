@@ -6,8 +6,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from multiraft.consumer_groups import ASSIGNORS, COOPERATIVE_ASSIGNORS
 from multiraft.errors import ConfigError
-from multiraft.groups import ASSIGNORS, COOPERATIVE_ASSIGNORS
 
 __all__ = ["MemberSettings", "strategies"]
 

@@ -8,7 +8,7 @@ import grpc
 
 from rpc.client._cluster import ClusterClient
 from rpc.proto import multiraft_pb2 as pb
-from rpc.status import from_proto_error, from_rpc_error
+from rpc.proto.status import from_proto_error, from_rpc_error
 
 __all__ = ["list_offsets"]
 

@@ -22,7 +22,7 @@ from multiraft import trace
 from multiraft.errors import ConnectionFailedError, MultiraftError, RequestTimeoutError, UnavailableError
 from rpc.client._produce_request import PRODUCE_STREAM_METHOD
 from rpc.proto import multiraft_pb2 as pb
-from rpc.status import from_rpc_error
+from rpc.proto.status import from_rpc_error
 
 if TYPE_CHECKING:
     from rpc.client._accumulator import ProducerBatch

@@ -20,7 +20,7 @@ from rpc.client._cluster import ClusterClient
 from rpc.client._partition_state import BACKOFF_MAX_S, BACKOFF_START_S
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from rpc.status import from_rpc_error
+from rpc.proto.status import from_rpc_error
 
 __all__ = ["MAX_PRODUCER_EPOCH", "replay_producer_id", "replay_identity", "request_producer_id"]
 

@@ -73,7 +73,7 @@ from rpc.client._produce_stream import CONNECT_TIMEOUT_S, NodeStream, connect
 from rpc.client._producer_ids import request_producer_id
 from rpc.client._records import TopicPartition
 from rpc.proto import multiraft_pb2 as pb
-from rpc.status import from_proto_error, from_rpc_error
+from rpc.proto.status import from_proto_error, from_rpc_error
 from storage.batch import Compression
 
 __all__ = ["Sender"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner, Result
 
-from multiraft.cli import app
+from multiraft.tools.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,13 +21,13 @@ def run_cli(
     timeout_s: float = 60,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """``python -m multiraft.cli ARGS`` with the cluster in MULTIRAFT_BOOTSTRAP; stdout and stderr as bytes."""
+    """``python -m multiraft.tools.cli ARGS`` with the cluster in MULTIRAFT_BOOTSTRAP; stdout and stderr as bytes."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("MULTIRAFT_")}
     if bootstrap is not None:
         environment["MULTIRAFT_BOOTSTRAP"] = bootstrap
     environment.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "multiraft.cli", *args],
+        [sys.executable, "-m", "multiraft.tools.cli", *args],
         cwd=ROOT,
         input=stdin if stdin is not None else b"",
         capture_output=True,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from multiraft.cli._bench_trace import STAGES
+from multiraft.tools.cli._bench_trace import STAGES
 from tests.cli._helpers import invoke, ok, one_error_line, run_cli
 from tests.integration._helpers import Cluster
 

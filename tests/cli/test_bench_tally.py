@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 
-from multiraft.cli._bench_worker import _COUNTER_EVERY, WorkerResult, _Tally
+from multiraft.tools.cli._bench_worker import _COUNTER_EVERY, WorkerResult, _Tally
 
 
 def test_the_tally_counts_every_record_and_feeds_the_progress_counter_in_blocks() -> None:

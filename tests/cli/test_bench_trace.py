@@ -1,11 +1,11 @@
-"""Reading trace files (multiraft.cli._bench_trace): lines of one batch from every process are joined by their
+"""Reading trace files (multiraft.tools.cli._bench_trace): lines of one batch from every process are joined by their
 keys, and each polled record gets the time since its send() of every stage it went through."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from multiraft.cli._bench_trace import STAGES, breakdown, format_breakdown, join_batches, read_lines
+from multiraft.tools.cli._bench_trace import STAGES, breakdown, format_breakdown, join_batches, read_lines
 
 MS = 1_000_000  # ns
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.launcher import cluster_down
+from multiraft.tools.launcher import cluster_down
 from tests.cli._helpers import ROOT
 from tests.integration._helpers import Cluster
 
@@ -188,7 +188,7 @@ def _run_bash(block: Block, session: _Session) -> None:
 
 def _clean(cluster: Cluster) -> None:
     """Drop every topic a page made, so the next page starts as the docs assume."""
-    from multiraft.client import Admin
+    from multiraft import Admin
 
     with Admin(cluster.bootstrap) as admin:
         for topic in admin.list_topics():
@@ -197,7 +197,7 @@ def _clean(cluster: Cluster) -> None:
 
 
 def _given_topic(cluster: Cluster, topic: str, records: int) -> None:
-    from multiraft.client import Producer
+    from multiraft import Producer
 
     cluster.create_topic(topic, 3, 3)
     with Producer(cluster.bootstrap) as producer:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.launcher import cluster_down, cluster_up
+from multiraft.tools.launcher import cluster_down, cluster_up
 from tests.cli._helpers import ROOT, invoke, invoked, ok, one_error_line, run_cli
 from tests.integration._helpers import FAST, Cluster
 
@@ -84,7 +84,18 @@ def test_follow_from_an_offset_past_the_end_follows_from_the_end(shared_cluster:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MULTIRAFT_")}
     env["MULTIRAFT_BOOTSTRAP"] = shared_cluster.bootstrap
     process = subprocess.Popen(
-        [sys.executable, "-m", "multiraft.cli", "consume", "audit-follow", "--from", "500", "--follow", "--max", "1"],
+        [
+            sys.executable,
+            "-m",
+            "multiraft.tools.cli",
+            "consume",
+            "audit-follow",
+            "--from",
+            "500",
+            "--follow",
+            "--max",
+            "1",
+        ],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

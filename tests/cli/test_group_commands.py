@@ -12,10 +12,7 @@ from typing import Any
 
 import pytest
 
-from multiraft.cli import _group as group_cli
-from multiraft.cli import _status as status_cli
-from multiraft.cli._group import PARTIAL_EXIT_CODE
-from multiraft.client import (
+from multiraft import (
     ClusterInfo,
     ConnectionFailedError,
     CoordinatorMovedError,
@@ -31,7 +28,10 @@ from multiraft.client import (
     UnavailablePartition,
     UnknownMemberError,
 )
-from rpc.client import NodeInfo
+from multiraft.tools.cli import _group as group_cli
+from multiraft.tools.cli import _status as status_cli
+from multiraft.tools.cli._group import PARTIAL_EXIT_CODE
+from rpc.client._admin import NodeInfo
 from tests.cli._helpers import invoke, invoked
 
 TP = TopicPartition

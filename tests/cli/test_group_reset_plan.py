@@ -10,7 +10,8 @@ import typer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from multiraft.cli._group_reset import (
+from multiraft.errors import InvalidArgumentError
+from multiraft.tools.cli._group_reset import (
     PartitionState,
     ResetSpec,
     parse_datetime_ms,
@@ -19,7 +20,6 @@ from multiraft.cli._group_reset import (
     plan_reset,
     reset_spec,
 )
-from multiraft.errors import InvalidArgumentError
 
 # events/0 holds offsets 10..99 (log start 10, high watermark 100), committed at 50; events/1 is empty.
 STATES = {

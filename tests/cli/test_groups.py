@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from multiraft.client import Admin, Consumer, GroupNotEmptyError, Producer, TopicPartition, UnknownMemberError
+from multiraft import Admin, Consumer, GroupNotEmptyError, Producer, TopicPartition, UnknownMemberError
 from multiraft.errors import MemberIdAssignedError
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from rpc.status import from_rpc_error
+from rpc.proto.status import from_rpc_error
 from tests.cli._helpers import invoke, invoked, ok, one_error_line, run_cli
 from tests.integration._helpers import Cluster
 
@@ -86,8 +86,8 @@ class RawMember:
 
 @pytest.fixture(scope="module")
 def groups_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    from multiraft.launcher import cluster_down, cluster_up
-    from rpc.client import ClusterClient
+    from multiraft.tools.launcher import cluster_down, cluster_up
+    from rpc.client._cluster import ClusterClient
     from tests.integration._helpers import FAST, FAST_GROUPS
 
     info = cluster_up(tmp_path_factory.mktemp("groups") / "cluster", 3, {**FAST, **FAST_GROUPS})

@@ -12,11 +12,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from multiraft.cli import COMMANDS, app
+from multiraft.tools.cli import COMMANDS, app
 from tests.cli._helpers import ROOT, run_cli
 
 # What a simple command must not pay for: the node runtime, Raft, the nemesis, the storage engine.
-_HEAVY = ("multiraft.node", "multiraft.raft", "multiraft.nemesis", "multiraft.controller", "storage", "lmdb")
+_HEAVY = ("multiraft.node", "multiraft.raft", "multiraft.tools.nemesis", "multiraft.controller", "storage", "lmdb")
 
 
 def _modules_after(*args: str) -> list[str]:
@@ -24,7 +24,7 @@ def _modules_after(*args: str) -> list[str]:
     script = (
         "import json, sys\n"
         "sys.argv = ['multiraft', *json.loads(sys.argv[1])]\n"
-        "from multiraft.cli import main\n"
+        "from multiraft.tools.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         f"heavy = {_HEAVY!r}\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(heavy))))\n"
@@ -76,7 +76,7 @@ def test_ctrl_c_while_starting_exits_130_without_a_traceback() -> None:
     script = (
         "import os, signal, sys, time\n"
         "sys.argv = ['multiraft', '--version']\n"
-        "import multiraft.cli\n"
+        "import multiraft.tools.cli\n"
         "os.kill(os.getpid(), signal.SIGINT)\n"
         "time.sleep(5)\n"
         "print('not interrupted')\n"

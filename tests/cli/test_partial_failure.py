@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 import pytest
 
-from multiraft.cli._group import PARTIAL_EXIT_CODE
-from multiraft.client import Admin
+from multiraft import Admin
 from multiraft.errors import LeaderNotAvailableError
-from multiraft.node.offsets import group_partition
+from multiraft.node.replicas.offsets import group_partition
+from multiraft.tools.cli._group import PARTIAL_EXIT_CODE
 from tests.cli._helpers import run_cli
 from tests.integration._helpers import FAST_GROUPS, Cluster
 

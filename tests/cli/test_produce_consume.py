@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.client import Admin, TopicPartition
+from multiraft import Admin, TopicPartition
 from tests.cli._helpers import ROOT, invoke, invoked, ok, one_error_line, run_cli
 from tests.integration._helpers import Cluster
 
@@ -126,7 +126,7 @@ def test_follow_prints_new_records_and_ctrl_c_exits_130_quietly(shared_cluster: 
     shared_cluster.create_topic("live", 2, 3)
     environment = {**os.environ, "MULTIRAFT_BOOTSTRAP": bootstrap}
     follower = subprocess.Popen(
-        [sys.executable, "-m", "multiraft.cli", "consume", "live", "--follow", "--format", "json"],
+        [sys.executable, "-m", "multiraft.tools.cli", "consume", "live", "--follow", "--format", "json"],
         cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:

@@ -8,9 +8,9 @@ import json
 import pytest
 import typer
 
-from multiraft.cli._consume import bytes_of_json, format_string_formatter, json_bytes
-from multiraft.cli._input_format import format_string_parser
-from multiraft.client import Record
+from multiraft import Record
+from multiraft.tools.cli._consume import bytes_of_json, format_string_formatter, json_bytes
+from multiraft.tools.cli._input_format import format_string_parser
 from tests.cli._helpers import invoke, invoked, ok, one_error_line, run_cli
 from tests.integration._helpers import Cluster
 
@@ -156,7 +156,7 @@ def test_from_partition_offset_pairs_start_each_partition_at_its_own_offset(shar
 def test_a_one_byte_delimiter_splits_records_that_hold_newlines() -> None:
     import io
 
-    from multiraft.cli._produce import _lines
+    from multiraft.tools.cli._produce import _lines
 
     stream = io.BufferedReader(io.BytesIO(b"line 1\nline 2\x00b\r\x00last"))
     assert [line for line, _ in _lines(stream, b"\x00")] == [b"line 1\nline 2", b"b\r", b"last"]

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from multiraft.client import Admin, TopicPartition
+from multiraft import Admin, TopicPartition
 from multiraft.errors import UnknownPartitionError, UnknownTopicError
 from rpc.proto import multiraft_pb2 as pb
 from storage import encode_batch

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from multiraft.cli import app
-from multiraft.node.raftlog import RaftLogStorage
+from multiraft.node.replicas.raft_log import RaftLogStorage
+from multiraft.tools.cli import app
 from storage import LogStore
 from tests.damage import flip_every_copy
 from tests.storage._helpers import SMALL, data

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from multiraft.client import Admin, Consumer, Producer
+from multiraft import Admin, Consumer, Producer
 from multiraft.errors import InvalidArgumentError
-from rpc.client import partition_for_key
+from rpc.client._partitioner import partition_for_key
 from tests.cli._helpers import invoke, invoked, one_error_line, run_cli
 from tests.integration._helpers import Cluster, fetch_all, produce
 

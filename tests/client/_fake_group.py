@@ -1,4 +1,4 @@
-"""An in-process coordinator for membership tests: the real :class:`multiraft.groups.GroupCoordinator`
+"""An in-process coordinator for membership tests: the real :class:`multiraft.consumer_groups.GroupCoordinator`
 behind the client's :class:`~rpc.client._group_link.GroupLink`, driven on a virtual clock.
 
 A parked JoinGroup/SyncGroup is a future that a later transition completes (as the node's driver does);
@@ -15,8 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from multiraft.errors import MultiraftError, error_for_reason
-from multiraft.groups import (
+from multiraft.consumer_groups import (
     GroupCoordinator,
     GroupCoordinatorError,
     GroupSettings,
@@ -32,6 +31,7 @@ from multiraft.groups import (
     check_offset_commit,
     topics_without_racks,
 )
+from multiraft.errors import MultiraftError, error_for_reason
 from rpc.client._group_member import GroupMembership, Phase
 from rpc.client._group_settings import MemberSettings
 from rpc.client._records import TopicPartition

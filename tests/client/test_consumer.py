@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from multiraft import Consumer, InvalidArgumentError, Producer, Record, TopicPartition
-from rpc.client import arrow_schema
+from rpc.client._consumer import arrow_schema
 from storage import headers_type
 from tests.integration._helpers import Cluster
 

@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from multiraft import Consumer, CorruptRecordBatchError, InvalidArgumentError, TopicPartition
-from multiraft.launcher import stop_node
+from multiraft.tools.launcher import stop_node
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from storage import Entry, EntryKind, LogStore, StorageConfig, encode_batch, read_header

@@ -7,7 +7,7 @@ from typing import Any
 import grpc
 import pytest
 
-from multiraft.client import (
+from multiraft import (
     Admin,
     ConnectionFailedError,
     GroupDescription,
@@ -21,10 +21,10 @@ from multiraft.client import (
     UnavailableError,
     UnknownTopicError,
 )
-from rpc.client import ClusterClient
+from rpc.client._cluster import ClusterClient
 from rpc.client._group_admin import group_description
 from rpc.proto import multiraft_pb2 as pb
-from rpc.status import to_status
+from rpc.proto.status import to_status
 
 
 def test_a_described_group_carries_its_members_and_their_sorted_assignments() -> None:
@@ -184,7 +184,7 @@ def test_commit_group_offsets_commits_outside_any_generation() -> None:
 
 
 class _Refusing(grpc.RpcError):
-    """A node's answer carrying a multiraft error, as ``rpc.status.to_status`` sends it."""
+    """A node's answer carrying a multiraft error, as ``rpc.proto.status.to_status`` sends it."""
 
     def __init__(self, error: MultiraftError) -> None:
         self._status = to_status(error)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from multiraft.consumer_groups import GroupState, JoinReply, JoinRequest
 from multiraft.errors import (
     ConfigError,
     InstanceFencedError,
@@ -18,7 +19,6 @@ from multiraft.errors import (
     StaleGenerationError,
     UnknownMemberError,
 )
-from multiraft.groups import GroupState, JoinReply, JoinRequest
 from rpc.client._group_heartbeat import HeartbeatThread
 from rpc.client._group_member import GroupMembership, Phase
 from rpc.client._group_settings import MemberSettings
@@ -394,7 +394,7 @@ def test_a_pattern_subscription_rejoins_when_its_matches_change() -> None:
 
 
 def test_a_subscription_survives_its_trip_through_the_wire_format() -> None:
-    from multiraft.groups import Subscription
+    from multiraft.consumer_groups import Subscription
     from rpc.client._group_link import subscription_from_proto, subscription_to_proto
 
     for subscription in (

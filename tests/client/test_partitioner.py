@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rpc.client import partition_for_key
+from rpc.client._partitioner import partition_for_key
 
 
 def test_the_partitioner_is_crc32c_castagnoli_of_the_key_modulo_the_partition_count() -> None:

@@ -4,7 +4,8 @@ the leader) or moves the partition to a new producer id; only a batch the leader
 sequences.
 
 The leader here is a gRPC server in the test process that writes and deduplicates batches as a partition does
-(``multiraft.node.producers``) and, when scripted, answers a batch it wrote with an error, as a leader whose own
+(``multiraft.node.replicas.producers``) and, when scripted, answers a batch it wrote with an error, as a leader
+whose own
 write failed after the append reached its followers would.
 """
 
@@ -25,13 +26,13 @@ from multiraft.errors import (
     StorageFailureError,
     UnavailableError,
 )
-from multiraft.node.producers import ProducerStates, Verdict
+from multiraft.node.replicas.producers import ProducerStates, Verdict
 from rpc.client._accumulator import RecordAccumulator, record_size
 from rpc.client._records import RecordMetadata
 from rpc.client._sender import Sender
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from rpc.status import to_proto_error
+from rpc.proto.status import to_proto_error
 from storage.batch import Compression, check_batch, decode_batches
 
 _TOPIC = "orders"

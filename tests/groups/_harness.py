@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from multiraft.groups import (
+from multiraft.consumer_groups import (
     COOPERATIVE_ASSIGNORS,
     NO_GENERATION,
     FencedInstanceIdError,

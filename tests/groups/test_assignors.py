@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from multiraft.groups import (
+from multiraft.consumer_groups import (
     ASSIGNORS,
     MemberSubscription,
     Subscription,

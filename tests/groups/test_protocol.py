@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from multiraft.groups import (
+from multiraft.consumer_groups import (
     GroupCoordinator,
     GroupDeadError,
     GroupMaxSizeReachedError,

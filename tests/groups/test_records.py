@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from multiraft.groups import (
+from multiraft.consumer_groups import (
     GroupMetadataRecord,
     GroupRecordDecodeError,
     GroupRecordEncodeError,
@@ -20,7 +20,7 @@ from multiraft.groups import (
     encode_group_record,
     is_group_record,
 )
-from multiraft.node.offsets import CommittedOffset, encode_commit
+from multiraft.node.replicas.offsets import CommittedOffset, encode_commit
 
 names = st.text(min_size=0, max_size=12)
 partitions = st.frozensets(st.tuples(names, st.integers(0, 2**31 - 1)), max_size=5)

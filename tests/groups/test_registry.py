@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from multiraft.groups import (
+from multiraft.consumer_groups import (
     GroupRecords,
     GroupState,
     GroupTombstone,

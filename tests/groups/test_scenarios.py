@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from multiraft.groups import (
+from multiraft.consumer_groups import (
     FencedInstanceIdError,
     GroupCoordinator,
     GroupMetadataRecord,
@@ -42,7 +42,7 @@ def test_three_members_share_six_partitions_with_no_overlap(protocol: str) -> No
 
 
 def test_the_first_generation_waits_for_a_starting_fleet_instead_of_rebalancing_per_member() -> None:
-    from multiraft.groups import GroupSettings
+    from multiraft.consumer_groups import GroupSettings
 
     group = Group({"orders": 6}, settings=GroupSettings(initial_rebalance_delay_ms=3_000))
     for name in ("a", "b", "c"):

@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from multiraft.groups import GroupCoordinator, GroupState
+from multiraft.consumer_groups import GroupCoordinator, GroupState
 
 from ._harness import SESSION_MS, Group
 

@@ -18,8 +18,16 @@ from pathlib import Path
 import pytest
 
 from multiraft.errors import MultiraftError
-from multiraft.launcher import ClusterInfo, cluster_down, cluster_up, kill_node, load_cluster, start_node, wait_serving
-from rpc.client import ClusterClient
+from multiraft.tools.launcher import (
+    ClusterInfo,
+    cluster_down,
+    cluster_up,
+    kill_node,
+    load_cluster,
+    start_node,
+    wait_serving,
+)
+from rpc.client._cluster import ClusterClient
 from rpc.proto import multiraft_pb2 as pb
 from storage import LogStore, decode_batches, encode_batch
 

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
-from multiraft.client import Consumer, MultiraftError, TopicPartition
+from multiraft import Consumer, MultiraftError, TopicPartition
 
 _POLL_S = 0.2
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.launcher import cluster_down, stop_node
+from multiraft.tools.launcher import cluster_down, stop_node
 from storage import LogStore, StorageConfig
 from tests.integration._helpers import Cluster, produce
 

@@ -15,9 +15,9 @@ import grpc
 import pytest
 
 from multiraft import controller as ctl
-from multiraft.launcher import cluster_down, kill_node, load_cluster
-from multiraft.node.controller_group import CONTROLLER_TOPIC, SNAPSHOT_EVERY
-from multiraft.node.raftlog import RaftLogStorage
+from multiraft.node.replicas.controller import CONTROLLER_TOPIC, SNAPSHOT_EVERY
+from multiraft.node.replicas.raft_log import RaftLogStorage
+from multiraft.tools.launcher import cluster_down, kill_node, load_cluster
 from rpc.proto import multiraft_pb2 as pb
 from storage import LogStore
 from tests.integration._helpers import (

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from rpc.client import Admin
+from multiraft import Admin
 from tests.integration._helpers import Cluster, produce, record_values
 
 pytestmark = pytest.mark.integration

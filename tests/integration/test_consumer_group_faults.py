@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.launcher import cluster_down, cluster_up
-from rpc.client import ClusterClient
+from multiraft.tools.launcher import cluster_down, cluster_up
+from rpc.client._cluster import ClusterClient
 from tests.integration._group_workers import (
     Workers,
     assert_commits_skip_nothing,

@@ -17,8 +17,8 @@ import pytest
 
 from multiraft import Consumer, Producer, Record, TopicPartition
 from multiraft.errors import MemberFencedError, UnknownMemberError
-from multiraft.launcher import cluster_down, cluster_up
-from rpc.client import ClusterClient
+from multiraft.tools.launcher import cluster_down, cluster_up
+from rpc.client._cluster import ClusterClient
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from tests.integration._helpers import FAST, FAST_GROUPS, Cluster

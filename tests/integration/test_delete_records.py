@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from multiraft import Admin
 from multiraft.errors import OffsetOutOfRangeError
-from multiraft.launcher import cluster_down, load_cluster
-from rpc.client import Admin
+from multiraft.tools.launcher import cluster_down, load_cluster
 from rpc.proto import multiraft_pb2 as pb
 from storage import LogStore, decode_batches
 from tests.integration._helpers import Cluster, produce, record_values

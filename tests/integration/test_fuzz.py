@@ -28,10 +28,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from multiraft.errors import REASONS
-from multiraft.launcher import cluster_down, cluster_status, node_serving
+from multiraft.tools.launcher import cluster_down, cluster_status, node_serving
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from rpc.status import from_rpc_error
+from rpc.proto.status import from_rpc_error
 from storage import HEADER_SIZE, encode_batch
 from tests.integration._helpers import Cluster, assert_replicas_identical, fetch_all, produce, wait_settled
 

@@ -13,8 +13,8 @@ import pytest
 
 from membership import MemberMeta, generate_key
 from membership._wire import Alive, cluster_tag, encode_message, encode_packet
-from multiraft.config import NodeConfig
-from multiraft.launcher import NodeProcess
+from multiraft.config.node import NodeConfig
+from multiraft.tools.launcher import NodeProcess
 from rpc.proto import multiraft_pb2 as pb
 from tests.integration._helpers import Cluster, fetch_all, produce
 

@@ -11,13 +11,13 @@ from typing import Any
 import grpc
 import pytest
 
-from multiraft.groups import JoinReply as CoordinatorJoinReply
-from multiraft.groups import MemberSubscription, Subscription, assign_for_leader, topics_without_racks
-from multiraft.launcher import cluster_down, cluster_up
-from rpc.client import ClusterClient
+from multiraft.consumer_groups import JoinReply as CoordinatorJoinReply
+from multiraft.consumer_groups import MemberSubscription, Subscription, assign_for_leader, topics_without_racks
+from multiraft.tools.launcher import cluster_down, cluster_up
+from rpc.client._cluster import ClusterClient
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from rpc.status import from_rpc_error
+from rpc.proto.status import from_rpc_error
 from tests.integration._helpers import FAST, FAST_GROUPS, Cluster
 
 pytestmark = pytest.mark.integration
@@ -74,7 +74,7 @@ def _first_join(stub: Any, group: str, topics: list[str]) -> Any:
 
 
 def _assignments(reply: Any, partitions: dict[str, int]) -> list[pb.MemberAssignment]:
-    """The leader's assignment of a JoinGroup reply, computed as a client would (multiraft.groups)."""
+    """The leader's assignment of a JoinGroup reply, computed as a client would (multiraft.consumer_groups)."""
     members = tuple(
         MemberSubscription(m.member_id, m.group_instance_id or None, Subscription(tuple(m.subscription.topics)))
         for m in reply.members

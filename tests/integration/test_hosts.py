@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from multiraft.cli._cluster import cluster_app
-from multiraft.launcher import cluster_down, load_cluster
-from rpc.client import ClusterClient
+from multiraft.tools.cli._cluster import cluster_app
+from multiraft.tools.launcher import cluster_down, load_cluster
+from rpc.client._cluster import ClusterClient
 from rpc.proto import multiraft_pb2 as pb
 from tests.integration._helpers import FAST
 

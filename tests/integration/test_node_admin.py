@@ -20,6 +20,7 @@ from dataclasses import replace
 
 import pytest
 
+from multiraft import Admin
 from multiraft import controller as ctl
 from multiraft.errors import (
     DrainRefusedError,
@@ -28,10 +29,9 @@ from multiraft.errors import (
     OperationNotAllowedError,
     RequestTimeoutError,
 )
-from multiraft.node import peer_messages as pm
-from multiraft.node.offsets import OFFSETS_TOPIC
-from multiraft.node.transport import PROTOCOL_VERSION, FrameType
-from rpc.client import Admin
+from multiraft.node.peer import messages as pm
+from multiraft.node.peer.transport import PROTOCOL_VERSION, FrameType
+from multiraft.node.replicas.offsets import OFFSETS_TOPIC
 from rpc.proto import multiraft_pb2 as pb
 from tests.integration._helpers import Cluster
 

@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from rpc.proto import multiraft_pb2 as pb
-from rpc.status import from_rpc_error
+from rpc.proto.status import from_rpc_error
 from tests.integration._helpers import Cluster
 
 pytestmark = pytest.mark.integration

@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from multiraft import groups as g
+from multiraft import consumer_groups as g
 from multiraft import raft
-from multiraft.launcher import ClusterInfo, cluster_down
-from multiraft.node import peer_groups as pg
-from multiraft.node import peer_messages as pm
-from multiraft.node.transport import PROTOCOL_VERSION, FrameType
+from multiraft.node.peer import consumer_group_messages as pg
+from multiraft.node.peer import messages as pm
+from multiraft.node.peer.transport import PROTOCOL_VERSION, FrameType
+from multiraft.tools.launcher import ClusterInfo, cluster_down
 from tests.integration._helpers import Cluster, assert_replicas_identical, fetch_all, produce, wait_settled
 
 pytestmark = pytest.mark.integration

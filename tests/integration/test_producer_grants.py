@@ -11,7 +11,7 @@ import pytest
 
 from multiraft.errors import InvalidProducerEpochError, MultiraftError, UnknownProducerIdError
 from rpc.proto import multiraft_pb2 as pb
-from rpc.status import from_rpc_error
+from rpc.proto.status import from_rpc_error
 from storage import encode_batch
 from tests.integration._helpers import Cluster, fetch_all
 

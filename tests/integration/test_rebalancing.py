@@ -10,10 +10,10 @@ from collections.abc import Callable
 
 import pytest
 
+from multiraft import Admin, ClusterInfo
 from multiraft.errors import NodeHasReplicasError, NotLeaderError
-from multiraft.launcher import add_node
-from multiraft.node.offsets import SNAPSHOT_EVERY
-from rpc.client import Admin, ClusterInfo
+from multiraft.node.replicas.offsets import SNAPSHOT_EVERY
+from multiraft.tools.launcher import add_node
 from rpc.proto import multiraft_pb2 as pb
 from tests.integration._helpers import BackgroundProducer, Cluster, fetch_all, produce
 from tests.integration._helpers import wait_for as _wait

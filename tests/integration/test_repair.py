@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.launcher import cluster_down, load_cluster
-from multiraft.node.term_guard import TermGuard
+from multiraft.node.scheduler.term_guard import TermGuard
 from multiraft.node.threads import ThreadOwner
+from multiraft.tools.launcher import cluster_down, load_cluster
 from rpc.proto import multiraft_pb2 as pb
 from storage import LogStore, encode_batch
 from storage.check import check_store

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pytest
 
-from multiraft.launcher import add_node
-from multiraft.node.reconfigure import REMOVAL_GRACE_S
-from rpc.client import Admin
+from multiraft import Admin
+from multiraft.node.scheduler.reconciler import REMOVAL_GRACE_S
+from multiraft.tools.launcher import add_node
 from tests.integration._helpers import Cluster, fetch_all, produce
 from tests.integration._helpers import wait_for as _wait
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from multiraft.errors import InsufficientStorageError, MultiraftError
-from multiraft.launcher import cluster_down, cluster_up, wait_serving
-from rpc.client import ClusterClient
+from multiraft.tools.launcher import cluster_down, cluster_up, wait_serving
+from rpc.client._cluster import ClusterClient
 from tests.integration._helpers import FAST, Cluster, fetch_all, produce
 
 MiB = 1 << 20

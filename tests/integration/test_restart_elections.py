@@ -1,5 +1,5 @@
 """After a full restart every partition is led again by its preferred leader without any hand-back: the
-preferred leader's replica campaigns first and the others hold off (multiraft.node.startup_elections)."""
+preferred leader's replica campaigns first and the others hold off (multiraft.node.scheduler.startup_elections)."""
 
 from __future__ import annotations
 

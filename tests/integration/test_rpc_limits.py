@@ -15,9 +15,9 @@ import grpc
 import pytest
 
 from multiraft.errors import InvalidArgumentError
-from multiraft.launcher import cluster_status
+from multiraft.tools.launcher import cluster_status
 from rpc.proto import multiraft_pb2 as pb
-from rpc.status import from_rpc_error
+from rpc.proto.status import from_rpc_error
 from storage import encode_batch
 from tests.integration._helpers import Cluster, produce
 

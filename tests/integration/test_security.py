@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
+from multiraft import AclBinding, AclFilter, Admin, Consumer, Producer, TopicPartition
 from multiraft.errors import (
     AuthenticationFailedError,
     AuthorizationFailedError,
@@ -22,11 +23,11 @@ from multiraft.errors import (
     UnknownUserError,
     UserExistsError,
 )
-from multiraft.launcher import cluster_down, cluster_up
-from rpc.client import AclBinding, AclFilter, Admin, ClusterClient, Consumer, Producer, TopicPartition
+from multiraft.tools.launcher import cluster_down, cluster_up
+from rpc.client._cluster import ClusterClient
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from rpc.status import from_rpc_error
+from rpc.proto.status import from_rpc_error
 from storage import encode_batch
 from tests.cli._helpers import ok as cli_ok
 from tests.cli._helpers import one_error_line, run_cli

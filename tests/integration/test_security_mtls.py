@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from multiraft import AclBinding, Admin, TlsSettings
 from multiraft.errors import AuthorizationFailedError
-from multiraft.launcher import ClusterInfo, cluster_down, cluster_up
-from multiraft.tls import write_cluster_certificates
-from rpc.client import AclBinding, Admin, TlsSettings
+from multiraft.security.tls import write_cluster_certificates
+from multiraft.tools.launcher import ClusterInfo, cluster_down, cluster_up
 from tests.integration._helpers import FAST
 
 pytestmark = pytest.mark.integration

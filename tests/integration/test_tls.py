@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from multiraft.client import Admin, AuthenticationFailedError, Consumer, Producer, TlsSettings, TopicPartition
+from multiraft import Admin, AuthenticationFailedError, Consumer, Producer, TlsSettings, TopicPartition
 from multiraft.errors import ConnectionFailedError
-from multiraft.launcher import ClusterInfo, add_node, cluster_down, cluster_up, stop_node
-from multiraft.tls import make_ca, make_node_certificate, node_name, write_cluster_certificates, write_key_pair
+from multiraft.security.tls import make_ca, make_node_certificate, node_name, write_cluster_certificates, write_key_pair
+from multiraft.tools.launcher import ClusterInfo, add_node, cluster_down, cluster_up, stop_node
 from tests.cli._helpers import ok, one_error_line, run_cli
 from tests.integration._helpers import FAST
 

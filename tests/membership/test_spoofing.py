@@ -36,8 +36,8 @@ from membership._wire import (
     encode_packet,
     encode_push_pull,
 )
-from multiraft.config import NodeConfig
-from multiraft.node.membership import NodeMembership
+from multiraft.config.node import NodeConfig
+from multiraft.node.cluster.swim import NodeMembership
 
 T = TypeVar("T")
 TOP = 2**32 - 1

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from multiraft.nemesis import Event, History, check, load_history
+from multiraft.tools.nemesis import Event, History, check, load_history
 
 
 class _Script:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from multiraft.cli import app
-from multiraft.nemesis import History
+from multiraft.tools.cli import app
+from multiraft.tools.nemesis import History
 
 _runner = CliRunner()
 

@@ -72,7 +72,7 @@ def test_an_unreadable_cuts_file_leaves_the_cuts_as_they_were(tmp_path: Path, te
 def test_a_cut_peer_request_is_lost_in_either_direction_and_answered_again_once_healed() -> None:
     import asyncio
 
-    from multiraft.node.transport import PeerTransport
+    from multiraft.node.peer.transport import PeerTransport
 
     cuts: dict[str, set[tuple[int, bool]]] = {"one": set(), "two": set()}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import cast
 
-from multiraft.client import Admin, RequestTimeoutError
-from multiraft.nemesis.runner import _high_watermarks
+from multiraft import Admin, RequestTimeoutError
+from multiraft.tools.nemesis.runner import _high_watermarks
 
 
 class _OneLeaderless:

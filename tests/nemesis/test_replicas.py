@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from multiraft.nemesis.replicas import LogEntries, Placement, compare_logs, stored_logs_live, unplaced_logs
+from multiraft.tools.nemesis.replicas import LogEntries, Placement, compare_logs, stored_logs_live, unplaced_logs
 from storage import LogStore
 
 

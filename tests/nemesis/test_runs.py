@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from multiraft.nemesis import (
+from multiraft.tools.nemesis import (
     FAULT_KINDS,
     RunResult,
     RunSettings,
@@ -27,8 +27,8 @@ from multiraft.nemesis import (
     summarize,
     summary_markdown,
 )
-from multiraft.nemesis.report import runs_table, summary_table
-from multiraft.nemesis.runner import disk_faults_possible
+from multiraft.tools.nemesis.report import runs_table, summary_table
+from multiraft.tools.nemesis.runner import disk_faults_possible
 
 pytestmark = pytest.mark.integration
 

@@ -9,16 +9,16 @@ from typing import Any
 
 from multiraft import controller as ctl
 from multiraft.errors import MultiraftError
-from multiraft.node.controller_group import controller_error
-from multiraft.node.directory import Directory
-from multiraft.node.partition import PartitionView, ProduceResult
-from multiraft.node.peer_messages import (
+from multiraft.node.cluster.directory import Directory
+from multiraft.node.peer.messages import (
     ControllerBody,
     ControllerOutcome,
     CreateTopicRequest,
     NodeStateRequest,
     PartitionStatus,
 )
+from multiraft.node.replicas.controller import controller_error
+from multiraft.node.replicas.partition import PartitionView, ProduceResult
 from multiraft.node.threads import ThreadOwner
 from storage import ReadResult
 from storage.batch import BatchHeader

@@ -20,9 +20,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from multiraft import controller as ctl
-from multiraft.config import NodeConfig
+from multiraft.config.node import NodeConfig
 from multiraft.errors import InsufficientStorageError
-from multiraft.node.capacity import (
+from multiraft.node.cluster.capacity import (
     UNREPORTED,
     LowWater,
     NodeCapacity,
@@ -31,12 +31,12 @@ from multiraft.node.capacity import (
     encode_capacity,
     shortage,
 )
-from multiraft.node.controller_group import ControllerMachine
-from multiraft.node.directory import Directory
-from multiraft.node.scheduler import Scheduler
+from multiraft.node.cluster.directory import Directory
+from multiraft.node.replicas.controller import ControllerMachine
+from multiraft.node.scheduler.scheduler import Scheduler
+from multiraft.node.scheduler.store import Store
+from multiraft.node.scheduler.term_guard import TermGuard
 from multiraft.node.services import DataService
-from multiraft.node.store import Store
-from multiraft.node.term_guard import TermGuard
 from multiraft.node.threads import LoopHandoff, ThreadOwner
 from storage import LogStore, StorageConfig, StoreCapacity
 from tests.controller._helpers import active, cluster, create_topic

@@ -20,9 +20,15 @@ from multiraft.node.catchup import (
     install_segments,
     snapshot_peers,
 )
-from multiraft.node.partition import PartitionView
-from multiraft.node.raftlog import RaftLogStorage, SegmentRef, SnapshotManifest, decode_manifest, encode_manifest
-from multiraft.node.scheduler import Scheduler
+from multiraft.node.replicas.partition import PartitionView
+from multiraft.node.replicas.raft_log import (
+    RaftLogStorage,
+    SegmentRef,
+    SnapshotManifest,
+    decode_manifest,
+    encode_manifest,
+)
+from multiraft.node.scheduler.scheduler import Scheduler
 from storage import LogStore, SegmentedLog, SegmentFileReceiver, StorageConfig, encode_batch
 
 GROUP = 7

@@ -25,8 +25,8 @@ from multiraft.errors import (
     UnavailableError,
     UnknownTopicError,
 )
-from multiraft.node.controller_client import CONTROLLER_TIMEOUT_S, RemoteController
-from multiraft.node.peer_messages import (
+from multiraft.node.cluster.controller_client import CONTROLLER_TIMEOUT_S, RemoteController
+from multiraft.node.peer.messages import (
     STATUS_ERROR,
     STATUS_OK,
     ControllerOutcome,

@@ -18,9 +18,8 @@ from hypothesis import strategies as st
 
 from multiraft import controller as ctl
 from multiraft.errors import AuthorizationFailedError, InvalidArgumentError, MultiraftError, OperationNotAllowedError
-from multiraft.node.controller_client import RemoteController
-from multiraft.node.offsets import OFFSETS_TOPIC
-from multiraft.node.peer_messages import (
+from multiraft.node.cluster.controller_client import RemoteController
+from multiraft.node.peer.messages import (
     STATUS_ERROR,
     STATUS_OK,
     ControllerBody,
@@ -36,7 +35,8 @@ from multiraft.node.peer_messages import (
     encode_controller_outcome,
     encode_controller_request,
 )
-from multiraft.node.peer_service import PeerService
+from multiraft.node.peer.service import PeerService
+from multiraft.node.replicas.offsets import OFFSETS_TOPIC
 from multiraft.security import Authorizer
 from tests.controller._helpers import cluster, create_topic, node, run
 from tests.controller.strategies import any_commands, small_commands

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.node.scheduler import Group, Scheduler
+from multiraft.node.scheduler.scheduler import Group, Scheduler
 from storage import LogStore, StorageConfig
 from tests.node.test_storage_full import Machine, Outbox, append, follower_group, on_thread, wait_until
 

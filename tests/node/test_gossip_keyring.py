@@ -16,10 +16,10 @@ import structlog
 from structlog.testing import capture_logs
 
 from membership import EventKind, Keyring, MemberEvent, generate_key
-from multiraft.config import NodeConfig
+from multiraft.config.node import NodeConfig
 from multiraft.errors import ConfigError
-from multiraft.node import membership as node_membership
-from multiraft.node.membership import NodeMembership
+from multiraft.node.cluster import swim as node_membership
+from multiraft.node.cluster.swim import NodeMembership
 
 T = TypeVar("T")
 POLL_S = 0.05

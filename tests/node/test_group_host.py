@@ -1,5 +1,6 @@
-"""The group coordinators hosted on a ``__consumer_offsets`` leader (multiraft.node.group_host), and the
-replicated group records of its state machine (multiraft.node.offsets), with a scheduler that holds every
+"""The group coordinators hosted on a ``__consumer_offsets`` leader (multiraft.node.replicas.consumer_group_host),
+and the
+replicated group records of its state machine (multiraft.node.replicas.offsets), with a scheduler that holds every
 proposal until the test commits it."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from multiraft import groups as g
+from multiraft import consumer_groups as g
 from multiraft import raft
 from multiraft.errors import (
     CoordinatorMovedError,
@@ -25,10 +26,7 @@ from multiraft.errors import (
     UnavailableError,
     UnknownMemberError,
 )
-from multiraft.node import offsets as offsets_module
-from multiraft.node.groups_local import serve_group_operation
-from multiraft.node.offsets import CommittedOffset, OffsetsMachine, encode_commit
-from multiraft.node.peer_groups import (
+from multiraft.node.peer.consumer_group_messages import (
     GroupDelete,
     GroupDescribe,
     GroupHeartbeat,
@@ -38,7 +36,10 @@ from multiraft.node.peer_groups import (
     GroupsList,
     GroupSync,
 )
-from multiraft.node.peer_messages import OffsetsCommit
+from multiraft.node.peer.messages import OffsetsCommit
+from multiraft.node.replicas import offsets as offsets_module
+from multiraft.node.replicas.offsets import CommittedOffset, OffsetsMachine, encode_commit
+from multiraft.node.services.local_consumer_groups import serve_group_operation
 from multiraft.node.threads import ThreadOwner
 
 SETTINGS = g.GroupSettings(min_session_timeout_ms=100, initial_rebalance_delay_ms=0)

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from multiraft import controller as ctl
-from multiraft.node.groups_local import offsets_group_ids, tick_group_hosts
-from multiraft.node.offsets import OFFSETS_TOPIC, OffsetsMachine
-from multiraft.node.scheduler import Scheduler
+from multiraft.node.replicas.offsets import OFFSETS_TOPIC, OffsetsMachine
+from multiraft.node.scheduler.scheduler import Scheduler
+from multiraft.node.services.local_consumer_groups import offsets_group_ids, tick_group_hosts
 from tests.controller._helpers import cluster, run
 
 

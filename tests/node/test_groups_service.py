@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-from multiraft import groups as g
+from multiraft import consumer_groups as g
 from multiraft.errors import CoordinatorMovedError, InvalidArgumentError, LeaderNotAvailableError, NotLeaderError
-from multiraft.node.offsets import OFFSETS_TOPIC, group_partition
-from multiraft.node.peer_groups import (
+from multiraft.node.peer.consumer_group_messages import (
     GroupDescribe,
     GroupJoin,
     GroupListingRow,
@@ -20,7 +19,8 @@ from multiraft.node.peer_groups import (
     decode_groups_request,
     encode_groups_answer,
 )
-from multiraft.node.peer_messages import STATUS_ERROR, STATUS_OK, LeaderAnnouncement, RequestKind, encode_error
+from multiraft.node.peer.messages import STATUS_ERROR, STATUS_OK, LeaderAnnouncement, RequestKind, encode_error
+from multiraft.node.replicas.offsets import OFFSETS_TOPIC, group_partition
 from multiraft.node.services import (
     GroupDescriptionResult,
     GroupListings,
@@ -29,7 +29,7 @@ from multiraft.node.services import (
     OffsetsService,
     OffsetsSettings,
 )
-from multiraft.node.services.groups import MAX_USER_DATA_BYTES
+from multiraft.node.services.consumer_groups import MAX_USER_DATA_BYTES
 from multiraft.node.services.offsets_routing import OffsetsRouter
 from tests.node._fakes import FakeController, FakePeers, FakeStore, cluster_with_topic, directory
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from multiraft import raft
-from multiraft.node.transport import PeerTransport
+from multiraft.node.peer.transport import PeerTransport
 from tests.raft.harness import ReplicaHost
 
 T = raft.MessageType

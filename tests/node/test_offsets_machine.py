@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from multiraft.node.offsets import CommittedOffset, decode_commit, encode_commit, group_partition
+from multiraft.node.replicas.offsets import CommittedOffset, decode_commit, encode_commit, group_partition
 
 GOLDEN = {"billing": 8, "reader": 0, "g": 8, "analytics": 14, "etl-1": 3}
 

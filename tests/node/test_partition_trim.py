@@ -13,10 +13,10 @@ import pytest
 
 from multiraft import raft
 from multiraft.errors import InvalidArgumentError, OffsetOutOfRangeError, UnavailableError
-from multiraft.node.control import ControlKind, decode_control, encode_trim
-from multiraft.node.partition import PartitionMachine, PartitionView
-from multiraft.node.raftlog import RaftLogStorage, SnapshotManifest, decode_manifest, encode_manifest
-from multiraft.node.scheduler import Group, Scheduler
+from multiraft.node.replicas.control import ControlKind, decode_control, encode_trim
+from multiraft.node.replicas.partition import PartitionMachine, PartitionView
+from multiraft.node.replicas.raft_log import RaftLogStorage, SnapshotManifest, decode_manifest, encode_manifest
+from multiraft.node.scheduler.scheduler import Group, Scheduler
 from storage import LogStore, StorageConfig, encode_batch
 
 T0 = 1_700_000_000_000

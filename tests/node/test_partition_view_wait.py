@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from multiraft.node.partition import PartitionView
+from multiraft.node.replicas.partition import PartitionView
 
 WAIT_S = 30.0  # far longer than any test takes: a test that reaches it has failed
 

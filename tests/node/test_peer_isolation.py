@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from multiraft import controller as ctl
-from multiraft.node.capacity import NodeCapacity
-from multiraft.node.peer_groups import GroupsList, GroupsRequest, encode_groups_request
-from multiraft.node.peer_messages import (
+from multiraft.node.cluster.capacity import NodeCapacity
+from multiraft.node.peer.consumer_group_messages import GroupsList, GroupsRequest, encode_groups_request
+from multiraft.node.peer.messages import (
     STATUS_ERROR,
     STATUS_OK,
     ControllerOutcome,
@@ -31,7 +31,7 @@ from multiraft.node.peer_messages import (
     encode_leaders,
     encode_offsets_request,
 )
-from multiraft.node.peer_service import PeerService
+from multiraft.node.peer.service import PeerService
 
 
 @dataclass

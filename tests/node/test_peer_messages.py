@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from multiraft import consumer_groups as g
 from multiraft import controller as ctl
 from multiraft import errors
-from multiraft import groups as g
 from multiraft.errors import InvalidArgumentError, MultiraftError, UnavailableError
-from multiraft.node import peer_groups as pg
-from multiraft.node import peer_messages as pm
-from multiraft.node.peer_messages import (
+from multiraft.node.peer import consumer_group_messages as pg
+from multiraft.node.peer import messages as pm
+from multiraft.node.peer.messages import (
     ControllerOutcome,
     ControllerRequest,
     CreatePartitionsRequest,

@@ -13,8 +13,14 @@ from multiraft.errors import (
     ProducerFencedError,
     UnknownProducerIdError,
 )
-from multiraft.node.producers import REPLAY_PRODUCER_IDS_FROM, RETAINED_BATCHES, ProducerStates, Verdict, check_granted
-from multiraft.node.raftlog import SnapshotManifest, decode_manifest, encode_manifest
+from multiraft.node.replicas.producers import (
+    REPLAY_PRODUCER_IDS_FROM,
+    RETAINED_BATCHES,
+    ProducerStates,
+    Verdict,
+    check_granted,
+)
+from multiraft.node.replicas.raft_log import SnapshotManifest, decode_manifest, encode_manifest
 
 
 def _applied(*batches: tuple[int, int, int, int]) -> ProducerStates:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from multiraft import raft
-from multiraft.node.raftlog import RaftLogStorage, SnapshotManifest, decode_manifest, encode_manifest
+from multiraft.node.replicas.raft_log import RaftLogStorage, SnapshotManifest, decode_manifest, encode_manifest
 from storage import LogStore, StorageConfig, encode_batch, read_header
 from tests.damage import flip_every_copy
 from tests.raft.storage_conformance import StorageConformance, entry

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from multiraft import raft
-from multiraft.node.raftlog import RaftLogStorage
+from multiraft.node.replicas.raft_log import RaftLogStorage
 from storage import LogStore, StorageConfig, encode_batch
 from tests.raft.harness import UnsyncedWriteCounter
 from tests.raft.simulation import Simulation, replay_hint

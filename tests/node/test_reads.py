@@ -8,8 +8,8 @@ from typing import Any, cast
 
 from multiraft import raft
 from multiraft.errors import NotLeaderError, UnavailableError
-from multiraft.node.reads import LinearizableReads
-from multiraft.node.scheduler import Group
+from multiraft.node.scheduler.reads import LinearizableReads
+from multiraft.node.scheduler.scheduler import Group
 from multiraft.node.threads import ThreadOwner
 from multiraft.raft import ReadState
 

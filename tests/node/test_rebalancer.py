@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from multiraft import controller as ctl
-from multiraft.node.rebalancer import CAUGHT_UP_ENTRIES, Rebalancer, RebalanceSettings
+from multiraft.node.cluster.rebalancer import CAUGHT_UP_ENTRIES, Rebalancer, RebalanceSettings
 from tests.controller._helpers import cluster, create_topic, run
 from tests.node._fakes import FakeController, FakeLiveness, FakeStatus, directory, status
 

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 from multiraft import controller as ctl
 from multiraft.errors import NotLeaderError
-from multiraft.node.directory import Directory
-from multiraft.node.peer_messages import ControllerBody, ControllerOutcome, ControllerRequest, PartitionStatus
-from multiraft.node.rebalancer import CAUGHT_UP_ENTRIES, OwnController, Rebalancer, RebalanceSettings
+from multiraft.node.cluster.directory import Directory
+from multiraft.node.cluster.rebalancer import CAUGHT_UP_ENTRIES, OwnController, Rebalancer, RebalanceSettings
+from multiraft.node.peer.messages import ControllerBody, ControllerOutcome, ControllerRequest, PartitionStatus
 from tests.controller._helpers import cluster, create_topic
 from tests.node._fakes import FakeController, FakeLiveness, FakeStatus, directory, status
 

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from multiraft import controller as ctl
 from multiraft import raft
-from multiraft.node import reconfigure
-from multiraft.node.reconfigure import FULL_PASS_S, REMOVAL_GRACE_S, Reconciler, conf_change_towards
-from multiraft.node.scheduler import Group, Scheduler
+from multiraft.node.scheduler import reconciler as reconfigure
+from multiraft.node.scheduler.reconciler import FULL_PASS_S, REMOVAL_GRACE_S, Reconciler, conf_change_towards
+from multiraft.node.scheduler.scheduler import Group, Scheduler
 from tests.controller._helpers import cluster, run
 
 SELF = 1
@@ -90,7 +90,7 @@ class FakeScheduler:
 
 
 class Clock:
-    """Stands in for the ``time`` module inside multiraft.node.reconfigure."""
+    """Stands in for the ``time`` module inside multiraft.node.scheduler.reconciler."""
 
     def __init__(self) -> None:
         self.now = 1000.0

@@ -25,8 +25,8 @@ import pytest
 
 from multiraft import raft
 from multiraft.errors import InvalidArgumentError, RecordTooLargeError, StorageFailureError, UnavailableError
-from multiraft.node.raftlog import RaftLogStorage
-from multiraft.node.scheduler import Group, Scheduler
+from multiraft.node.replicas.raft_log import RaftLogStorage
+from multiraft.node.scheduler.scheduler import Group, Scheduler
 from storage import ENTRY_OVERHEAD_BYTES, CorruptionError, LogStore, StorageConfig, StorageError
 
 NODE = 1
@@ -450,7 +450,7 @@ def test_work_that_raises_fails_alone_and_the_scheduler_keeps_committing_other_g
         _leaders(node)
         first, second = node.groups
         poisoned = _Poisoned(error)
-        with caplog.at_level(logging.WARNING, logger="multiraft.node.scheduler"):
+        with caplog.at_level(logging.WARNING, logger="multiraft.node.scheduler.scheduler"):
             node.scheduler.submit(poisoned)
             assert poisoned.ran.wait(5.0), "the scheduler thread did not run the work"
             node.wait_until(

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from multiraft import raft
-from multiraft.node.deferred_indexes import DeferredIndexes
-from multiraft.node.scheduler import Group
+from multiraft.node.scheduler.deferred_indexes import DeferredIndexes
+from multiraft.node.scheduler.scheduler import Group
 from tests.node.test_scheduler import NODE, PEER, T, node1
 
 GROUP = 1

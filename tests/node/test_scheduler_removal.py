@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from multiraft import raft
-from multiraft.node.scheduler import Group, Scheduler
+from multiraft.node.scheduler.scheduler import Group, Scheduler
 from storage.errors import LogClosedError
 from tests.node.test_scheduler import Disk, RecordingMachine, _commits, _leaders, node1
 

@@ -10,9 +10,9 @@ from typing import Any, cast
 import pytest
 
 from multiraft import raft
-from multiraft.node.raftlog import RaftLogStorage, SnapshotManifest
-from multiraft.node.scheduler import Group, Scheduler
-from multiraft.node.scrubber import MAX_GROUPS_PER_SLICE, SLICE_S, Scrubber
+from multiraft.node.replicas.raft_log import RaftLogStorage, SnapshotManifest
+from multiraft.node.scheduler.scheduler import Group, Scheduler
+from multiraft.node.scheduler.scrubber import MAX_GROUPS_PER_SLICE, SLICE_S, Scrubber
 from multiraft.node.threads import ThreadOwner
 from storage import LogStore, StorageConfig, encode_batch
 from tests.damage import flip_every_copy

@@ -11,9 +11,9 @@ import pytest
 
 from multiraft import controller as ctl
 from multiraft.errors import AuthenticationFailedError
-from multiraft.node.security import NodeSecurity, SecuritySettings
-from multiraft.scram import ScramClient, scram_credential
+from multiraft.node.services.security import NodeSecurity, SecuritySettings
 from multiraft.security import Resource
+from multiraft.security.scram import ScramClient, scram_credential
 
 KEY = b"k" * 32
 
@@ -99,7 +99,7 @@ def test_the_token_key_and_the_bootstrap_user_are_set_by_the_controller_leader(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("MULTIRAFT_BOOTSTRAP_USER", "admin:admin-pw")
-    monkeypatch.setattr("multiraft.node.security._KEY_CHECK_S", 0)
+    monkeypatch.setattr("multiraft.node.services.security._KEY_CHECK_S", 0)
     view = View(cluster=ctl.ClusterState())
     proposed: list[object] = []
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from multiraft import controller as ctl
-from multiraft.config import NodeConfig
+from multiraft.config.node import NodeConfig
 from multiraft.errors import (
     CorruptBatchError,
     DrainRefusedError,
@@ -26,9 +26,8 @@ from multiraft.errors import (
     UnknownProducerIdError,
     UnknownTopicError,
 )
-from multiraft.node.offsets import OFFSETS_TOPIC, CommittedOffset
-from multiraft.node.partition import ProduceResult
-from multiraft.node.peer_messages import (
+from multiraft.node.cluster.status import MoveReporter
+from multiraft.node.peer.messages import (
     STATUS_ERROR,
     STATUS_OK,
     CreateTopicRequest,
@@ -41,6 +40,8 @@ from multiraft.node.peer_messages import (
     encode_error,
     encode_offset_rows,
 )
+from multiraft.node.replicas.offsets import OFFSETS_TOPIC, CommittedOffset
+from multiraft.node.replicas.partition import ProduceResult
 from multiraft.node.services import (
     AdminService,
     AdminSettings,
@@ -49,7 +50,6 @@ from multiraft.node.services import (
     OffsetsService,
     OffsetsSettings,
 )
-from multiraft.node.status import MoveReporter
 from storage import ENTRY_OVERHEAD_BYTES, StorageConfig
 from storage.batch import encode_batch
 from tests.node._fakes import (

@@ -9,8 +9,8 @@ from typing import Any
 
 from multiraft import controller as ctl
 from multiraft import raft
-from multiraft.node.scheduler import Group
-from multiraft.node.startup_elections import StartupElections, hold_ticks
+from multiraft.node.scheduler.scheduler import Group
+from multiraft.node.scheduler.startup_elections import StartupElections, hold_ticks
 
 from ._fakes import cluster_with_topic
 

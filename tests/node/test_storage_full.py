@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from multiraft import raft
-from multiraft.node.raftlog import RaftLogStorage
-from multiraft.node.scheduler import Group, Scheduler
+from multiraft.node.replicas.raft_log import RaftLogStorage
+from multiraft.node.scheduler.scheduler import Group, Scheduler
 from storage import Entry, EntryKind, LogStore, StorageConfig
 
 NODE, LEADER = 1, 2

@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from multiraft import raft
-from multiraft.node.raftlog import RaftLogStorage
-from multiraft.node.term_guard import TERMS_FILE, TermGuard
+from multiraft.node.replicas.raft_log import RaftLogStorage
+from multiraft.node.scheduler.term_guard import TERMS_FILE, TermGuard
 from multiraft.node.threads import ThreadOwner
 from storage import LogStore, StorageConfig, StorageFullError, encode_batch
 

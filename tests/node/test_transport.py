@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from multiraft import raft
-from multiraft.node.transport import PROTOCOL_VERSION, PeerTransport
+from multiraft.node.peer.transport import PROTOCOL_VERSION, PeerTransport
 
 T = raft.MessageType
 
@@ -265,7 +265,7 @@ def test_a_message_too_large_for_any_frame_is_dropped_alone_and_logged(caplog: p
     async def scenario() -> None:
         async with _pair(max_frame=1 << 20) as (one, two, inbox):
             batch = [(1, _append(2, 1, b"small")), (2, _append(2, 1, b"x" * (1 << 20))), (3, _append(2, 1, b"tail"))]
-            with caplog.at_level(logging.ERROR, logger="multiraft.node.transport"):
+            with caplog.at_level(logging.ERROR, logger="multiraft.node.peer.transport"):
                 one.send(2, batch)
                 await inbox.wait_for(2)
             assert [(group, bytes(m.entries[0].payload)) for _, group, m in inbox.messages] == [

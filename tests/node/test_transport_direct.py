@@ -14,9 +14,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from multiraft import raft
-from multiraft.node.peer_frames import FrameType, TransportStats, decode_raft
-from multiraft.node.transport import PeerTransport
-from multiraft.tls import make_ca, make_node_certificate
+from multiraft.node.peer.frames import FrameType, TransportStats, decode_raft
+from multiraft.node.peer.transport import PeerTransport
+from multiraft.security.tls import make_ca, make_node_certificate
 from tests.node.test_transport import Inbox, _append, _pair
 from tests.node.test_transport_tls import _pair as _tls_pair
 from tests.node.test_transport_tls import _tls

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from multiraft import raft
-from multiraft.node.transport import PeerTransport
+from multiraft.node.peer.transport import PeerTransport
 from tests.node.test_transport import Inbox, _append, _hello, _raft_frame
 
 REQUEST, RESPONSE = 3, 4

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from multiraft.node import transport as transport_module
-from multiraft.node.transport import PeerTransport
-from multiraft.tls import (
+from multiraft.node.peer import transport as transport_module
+from multiraft.node.peer.transport import PeerTransport
+from multiraft.security.tls import (
     KeyPair,
     PeerTls,
     TlsFiles,

@@ -119,7 +119,8 @@ class Simulation:
         self.lose_disk = default_loss if lose_disk is None else lose_disk
         self.max_term: dict[int, int] = {}  # node -> the highest term any of its Readies persisted
         self.lost_disks: set[int] = set()  # nodes rebuilding a lost disk
-        # With start_elections, the runtime's start-up elections (multiraft.node.startup_elections): a restarted
+        # With start_elections, the runtime's start-up elections (multiraft.node.scheduler.startup_elections): a
+        # restarted
         # replica may hold off its campaign, or campaign at once. Their own generator: other draws stay as they were.
         self.start_rng = random.Random(seed * 7907 + 23) if start_elections else None
         self.place_back_rng = random.Random(seed * 7919 + 29)  # removed nodes added back (SimClient._place_back)
@@ -173,7 +174,7 @@ class Simulation:
 
     def place_back(self, node_id: int) -> None:
         """A removed node is added back: the runtime dropped its old replica and starts a new one on an empty disk,
-        in the highest term the node reached, its vote unknown (multiraft.node.term_guard). A replica that
+        in the highest term the node reached, its vote unknown (multiraft.node.scheduler.term_guard). A replica that
         applied its own removal was released and is an ordinary new replica; one whose removal never reached it
         is rebuilt as a lost log (it neither votes nor campaigns until it holds an entry of a later term)."""
         old = self.hosts[node_id]
@@ -239,7 +240,7 @@ class Simulation:
     def _replace_disk(self, node_id: int) -> None:
         """The node's store is lost: it starts from a fresh one (bootstrapped, as the runtime does for an initial
         member) in the highest term it reached, its vote unknown, recovering until it holds an entry of a later
-        term (multiraft.node.term_guard)."""
+        term (multiraft.node.scheduler.term_guard)."""
         floor = self.max_term.get(node_id, 0)
         committed = self.hosts[node_id].storage.initial_state()[0].commit
         fresh = self.new_disk(node_id, self.initial_conf if node_id <= self.params.nodes else None)

@@ -161,7 +161,7 @@ def test_the_lost_flag_travels_through_the_codec() -> None:
 
 def _lose_whole_log(cluster: Cluster, node_id: int) -> None:
     """Crash ``node_id`` and rebuild it empty, as the runtime does after its store was lost: in the term it had
-    reached, its vote unknown, waiting for an entry of a later term (multiraft.node.term_guard)."""
+    reached, its vote unknown, waiting for an entry of a later term (multiraft.node.scheduler.term_guard)."""
     term = cluster.node(node_id).term
     cluster.crash(node_id)
     storage = MemoryStorage()

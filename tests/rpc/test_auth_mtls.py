@@ -1,6 +1,6 @@
 """With ``mtls`` in ``authentication``, a client whose certificate the TLS layer verified is ``User:<CN>``; a
 client without one is refused UNAUTHENTICATED with the reason. A small TLS server in this process (certificates
-made here with the ``cryptography`` package) runs the front door's :class:`rpc.auth.ClientAuth` interceptor."""
+made here with the ``cryptography`` package) runs the front door's :class:`rpc.server.auth.ClientAuth` interceptor."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from multiraft.config import NodeConfig
+from multiraft.config.node import NodeConfig
 from multiraft.security import CURRENT_PRINCIPAL
-from rpc.auth import ClientAuth
 from rpc.proto import multiraft_pb2 as pb
-from rpc.status import from_rpc_error
+from rpc.proto.status import from_rpc_error
+from rpc.server.auth import ClientAuth
 
 METHOD = "/multiraft.v1.Admin/ListTopics"
 

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from multiraft.config import NodeConfig
+from multiraft.config.node import NodeConfig
 from multiraft.controller import AclBinding, AclOperation, AclPermission, PatternType, ResourceType
 from multiraft.errors import AuthenticationFailedError
 from multiraft.security import Authorizer
-from rpc.auth import _RULES, AUTHENTICATE_METHOD, ClientAuth, bearer_token
 from rpc.proto import multiraft_pb2 as pb
+from rpc.server.auth import _RULES, AUTHENTICATE_METHOD, ClientAuth, bearer_token
 
 
 def test_every_rpc_but_authenticate_has_an_acl_rule() -> None:

@@ -18,13 +18,13 @@ import pytest
 from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from multiraft.config import NodeConfig
+from multiraft import TlsSettings
+from multiraft.config.node import NodeConfig
 from multiraft.errors import ConfigError
-from multiraft.tls import KeyPair, make_ca, make_client_certificate, make_node_certificate, write_key_pair
-from rpc.client import TlsSettings
+from multiraft.security.tls import KeyPair, make_ca, make_client_certificate, make_node_certificate, write_key_pair
 from rpc.client._tls import tls_hint
-from rpc.server import GrpcFrontDoor
-from rpc.server_tls import client_port_credentials
+from rpc.server.front_door import GrpcFrontDoor
+from rpc.server.tls import client_port_credentials
 from tests.rpc.test_isolation import FaultyServices
 
 

@@ -14,13 +14,13 @@ from typing import Any
 import grpc
 import pytest
 
-from multiraft.config import NodeConfig
+from multiraft.config.node import NodeConfig
 from multiraft.errors import ResourceExhaustedError
 from multiraft.node.services import FetchResult
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from rpc.server import GrpcFrontDoor
-from rpc.status import from_proto_error, from_rpc_error
+from rpc.proto.status import from_proto_error, from_rpc_error
+from rpc.server.front_door import GrpcFrontDoor
 from tests.rpc.test_isolation import FaultyServices
 
 CORRUPT = b"\xff\xff\xff"

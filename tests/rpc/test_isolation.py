@@ -16,8 +16,8 @@ from typing import Any
 import grpc
 import pytest
 
-from multiraft import groups as g
-from multiraft.node.offsets import CommittedOffset
+from multiraft import consumer_groups as g
+from multiraft.node.replicas.offsets import CommittedOffset
 from multiraft.node.services import (
     ClusterDescription,
     DrainStatus,
@@ -29,7 +29,7 @@ from multiraft.node.services import (
     TopicDescription,
 )
 from rpc.proto import multiraft_pb2 as pb
-from rpc.status import from_proto_error, from_rpc_error
+from rpc.proto.status import from_proto_error, from_rpc_error
 from tests.rpc.test_servicers import TIMEOUT_S, Stubs, run, serving
 
 TOPIC = TopicDescription("orders", (PartitionDescription(0, 1, (1,), (1,), 1, 5, 0, 1),), {}, 1)

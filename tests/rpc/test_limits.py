@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from multiraft.config import NodeConfig
+from multiraft.config.node import NodeConfig
 from multiraft.errors import ConfigError, InvalidArgumentError
 from multiraft.node.services import ProduceAck
-from rpc.limits import RequestLimits, check_request
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from rpc.servicers import AdminServicer, LogServicer
-from rpc.status import from_proto_error, from_rpc_error
+from rpc.proto.status import from_proto_error, from_rpc_error
+from rpc.server.limits import RequestLimits, check_request
+from rpc.server.servicers import AdminServicer, LogServicer
 from tests.rpc.test_isolation import FaultyServices
 from tests.rpc.test_servicers import TIMEOUT_S, run
 

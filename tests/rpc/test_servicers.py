@@ -37,12 +37,12 @@ from multiraft.node.services import (
     TopicDescription,
     UnansweredPartition,
 )
-from rpc.groups_servicer import GroupsServicer
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
-from rpc.security_servicer import SecurityServicer
-from rpc.servicers import AdminServicer, LogServicer
-from rpc.status import from_proto_error, from_rpc_error
+from rpc.proto.status import from_proto_error, from_rpc_error
+from rpc.server.consumer_groups_servicer import GroupsServicer
+from rpc.server.security_servicer import SecurityServicer
+from rpc.server.servicers import AdminServicer, LogServicer
 
 TIMEOUT_S = 10.0
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from multiraft.errors import AuthenticationFailedError
-from multiraft.scram import ScramClient, ScramServer, scram_credential
+from multiraft.security.scram import ScramClient, ScramServer, scram_credential
 
 # RFC 7677, section 3
 USER, PASSWORD = "user", "pencil"
@@ -30,7 +30,7 @@ def test_the_client_reproduces_the_rfc_7677_exchange() -> None:
 
 
 def test_the_server_reproduces_the_rfc_7677_exchange(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("multiraft.scram.secrets.token_urlsafe", lambda _: SERVER_NONCE_PART)
+    monkeypatch.setattr("multiraft.security.scram.secrets.token_urlsafe", lambda _: SERVER_NONCE_PART)
     credential = scram_credential(PASSWORD, iterations=4096, salt=SALT)
     server = ScramServer(lambda name: credential if name == USER else None)
     assert server.first(f"n,,n=user,r={CLIENT_NONCE}") == SERVER_FIRST

@@ -66,7 +66,7 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 
 
 def _produce(bootstrap: str, first: int, count: int) -> set[bytes]:
-    from multiraft.client import Producer
+    from multiraft import Producer
 
     produced: set[bytes] = set()
     with Producer(bootstrap) as producer:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from multiraft.client import Admin, Producer, TopicPartition, UnknownMemberError
+from multiraft import Admin, Producer, TopicPartition, UnknownMemberError
 from spark_connector._source import MultiraftStreamReader, source_schema
 from tests.cli._helpers import invoke, invoked
 from tests.integration._helpers import Cluster

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from multiraft.client import Admin, ConfigError, ConnectionFailedError
+from multiraft import Admin, ConfigError, ConnectionFailedError
 from spark_connector._sink import check_sink_target, parse_sink_options
 from spark_connector._source import MultiraftBatchReader, MultiraftStreamReader, source_schema
 from spark_connector._source_options import parse_source_options
@@ -101,7 +101,7 @@ def test_a_closed_bootstrap_port_fails_planning_at_once_saying_so() -> None:
 
 
 def test_the_admin_client_gives_up_on_a_dead_bootstrap_after_its_connect_timeout() -> None:
-    """The client keyword the driver relies on (multiraft.client.Admin(connect_timeout_s=...))."""
+    """The client keyword the driver relies on (multiraft.Admin(connect_timeout_s=...))."""
     with (
         pytest.raises(
             ConnectionFailedError, match=r"^no node reachable at 127\.0\.0\.1:1, 127\.0\.0\.1:2 \(connection refused\)$"

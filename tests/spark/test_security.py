@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from multiraft.client import Admin, ConfigError, TlsSettings
-from multiraft.launcher import ClusterInfo, cluster_down, cluster_up
+from multiraft import Admin, ConfigError, TlsSettings
+from multiraft.tools.launcher import ClusterInfo, cluster_down, cluster_up
 from spark_connector._security import Security, parse_security
 from tests.integration._helpers import FAST
 

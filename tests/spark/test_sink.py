@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from multiraft.client import Consumer, Producer, TopicPartition
+from multiraft import Consumer, Producer, TopicPartition
 from tests.integration._helpers import Cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

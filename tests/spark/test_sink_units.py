@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from multiraft.client import ConfigError
+from multiraft import ConfigError
 from spark_connector._sink import _runs, _sorted, parse_sink_options
 
 

@@ -11,7 +11,7 @@ import structlog
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from structlog.testing import capture_logs
 
-from multiraft.client import Admin, ConfigError, Producer
+from multiraft import Admin, ConfigError, Producer
 from spark_connector import _source as source_module
 from spark_connector._source import (
     DataLossError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from multiraft.client import Producer
+from multiraft import Producer
 from spark_connector._source import MultiraftStreamReader, source_schema
 from tests.integration._helpers import Cluster
 

@@ -40,9 +40,9 @@ from functools import partial
 from pathlib import Path
 
 from multiraft import raft
-from multiraft.node.partition import PartitionView
-from multiraft.node.raftlog import SegmentRef
-from multiraft.node.scheduler import Group, Scheduler
+from multiraft.node.replicas.partition import PartitionView
+from multiraft.node.replicas.raft_log import SegmentRef
+from multiraft.node.scheduler.scheduler import Group, Scheduler
 from storage import SegmentedLog, SegmentFileReceiver
 
 from ._follower import CatchupFollower, manifest_to_copy

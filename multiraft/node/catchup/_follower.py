@@ -16,10 +16,10 @@ from pathlib import Path
 from multiraft import raft
 from multiraft.errors import MultiraftError, UnavailableError
 from multiraft.logging import get_logger
-from multiraft.node.partition import PartitionMachine, PartitionView
-from multiraft.node.peer_messages import decode_error
-from multiraft.node.raftlog import SegmentRef, SnapshotManifest, decode_manifest
-from multiraft.node.scheduler import Group, Scheduler
+from multiraft.node.peer.messages import decode_error
+from multiraft.node.replicas.partition import PartitionMachine, PartitionView
+from multiraft.node.replicas.raft_log import SegmentRef, SnapshotManifest, decode_manifest
+from multiraft.node.scheduler.scheduler import Group, Scheduler
 from storage import ChunkChecksumError, SegmentFileError, SegmentFileReceiver, StorageError
 
 from ._shared import (

@@ -15,10 +15,10 @@ from pathlib import Path
 from multiraft import raft
 from multiraft.errors import MultiraftError, UnavailableError
 from multiraft.logging import get_logger
-from multiraft.node.partition import PartitionMachine, PartitionView
-from multiraft.node.peer_messages import encode_error
-from multiraft.node.raftlog import SegmentRef, SnapshotManifest
-from multiraft.node.scheduler import Group
+from multiraft.node.peer.messages import encode_error
+from multiraft.node.replicas.partition import PartitionMachine, PartitionView
+from multiraft.node.replicas.raft_log import SegmentRef, SnapshotManifest
+from multiraft.node.scheduler.scheduler import Group
 from storage import SegmentedLog, SegmentFileError, StorageError, read_segment_file_chunk
 
 from ._shared import (

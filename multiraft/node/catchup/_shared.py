@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from multiraft import raft
-from multiraft.node.peer_messages import (
+from multiraft.node.peer.messages import (
     STATUS_ERROR,
     STATUS_OK,
     RequestKind,
@@ -21,8 +21,8 @@ from multiraft.node.peer_messages import (
     decode_chunk_request,
     encode_chunk_request,
 )
-from multiraft.node.raftlog import SegmentRef, SnapshotManifest
-from multiraft.node.scheduler import Scheduler
+from multiraft.node.replicas.raft_log import SegmentRef, SnapshotManifest
+from multiraft.node.scheduler.scheduler import Scheduler
 from multiraft.node.threads import SchedulerHandoff
 from storage import SegmentedLog, SegmentFileError
 
@@ -46,7 +46,7 @@ __all__ = [
     "CatchupRuntime",
 ]
 
-REQUEST_SEGMENT_CHUNK = RequestKind.SEGMENT_CHUNK  # peer request kinds (multiraft.node.transport REQUEST frames)
+REQUEST_SEGMENT_CHUNK = RequestKind.SEGMENT_CHUNK  # peer request kinds (multiraft.node.peer.transport REQUEST frames)
 CATCHUP_REQUEST_KINDS = frozenset({REQUEST_SEGMENT_CHUNK})
 CHUNK_BYTES = 1 << 20
 _CHUNK_REPLY = struct.Struct("<IQ")  # crc32c of the chunk, size of the whole file
@@ -112,7 +112,7 @@ class CatchupStats:
 # The request is a typed peer message; the reply is the chunk behind a small binary head.
 
 
-ChunkRequest = SegmentChunkRequest  # typed, binary: multiraft.node.peer_messages
+ChunkRequest = SegmentChunkRequest  # typed, binary: multiraft.node.peer.messages
 
 
 def encode_chunk_reply(chunk_crc: int, file_bytes: int, data: bytes) -> bytes:

@@ -1,8 +1,8 @@
 """The node's services, on the event loop: what every front door (gRPC today) serves clients with."""
 
 from multiraft.node.services.admin import AdminService, AdminSettings
+from multiraft.node.services.consumer_groups import GroupDescriptionResult, GroupsService, GroupsSettings
 from multiraft.node.services.data import DataLimits, DataService
-from multiraft.node.services.groups import GroupDescriptionResult, GroupsService, GroupsSettings
 from multiraft.node.services.offsets import OffsetsService, OffsetsSettings
 from multiraft.node.services.results import (
     ClusterDescription,

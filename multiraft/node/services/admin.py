@@ -20,7 +20,7 @@ from multiraft.errors import (
     UnknownTopicError,
     error_for_reason,
 )
-from multiraft.node.peer_messages import (
+from multiraft.node.peer.messages import (
     CreatePartitionsRequest,
     CreateTopicRequest,
     NodeStateRequest,

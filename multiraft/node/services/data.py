@@ -31,9 +31,9 @@ from multiraft.errors import (
     StorageFailureError,
     UnavailableError,
 )
-from multiraft.node.partition import PartitionView, ProduceResult
-from multiraft.node.producers import check_granted
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, StoreHandle
+from multiraft.node.replicas.partition import PartitionView, ProduceResult
+from multiraft.node.replicas.producers import check_granted
 from multiraft.node.services.results import FetchResult, ProduceAck
 from multiraft.security import CURRENT_PRINCIPAL
 from storage import StorageConfig

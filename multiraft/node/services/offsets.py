@@ -12,11 +12,10 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from multiraft.consumer_groups import NO_GENERATION
 from multiraft.errors import InvalidArgumentError, UnavailableError
-from multiraft.groups import NO_GENERATION
-from multiraft.node.offsets import CommittedOffset, encode_commit
-from multiraft.node.peer_call import ask_peer
-from multiraft.node.peer_messages import (
+from multiraft.node.peer.call import ask_peer
+from multiraft.node.peer.messages import (
     OffsetRow,
     OffsetsCommit,
     OffsetsFetch,
@@ -28,6 +27,7 @@ from multiraft.node.peer_messages import (
     encode_offsets_request,
 )
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, PeerCaller, StoreHandle
+from multiraft.node.replicas.offsets import CommittedOffset, encode_commit
 from multiraft.node.services.offsets_routing import ADMIN_TOTAL_S, REQUEST_TIMEOUT_S, OffsetsRouter, RoutingSettings
 from multiraft.node.services.results import UnansweredPartition
 

@@ -31,9 +31,9 @@ from multiraft.errors import (
     TopicExistsError,
     UnavailableError,
 )
-from multiraft.node.offsets import OFFSETS_TOPIC, group_partition
-from multiraft.node.peer_messages import CreateTopicRequest
+from multiraft.node.peer.messages import CreateTopicRequest
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, PeerCaller
+from multiraft.node.replicas.offsets import OFFSETS_TOPIC, group_partition
 from multiraft.node.services._waits import wait_for_topic
 
 __all__ = ["OffsetsRouter", "RoutingSettings", "PartAnswer", "REQUEST_TIMEOUT_S", "ATTEMPT_S", "ADMIN_TOTAL_S"]

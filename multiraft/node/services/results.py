@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from multiraft import controller as ctl
 from multiraft.errors import MultiraftError
-from multiraft.node.peer_groups import GroupListingRow
-from multiraft.node.peer_messages import MoveReport
+from multiraft.node.peer.consumer_group_messages import GroupListingRow
+from multiraft.node.peer.messages import MoveReport
 
 __all__ = [
     "ProduceAck",
