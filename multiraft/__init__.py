@@ -84,7 +84,7 @@ if TYPE_CHECKING:
     from rpc.client._consumer import (
         Consumer,
     )
-    from rpc.client._group_admin import (
+    from rpc.client._consumer_group_admin import (
         GroupDescription,
         GroupListing,
         GroupListingResult,
@@ -205,7 +205,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "PartitionInfo",
         "TopicInfo",
     ),
-    "rpc.client._group_admin": (
+    "rpc.client._consumer_group_admin": (
         "GroupDescription",
         "GroupListing",
         "GroupListingResult",

@@ -14,7 +14,7 @@ from multiraft.errors import (
     UnknownTopicError,
 )
 from rpc.client._cluster import ClusterClient
-from rpc.client._group_admin import GroupAdmin, call_any_node_final
+from rpc.client._consumer_group_admin import GroupAdmin, call_any_node_final
 from rpc.client._records import TopicPartition
 from rpc.client._security_admin import SecurityAdmin
 from rpc.client._tls import TlsSettings

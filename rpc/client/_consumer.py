@@ -16,7 +16,7 @@ Python. A batch that cannot be decoded stops its partition there: ``poll()`` rai
 
 With a ``group_id`` the consumer commits positions (the next offset to read, as Kafka) to the cluster and
 starts from them, and ``subscribe`` joins the group: the group's coordinator spreads the partitions over its
-members (:mod:`rpc.client._group_member`), ``poll()`` drives the membership and runs the rebalance callbacks
+members (:mod:`rpc.client._consumer_group_member`), ``poll()`` drives the membership and runs the rebalance callbacks
 (:mod:`rpc.client._consumer_group`). Without a group, ``subscribe`` reads every partition of its topics.
 """
 
@@ -49,12 +49,12 @@ from rpc.client._consumer_group import (
     start_membership,
     subscription_of,
 )
+from rpc.client._consumer_group_heartbeat import HeartbeatThread
+from rpc.client._consumer_group_link import commit_offsets
+from rpc.client._consumer_group_member import GroupMembership, Phase
+from rpc.client._consumer_group_settings import MemberSettings, strategies
 from rpc.client._consumer_tables import arrow_schema, as_records, as_table
 from rpc.client._fetcher import StreamFetcher
-from rpc.client._group_heartbeat import HeartbeatThread
-from rpc.client._group_link import commit_offsets
-from rpc.client._group_member import GroupMembership, Phase
-from rpc.client._group_settings import MemberSettings, strategies
 from rpc.client._offsets import list_offsets
 from rpc.client._partition_buffer import PartitionBuffer, Reset, Start, by_topic, start_point, take_fairly
 from rpc.client._records import Record, TopicPartition, as_topic_partition

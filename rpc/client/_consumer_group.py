@@ -19,10 +19,10 @@ from multiraft.consumer_groups import TopicRacks
 from multiraft.errors import MultiraftError
 from multiraft.logging import get_logger
 from rpc.client._cluster import ClusterClient
-from rpc.client._group_heartbeat import HeartbeatThread
-from rpc.client._group_link import GrpcGroupLink
-from rpc.client._group_member import GroupMembership, topic_racks
-from rpc.client._group_settings import MemberSettings
+from rpc.client._consumer_group_heartbeat import HeartbeatThread
+from rpc.client._consumer_group_link import GrpcGroupLink
+from rpc.client._consumer_group_member import GroupMembership, topic_racks
+from rpc.client._consumer_group_settings import MemberSettings
 from rpc.client._records import TopicPartition
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def cluster_topics(client: ClusterClient) -> Callable[[], TopicRacks]:
 
 
 class Rebalancer:
-    """The consumer's :class:`~rpc.client._group_member.PartitionListener`: runs the user's callbacks and
+    """The consumer's :class:`~rpc.client._consumer_group_member.PartitionListener`: runs the user's callbacks and
     adds or drops the partitions' buffers (through the consumer's private hooks). Holds the consumer weakly:
     the heartbeat thread must not keep a dropped consumer alive."""
 

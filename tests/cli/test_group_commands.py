@@ -28,9 +28,9 @@ from multiraft import (
     UnavailablePartition,
     UnknownMemberError,
 )
-from multiraft.tools.cli import _group as group_cli
+from multiraft.tools.cli import _consumer_group as group_cli
 from multiraft.tools.cli import _status as status_cli
-from multiraft.tools.cli._group import PARTIAL_EXIT_CODE
+from multiraft.tools.cli._consumer_group import PARTIAL_EXIT_CODE
 from rpc.client._admin import NodeInfo
 from tests.cli._helpers import invoke, invoked
 

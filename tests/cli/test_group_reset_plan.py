@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from multiraft.errors import InvalidArgumentError
-from multiraft.tools.cli._group_reset import (
+from multiraft.tools.cli._consumer_group_reset import (
     PartitionState,
     ResetSpec,
     parse_datetime_ms,

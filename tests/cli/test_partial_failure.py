@@ -19,7 +19,7 @@ import pytest
 from multiraft import Admin
 from multiraft.errors import LeaderNotAvailableError
 from multiraft.node.replicas.offsets import group_partition
-from multiraft.tools.cli._group import PARTIAL_EXIT_CODE
+from multiraft.tools.cli._consumer_group import PARTIAL_EXIT_CODE
 from tests.cli._helpers import run_cli
 from tests.integration._helpers import FAST_GROUPS, Cluster
 

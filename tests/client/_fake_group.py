@@ -1,5 +1,5 @@
 """An in-process coordinator for membership tests: the real :class:`multiraft.consumer_groups.GroupCoordinator`
-behind the client's :class:`~rpc.client._group_link.GroupLink`, driven on a virtual clock.
+behind the client's :class:`~rpc.client._consumer_group_link.GroupLink`, driven on a virtual clock.
 
 A parked JoinGroup/SyncGroup is a future that a later transition completes (as the node's driver does);
 refusals become the client's errors (:mod:`multiraft.errors`) by their Kafka reason, as on the wire.
@@ -32,8 +32,8 @@ from multiraft.consumer_groups import (
     topics_without_racks,
 )
 from multiraft.errors import MultiraftError, error_for_reason
-from rpc.client._group_member import GroupMembership, Phase
-from rpc.client._group_settings import MemberSettings
+from rpc.client._consumer_group_member import GroupMembership, Phase
+from rpc.client._consumer_group_settings import MemberSettings
 from rpc.client._records import TopicPartition
 
 

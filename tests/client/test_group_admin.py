@@ -22,7 +22,7 @@ from multiraft import (
     UnknownTopicError,
 )
 from rpc.client._cluster import ClusterClient
-from rpc.client._group_admin import group_description
+from rpc.client._consumer_group_admin import group_description
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto.status import to_status
 

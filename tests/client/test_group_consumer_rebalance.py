@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from multiraft import Consumer
 from rpc.client._consumer_group import Rebalancer
-from rpc.client._group_member import GroupMembership, Phase
-from rpc.client._group_settings import MemberSettings
+from rpc.client._consumer_group_member import GroupMembership, Phase
+from rpc.client._consumer_group_settings import MemberSettings
 from rpc.client._records import TopicPartition
 from tests.client._fake_group import Clock, FakeCoordinator, Member, Recorder, new_member, settle
 

@@ -1,4 +1,4 @@
-"""The consumer's group membership (rpc.client._group_member) against the real coordinator state machine,
+"""The consumer's group membership (rpc.client._consumer_group_member) against the real coordinator state machine,
 in process (tests/client/_fake_group.py): joining, assignment by the leader, cooperative and eager
 rebalances, callbacks, fencing of commits, the heartbeat thread, leaving, static members."""
 
@@ -19,9 +19,9 @@ from multiraft.errors import (
     StaleGenerationError,
     UnknownMemberError,
 )
-from rpc.client._group_heartbeat import HeartbeatThread
-from rpc.client._group_member import GroupMembership, Phase
-from rpc.client._group_settings import MemberSettings
+from rpc.client._consumer_group_heartbeat import HeartbeatThread
+from rpc.client._consumer_group_member import GroupMembership, Phase
+from rpc.client._consumer_group_settings import MemberSettings
 from rpc.client._records import TopicPartition
 from tests.client._fake_group import (
     Clock,
@@ -362,7 +362,7 @@ def test_an_exception_in_on_revoke_reaches_the_caller_after_the_new_assignment_i
 
 
 def test_topic_racks_come_from_the_replicas_nodes_and_leave_unknown_racks_out() -> None:
-    from rpc.client._group_member import topic_racks
+    from rpc.client._consumer_group_member import topic_racks
 
     racks = topic_racks({"t": [[1, 2], [3]]}, {1: "eu-1a", 2: "eu-1b"})
     assert racks == {"t": (frozenset({"eu-1a", "eu-1b"}), frozenset())}
@@ -395,7 +395,7 @@ def test_a_pattern_subscription_rejoins_when_its_matches_change() -> None:
 
 def test_a_subscription_survives_its_trip_through_the_wire_format() -> None:
     from multiraft.consumer_groups import Subscription
-    from rpc.client._group_link import subscription_from_proto, subscription_to_proto
+    from rpc.client._consumer_group_link import subscription_from_proto, subscription_to_proto
 
     for subscription in (
         Subscription(("a", "b"), frozenset({("a", 1), ("b", 0)}), 4, "rack-1", b"x"),

@@ -60,7 +60,7 @@ class LazyCommand:
 COMMANDS: dict[str, LazyCommand] = {
     "topic": LazyCommand("multiraft.tools.cli._topic", "topic_app", "Create, list, describe, delete and alter topics."),
     "group": LazyCommand(
-        "multiraft.tools.cli._group",
+        "multiraft.tools.cli._consumer_group",
         "group_app",
         "List, describe and delete consumer groups; reset their committed offsets.",
     ),

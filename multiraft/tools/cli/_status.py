@@ -17,8 +17,14 @@ from rich.text import Text
 
 from multiraft.errors import MultiraftError, UnknownTopicError
 from multiraft.tools.cli._common import console
-from multiraft.tools.cli._group import PARTIAL_EXIT_CODE
-from multiraft.tools.cli._group_lag import GroupLag, high_watermarks, leader_answered, member_lags, partition_lags
+from multiraft.tools.cli._consumer_group import PARTIAL_EXIT_CODE
+from multiraft.tools.cli._consumer_group_lag import (
+    GroupLag,
+    high_watermarks,
+    leader_answered,
+    member_lags,
+    partition_lags,
+)
 from multiraft.tools.cli._options import (
     BootstrapOption,
     ClusterDirOption,

@@ -1,6 +1,6 @@
 """How a group member reaches its coordinator: the Groups calls and member-fenced offset commits.
 
-:class:`GroupLink` is what :class:`~rpc.client._group_member.GroupMembership` needs; :class:`GrpcGroupLink`
+:class:`GroupLink` is what :class:`~rpc.client._consumer_group_member.GroupMembership` needs; :class:`GrpcGroupLink`
 serves it over ``service Groups`` on any node (the node forwards to the coordinator), and tests serve it
 with an in-process :class:`multiraft.consumer_groups.GroupCoordinator`. Values are :mod:`multiraft.consumer_groups`' own
 requests and replies; refusals are :mod:`multiraft.errors` group errors.

@@ -3,7 +3,7 @@
 The member joins (a first JoinGroup is answered MEMBER_ID_REQUIRED with its id: it joins again with it),
 then syncs: the leader computes every member's assignment with :func:`multiraft.consumer_groups.assign_for_leader`
 from the topics' metadata; each member receives its own. A heartbeat thread
-(:mod:`rpc.client._group_heartbeat`) keeps the membership alive and says when to rejoin.
+(:mod:`rpc.client._consumer_group_heartbeat`) keeps the membership alive and says when to rejoin.
 
 Cooperative protocol (``cooperative-sticky``, KIP-429): the member joins with the partitions it owns and keeps
 reading them while the group rebalances; the new assignment revokes only those that move (``on_revoke``) and
@@ -53,8 +53,8 @@ from multiraft.errors import (
     UnknownMemberError,
 )
 from multiraft.logging import get_logger
-from rpc.client._group_link import GroupLink
-from rpc.client._group_settings import MemberSettings
+from rpc.client._consumer_group_link import GroupLink
+from rpc.client._consumer_group_settings import MemberSettings
 from rpc.client._records import TopicPartition
 
 __all__ = ["GroupMembership", "PartitionListener", "Phase"]

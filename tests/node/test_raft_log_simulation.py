@@ -5,7 +5,7 @@ never makes another's writes durable). A Ready with ``must_sync`` is followed by
 rolls back what was not synced and reopens the store, so the node restarts from exactly what LMDB made durable.
 Safety is checked after every step and liveness at the end, as for the in-memory runs.
 
-Replay one seed: ``RAFT_SIM_SEED=17 .venv/bin/python -m pytest tests/node/test_raftlog_simulation.py -k replay -s``.
+Replay one seed: ``RAFT_SIM_SEED=17 .venv/bin/python -m pytest tests/node/test_raft_log_simulation.py -k replay -s``.
 """
 
 from __future__ import annotations

@@ -14,8 +14,14 @@ from rich.text import Text
 
 from multiraft.errors import MultiraftError, UnknownMemberError
 from multiraft.tools.cli._common import console
-from multiraft.tools.cli._group_lag import GroupLag, group_lag, member_lags
-from multiraft.tools.cli._group_reset import PartitionState, PlannedOffset, parse_topic_scope, plan_reset, reset_spec
+from multiraft.tools.cli._consumer_group_lag import GroupLag, group_lag, member_lags
+from multiraft.tools.cli._consumer_group_reset import (
+    PartitionState,
+    PlannedOffset,
+    parse_topic_scope,
+    plan_reset,
+    reset_spec,
+)
 from multiraft.tools.cli._options import (
     BootstrapOption,
     ClusterDirOption,
@@ -29,7 +35,7 @@ from multiraft.tools.cli._topic import print_table
 
 if TYPE_CHECKING:
     from multiraft import Admin, GroupDescription, UnavailablePartition
-    from multiraft.tools.cli._group_reset import ResetSpec
+    from multiraft.tools.cli._consumer_group_reset import ResetSpec
 
 __all__ = ["group_app", "describe_payload", "plan_payload", "PARTIAL_EXIT_CODE"]
 

@@ -1,5 +1,5 @@
 """The heartbeat thread of a group member: one daemon thread that calls
-:meth:`~rpc.client._group_member.GroupMembership.beat` every heartbeat interval until stopped.
+:meth:`~rpc.client._consumer_group_member.GroupMembership.beat` every heartbeat interval until stopped.
 
 It touches no partition and runs no callback: it only tells ``poll()`` (through the membership's flags)
 that the group rebalances, that the membership is gone, or that it left after ``max_poll_interval_s``.
