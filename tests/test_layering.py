@@ -58,6 +58,13 @@ def _face() -> tuple[str, ...]:
 
 _FACE = _face()
 
+# The peer wire's codec modules.
+_PEER_CODEC = (
+    "multiraft.node.peer.messages",
+    "multiraft.node.peer.consumer_group_messages",
+    "multiraft.node.peer_codec",
+)
+
 # layer (module prefix) -> module prefixes it must not import. The most specific layer wins.
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "storage": ("multiraft", "rpc", "membership", "spark_connector", "tests", "benchmarks"),
@@ -74,6 +81,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "multiraft.tools": ("spark_connector", "tests", "benchmarks"),
     # The node runtime knows no front door: gRPC servicers and the server are built on its services, outside.
     "multiraft.node": ("rpc", "spark_connector", "tests", "benchmarks"),
+    # The node's vocabulary is plain values every room may import: no codec, no storage, no room of the node.
+    "multiraft.node.vocabulary": (*_PURE, "struct"),
+    # The rooms speak the vocabulary; only the peer room (and catch-up's wire parts) encode it.
+    **{f"multiraft.node.{room}": _PEER_CODEC for room in ("cluster", "replicas", "scheduler", "services")},
     "rpc": ("spark_connector", "tests", "benchmarks", "multiraft.tools"),
     # The client library must stay importable without the node runtime, and light: no storage engine.
     "rpc.client": (
@@ -104,6 +115,12 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "multiraft.tools": ("multiraft.tools",),
     "multiraft.controller": ("multiraft.controller",),
     "multiraft.consumer_groups": ("multiraft.consumer_groups",),
+    "multiraft.node.vocabulary": (
+        "multiraft.node.vocabulary",
+        "multiraft.controller",
+        "multiraft.consumer_groups",
+        "multiraft.errors",
+    ),
     "spark_connector": (*_FACE,),
     # The client shares the record-batch format with storage and uses none of the engine (light to import).
     "rpc.client": ("storage.batch", "storage.errors"),
@@ -232,6 +249,32 @@ def test_the_node_runtime_may_not_import_the_servicers_or_the_server(tmp_path: P
         "_layering_probe.py:2: multiraft.node._layering_probe (multiraft.node) imports rpc.server.front_door",
     ]
     assert _violations(probe, "multiraft.tools.cli._layering_probe") == []  # the CLI wires node and front door
+
+
+def test_the_node_vocabulary_may_not_import_a_codec_or_a_room(tmp_path: Path) -> None:
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text(
+        "import struct\nfrom multiraft.node.peer_codec import Writer\nfrom multiraft.node.replicas import partition\n"
+        "from multiraft import controller as ctl\nfrom multiraft.errors import InvalidArgumentError\n"
+    )
+    module = "multiraft.node.vocabulary._layering_probe"
+    assert _violations(probe, module) == [
+        f"_layering_probe.py:1: {module} (multiraft.node.vocabulary) imports struct",
+        f"_layering_probe.py:2: {module} (multiraft.node.vocabulary) imports multiraft.node.peer_codec",
+        f"_layering_probe.py:3: {module} (multiraft.node.vocabulary) imports multiraft.node.replicas",
+    ]
+
+
+def test_only_the_peer_room_imports_the_peer_codec(tmp_path: Path) -> None:
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text(
+        "from multiraft.node.peer.messages import STATUS_OK\nfrom multiraft.node.vocabulary import offsets\n"
+    )
+    assert _violations(probe, "multiraft.node.services._layering_probe") == [
+        "_layering_probe.py:1: multiraft.node.services._layering_probe (multiraft.node.services) imports "
+        "multiraft.node.peer.messages"
+    ]
+    assert _violations(probe, "multiraft.node.peer._layering_probe") == []
 
 
 def test_the_runtime_the_rebalancer_and_the_servicers_form_no_import_cycle() -> None:

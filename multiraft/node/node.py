@@ -34,7 +34,7 @@ from multiraft.config.node import NodeConfig
 from multiraft.errors import MultiraftError, UnavailableError
 from multiraft.logging import get_logger
 from multiraft.node.catchup import CatchupManager
-from multiraft.node.cluster.capacity import CapacityMonitor, NodeCapacity, RoomLedger
+from multiraft.node.cluster.capacity import CapacityMonitor, RoomLedger
 from multiraft.node.cluster.controller_client import RemoteController
 from multiraft.node.cluster.directory import Directory
 from multiraft.node.cluster.rebalancer import OwnController, Rebalancer, RebalanceSettings
@@ -42,8 +42,7 @@ from multiraft.node.cluster.status import MoveReporter, StatusCollector, move_re
 from multiraft.node.cluster.swim import NodeMembership
 from multiraft.node.debug import CUTS_FILE, DEBUG_GC_MS, DEBUG_ISOLATION, Isolation, record_gc_pauses
 from multiraft.node.peer.leader_broadcast import LeaderBroadcaster
-from multiraft.node.peer.messages import STATUS_ERROR, encode_error
-from multiraft.node.peer.service import PeerService
+from multiraft.node.peer.service import PeerService, error_answer
 from multiraft.node.peer.transport import PeerTransport
 from multiraft.node.replicas.raft_log import record_lost_suffixes
 from multiraft.node.scheduler.reconciler import Reconciler
@@ -64,6 +63,7 @@ from multiraft.node.services.consumer_groups import GroupsService, GroupsSetting
 from multiraft.node.services.local_consumer_groups import GROUP_TICK_S, LocalGroups, offsets_group_ids, tick_group_hosts
 from multiraft.node.services.security import NodeSecurity, SecuritySettings
 from multiraft.node.threads import LoopHandoff, LoopOwned, SchedulerHandoff, ThreadOwner
+from multiraft.node.vocabulary.capacity import NodeCapacity
 from multiraft.security.tls import peer_tls
 from storage import (
     CorruptionError,
@@ -525,7 +525,7 @@ class Node(LoopOwned):
     async def _serve_peer(self, from_node: int, kind: int, body: bytes) -> tuple[int, bytes]:
         service = self._peer_service
         if service is None:  # a request that arrives while the node is still starting
-            return STATUS_ERROR, encode_error(UnavailableError(f"node {self.node_id} is starting"))
+            return error_answer(UnavailableError(f"node {self.node_id} is starting"))
         return await service.serve(from_node, kind, body)
 
     def _on_member_event(self, event: MemberEvent) -> None:

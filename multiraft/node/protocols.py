@@ -16,17 +16,12 @@ from typing import Any, Protocol
 
 from multiraft import controller as ctl
 from multiraft.errors import NotLeaderError
-from multiraft.node.cluster.capacity import NodeCapacity
-from multiraft.node.peer.messages import (
-    ControllerBody,
-    ControllerOutcome,
-    MoveReport,
-    OffsetsCommit,
-    OffsetsFetch,
-    OffsetsList,
-    PartitionStatus,
-)
-from multiraft.node.replicas.partition import PartitionView, ProduceResult
+from multiraft.node.replicas.partition import PartitionView
+from multiraft.node.vocabulary.capacity import NodeCapacity
+from multiraft.node.vocabulary.controller import ControllerBody, ControllerOutcome
+from multiraft.node.vocabulary.offsets import OffsetsCommit, OffsetsFetch, OffsetsList
+from multiraft.node.vocabulary.partitions import ProduceResult
+from multiraft.node.vocabulary.status import MoveReport, PartitionStatus
 from storage.batch import BatchHeader
 
 __all__ = [

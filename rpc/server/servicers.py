@@ -21,7 +21,8 @@ from multiraft import controller as ctl
 from multiraft.consumer_groups import NO_GENERATION
 from multiraft.errors import InvalidArgumentError, MultiraftError
 from multiraft.logging import get_logger
-from multiraft.node.replicas.offsets import OFFSETS_TOPIC, CommittedOffset
+from multiraft.node.replicas.offsets import OFFSETS_TOPIC
+from multiraft.node.vocabulary.offsets import CommittedOffset
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.proto.status import to_proto_error, to_status

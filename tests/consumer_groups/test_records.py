@@ -20,7 +20,8 @@ from multiraft.consumer_groups import (
     encode_group_record,
     is_group_record,
 )
-from multiraft.node.replicas.offsets import CommittedOffset, encode_commit
+from multiraft.node.replicas.offsets import encode_commit
+from multiraft.node.vocabulary.offsets import CommittedOffset
 
 names = st.text(min_size=0, max_size=12)
 partitions = st.frozensets(st.tuples(names, st.integers(0, 2**31 - 1)), max_size=5)

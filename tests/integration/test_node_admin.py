@@ -32,6 +32,7 @@ from multiraft.errors import (
 from multiraft.node.peer import messages as pm
 from multiraft.node.peer.transport import PROTOCOL_VERSION, FrameType
 from multiraft.node.replicas.offsets import OFFSETS_TOPIC
+from multiraft.node.vocabulary.controller import ControllerOutcome, ControllerRequest, CreateTopicRequest
 from rpc.proto import multiraft_pb2 as pb
 from tests.integration._helpers import Cluster
 
@@ -116,7 +117,7 @@ class _Peer:
         self.sock.sendall(_FRAME_HEAD.pack(len(hello) + 1, FrameType.HELLO) + hello)
         self.call_id = 0
 
-    def ask(self, request: pm.ControllerRequest) -> MultiraftError | pm.ControllerOutcome:
+    def ask(self, request: ControllerRequest) -> MultiraftError | ControllerOutcome:
         self.call_id += 1
         body = _CALL_HEAD.pack(self.call_id, pm.RequestKind.CONTROLLER) + pm.encode_controller_request(request)
         self.sock.sendall(_FRAME_HEAD.pack(len(body) + 1, FrameType.REQUEST) + body)
@@ -170,19 +171,19 @@ def test_a_peer_may_not_forward_what_only_the_controller_leader_proposes(cluster
         "drain a node behind the leader's back": ctl.SetNodeState(2, ctl.NodeState.DRAINING),
         "move replicas": ctl.SetPartitionReplicas("orders", 0, (1,), (), 1),
         "create a placed topic": ctl.CreateTopic("placed", ctl.validate_topic_configs({}, creating=True), (((1,), 1),)),
-        "create an internal topic": pm.CreateTopicRequest("__mine", 1, 1, internal=True),
+        "create an internal topic": CreateTopicRequest("__mine", 1, 1, internal=True),
     }
     for node_id, node in info.nodes.items():
         peer = _Peer(node.peer_address)
         try:
             for what, body in forbidden.items():
-                answer = peer.ask(pm.ControllerRequest(body))
+                answer = peer.ask(ControllerRequest(body))
                 assert isinstance(answer, OperationNotAllowedError), (node_id, what, answer)
             # Claiming to pass on node 2's own request does not help a stranger either.
-            claimed = pm.ControllerRequest(ctl.RegisterNode(replace(moved)), forwarded=True, origin=2)
+            claimed = ControllerRequest(ctl.RegisterNode(replace(moved)), forwarded=True, origin=2)
             assert isinstance(peer.ask(claimed), OperationNotAllowedError)
             # The connection still serves what a peer may ask for.
-            assert isinstance(peer.ask(pm.ControllerRequest(ctl.AllocateProducerIds(1))), pm.ControllerOutcome)
+            assert isinstance(peer.ask(ControllerRequest(ctl.AllocateProducerIds(1))), ControllerOutcome)
         finally:
             peer.close()
 

@@ -29,6 +29,20 @@ from multiraft import raft
 from multiraft.node.peer import consumer_group_messages as pg
 from multiraft.node.peer import messages as pm
 from multiraft.node.peer.transport import PROTOCOL_VERSION, FrameType
+from multiraft.node.vocabulary.catchup import SegmentChunkRequest
+from multiraft.node.vocabulary.consumer_groups import (
+    GroupDelete,
+    GroupDescribe,
+    GroupHeartbeat,
+    GroupJoin,
+    GroupLeave,
+    GroupsList,
+    GroupsRequest,
+    GroupSync,
+)
+from multiraft.node.vocabulary.controller import ControllerRequest, CreateTopicRequest
+from multiraft.node.vocabulary.offsets import OffsetRow, OffsetsCommit, OffsetsFetch, OffsetsList, OffsetsRequest
+from multiraft.node.vocabulary.status import LeaderAnnouncement
 from multiraft.tools.launcher import ClusterInfo, cluster_down
 from tests.integration._helpers import Cluster, assert_replicas_identical, fetch_all, produce, wait_settled
 
@@ -146,11 +160,11 @@ def _valid_bodies(rng: random.Random) -> dict[int, bytes]:
     """A well-formed body of each request kind (sent as its own kind, mutated, or as another kind)."""
     return {
         pm.RequestKind.CONTROLLER: pm.encode_controller_request(
-            pm.ControllerRequest(
+            ControllerRequest(
                 rng.choice(
                     [
-                        pm.CreateTopicRequest(f"fz-{rng.randrange(4)}", rng.randrange(-1, 3), rng.randrange(-1, 4)),
-                        pm.CreateTopicRequest(TOPIC, 1, 3, {"retention.ms": "1"}),
+                        CreateTopicRequest(f"fz-{rng.randrange(4)}", rng.randrange(-1, 3), rng.randrange(-1, 4)),
+                        CreateTopicRequest(TOPIC, 1, 3, {"retention.ms": "1"}),
                     ]
                 ),
                 forwarded=rng.random() < 0.5,
@@ -158,40 +172,40 @@ def _valid_bodies(rng: random.Random) -> dict[int, bytes]:
         ),
         pm.RequestKind.PARTITION_STATUS: pm.encode_group_ids([_group(rng) for _ in range(rng.randrange(4))]),
         pm.RequestKind.LEADERS: pm.encode_leaders(
-            [pm.LeaderAnnouncement(_group(rng), rng.choice([1, 2, 3, STRANGER]), rng.randrange(1 << 20))]
+            [LeaderAnnouncement(_group(rng), rng.choice([1, 2, 3, STRANGER]), rng.randrange(1 << 20))]
         ),
         pm.RequestKind.OFFSETS: pm.encode_offsets_request(
-            pm.OffsetsRequest(
+            OffsetsRequest(
                 _group(rng),
                 rng.choice(
                     [
-                        pm.OffsetsFetch("g", ((TOPIC, 0),)),
-                        pm.OffsetsFetch("g", None),
-                        pm.OffsetsList(),
-                        pm.OffsetsCommit("g", (pm.OffsetRow(TOPIC, rng.randrange(-2, 3), rng.randrange(-2, 10)),)),
+                        OffsetsFetch("g", ((TOPIC, 0),)),
+                        OffsetsFetch("g", None),
+                        OffsetsList(),
+                        OffsetsCommit("g", (OffsetRow(TOPIC, rng.randrange(-2, 3), rng.randrange(-2, 10)),)),
                     ]
                 ),
             )
         ),
         pm.RequestKind.MOVES: b"",
         pm.RequestKind.GROUPS: pg.encode_groups_request(
-            pg.GroupsRequest(
+            GroupsRequest(
                 _group(rng),
                 rng.choice(
                     [
-                        pg.GroupJoin("g", g.JoinRequest("", rng.randrange(-2, 10**7), 1000, ("range",))),
-                        pg.GroupSync("g", g.SyncRequest("m", 1, (("m", frozenset({(TOPIC, 0)})),))),
-                        pg.GroupHeartbeat("g", g.HeartbeatRequest("m", rng.randrange(-2, 3))),
-                        pg.GroupLeave("g", g.LeaveRequest("m", "i")),
-                        pg.GroupDescribe("g"),
-                        pg.GroupDelete(f"fz-{rng.randrange(4)}"),
-                        pg.GroupsList(),
+                        GroupJoin("g", g.JoinRequest("", rng.randrange(-2, 10**7), 1000, ("range",))),
+                        GroupSync("g", g.SyncRequest("m", 1, (("m", frozenset({(TOPIC, 0)})),))),
+                        GroupHeartbeat("g", g.HeartbeatRequest("m", rng.randrange(-2, 3))),
+                        GroupLeave("g", g.LeaveRequest("m", "i")),
+                        GroupDescribe("g"),
+                        GroupDelete(f"fz-{rng.randrange(4)}"),
+                        GroupsList(),
                     ]
                 ),
             )
         ),
         pm.RequestKind.SEGMENT_CHUNK: pm.encode_chunk_request(
-            pm.SegmentChunkRequest(
+            SegmentChunkRequest(
                 _group(rng), rng.randrange(2**62), rng.randrange(2**62), rng.randrange(2**32), 0, 1 << 20
             )
         ),

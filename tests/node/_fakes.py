@@ -10,16 +10,13 @@ from typing import Any
 from multiraft import controller as ctl
 from multiraft.errors import MultiraftError
 from multiraft.node.cluster.directory import Directory
-from multiraft.node.peer.messages import (
-    ControllerBody,
-    ControllerOutcome,
-    CreateTopicRequest,
-    NodeStateRequest,
-    PartitionStatus,
-)
 from multiraft.node.replicas.controller import controller_error
-from multiraft.node.replicas.partition import PartitionView, ProduceResult
+from multiraft.node.replicas.partition import PartitionView
 from multiraft.node.threads import ThreadOwner
+from multiraft.node.vocabulary.capacity import NodeCapacity
+from multiraft.node.vocabulary.controller import ControllerBody, ControllerOutcome, CreateTopicRequest, NodeStateRequest
+from multiraft.node.vocabulary.partitions import ProduceResult
+from multiraft.node.vocabulary.status import PartitionStatus
 from storage import ReadResult
 from storage.batch import BatchHeader
 from tests.controller._helpers import cluster, create_topic, run
@@ -97,6 +94,9 @@ class FakeStore:
     async def delete_records(self, view: PartitionView, offset: int, timeout_s: float) -> int:
         self.deletions.append((view, offset, timeout_s))
         return max(offset, 0)
+
+    async def capacity(self) -> NodeCapacity:
+        return NodeCapacity(0, 0, 1 << 20, 0, 1 << 40, 1 << 40, "")
 
 
 class FakeController:

@@ -22,22 +22,16 @@ from hypothesis import strategies as st
 from multiraft import controller as ctl
 from multiraft.config.node import NodeConfig
 from multiraft.errors import InsufficientStorageError
-from multiraft.node.cluster.capacity import (
-    UNREPORTED,
-    LowWater,
-    NodeCapacity,
-    RoomLedger,
-    decode_capacity,
-    encode_capacity,
-    shortage,
-)
+from multiraft.node.cluster.capacity import UNREPORTED, LowWater, RoomLedger, shortage
 from multiraft.node.cluster.directory import Directory
+from multiraft.node.peer.messages import decode_capacity, encode_capacity
 from multiraft.node.replicas.controller import ControllerMachine
 from multiraft.node.scheduler.scheduler import Scheduler
 from multiraft.node.scheduler.store import Store
 from multiraft.node.scheduler.term_guard import TermGuard
 from multiraft.node.services import DataService
 from multiraft.node.threads import LoopHandoff, ThreadOwner
+from multiraft.node.vocabulary.capacity import NodeCapacity
 from storage import LogStore, StorageConfig, StoreCapacity
 from tests.controller._helpers import active, cluster, create_topic
 from tests.node._fakes import FakeController, FakeLog, FakeStore, cluster_with_topic, directory, lead

@@ -26,7 +26,11 @@ from multiraft.errors import (
     UnavailableError,
     UnknownMemberError,
 )
-from multiraft.node.peer.consumer_group_messages import (
+from multiraft.node.replicas import offsets as offsets_module
+from multiraft.node.replicas.offsets import OffsetsMachine, encode_commit
+from multiraft.node.services.local_consumer_groups import serve_group_operation
+from multiraft.node.threads import ThreadOwner
+from multiraft.node.vocabulary.consumer_groups import (
     GroupDelete,
     GroupDescribe,
     GroupHeartbeat,
@@ -36,11 +40,7 @@ from multiraft.node.peer.consumer_group_messages import (
     GroupsList,
     GroupSync,
 )
-from multiraft.node.peer.messages import OffsetsCommit
-from multiraft.node.replicas import offsets as offsets_module
-from multiraft.node.replicas.offsets import CommittedOffset, OffsetsMachine, encode_commit
-from multiraft.node.services.local_consumer_groups import serve_group_operation
-from multiraft.node.threads import ThreadOwner
+from multiraft.node.vocabulary.offsets import CommittedOffset, OffsetsCommit
 
 SETTINGS = g.GroupSettings(min_session_timeout_ms=100, initial_rebalance_delay_ms=0)
 SESSION_MS = 1_000

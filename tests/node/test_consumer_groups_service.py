@@ -10,16 +10,8 @@ import pytest
 
 from multiraft import consumer_groups as g
 from multiraft.errors import CoordinatorMovedError, InvalidArgumentError, LeaderNotAvailableError, NotLeaderError
-from multiraft.node.peer.consumer_group_messages import (
-    GroupDescribe,
-    GroupJoin,
-    GroupListingRow,
-    GroupOperation,
-    GroupsList,
-    decode_groups_request,
-    encode_groups_answer,
-)
-from multiraft.node.peer.messages import STATUS_ERROR, STATUS_OK, LeaderAnnouncement, RequestKind, encode_error
+from multiraft.node.peer.consumer_group_messages import decode_groups_request, encode_groups_answer
+from multiraft.node.peer.messages import STATUS_ERROR, STATUS_OK, RequestKind, encode_error
 from multiraft.node.replicas.offsets import OFFSETS_TOPIC, group_partition
 from multiraft.node.services import (
     GroupDescriptionResult,
@@ -31,6 +23,14 @@ from multiraft.node.services import (
 )
 from multiraft.node.services.consumer_groups import MAX_USER_DATA_BYTES
 from multiraft.node.services.offsets_routing import OffsetsRouter
+from multiraft.node.vocabulary.consumer_groups import (
+    GroupDescribe,
+    GroupJoin,
+    GroupListingRow,
+    GroupOperation,
+    GroupsList,
+)
+from multiraft.node.vocabulary.status import LeaderAnnouncement
 from tests.node._fakes import FakeController, FakePeers, FakeStore, cluster_with_topic, directory
 
 JOIN = g.JoinRequest("m-1", 10_000, 30_000, ("range",), g.Subscription(("orders",)))

@@ -29,14 +29,12 @@ from multiraft.node.cluster.controller_client import CONTROLLER_TIMEOUT_S, Remot
 from multiraft.node.peer.messages import (
     STATUS_ERROR,
     STATUS_OK,
-    ControllerOutcome,
-    ControllerRequest,
-    CreateTopicRequest,
     RequestKind,
     decode_controller_request,
     encode_controller_outcome,
     encode_error,
 )
+from multiraft.node.vocabulary.controller import ControllerOutcome, ControllerRequest, CreateTopicRequest
 from tests.controller._helpers import cluster
 
 SELF, LEADER, OTHER = 1, 2, 3

@@ -22,12 +22,6 @@ from multiraft.node.cluster.controller_client import RemoteController
 from multiraft.node.peer.messages import (
     STATUS_ERROR,
     STATUS_OK,
-    ControllerBody,
-    ControllerOutcome,
-    ControllerRequest,
-    CreatePartitionsRequest,
-    CreateTopicRequest,
-    NodeStateRequest,
     RequestKind,
     decode_controller_outcome,
     decode_controller_request,
@@ -37,6 +31,14 @@ from multiraft.node.peer.messages import (
 )
 from multiraft.node.peer.service import PeerService
 from multiraft.node.replicas.offsets import OFFSETS_TOPIC
+from multiraft.node.vocabulary.controller import (
+    ControllerBody,
+    ControllerOutcome,
+    ControllerRequest,
+    CreatePartitionsRequest,
+    CreateTopicRequest,
+    NodeStateRequest,
+)
 from multiraft.security import Authorizer
 from tests.controller._helpers import cluster, create_topic, node, run
 from tests.controller.strategies import any_commands, small_commands

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from multiraft.errors import InvalidArgumentError, NotLeaderError, RequestTimeoutError, ResourceExhaustedError
-from multiraft.node.replicas.partition import ProduceResult
+from multiraft.node.vocabulary.partitions import ProduceResult
 from storage import ReadResult
 from tests.node._fakes import FakeLog, FakeStore, lead
 from tests.node.test_services import LIMITS, batch, data_service

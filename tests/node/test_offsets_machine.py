@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from multiraft.node.replicas.offsets import CommittedOffset, decode_commit, encode_commit, group_partition
+from multiraft.node.replicas.offsets import decode_commit, encode_commit, group_partition
+from multiraft.node.vocabulary.offsets import CommittedOffset
 
 GOLDEN = {"billing": 8, "reader": 0, "g": 8, "analytics": 14, "etl-1": 3}
 

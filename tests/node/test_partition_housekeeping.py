@@ -15,9 +15,10 @@ from typing import Any, cast
 import pytest
 
 from multiraft import raft
-from multiraft.node.replicas.partition import PartitionMachine, PartitionView, RetentionPolicy
+from multiraft.node.replicas.partition import PartitionMachine, PartitionView
 from multiraft.node.replicas.raft_log import RaftLogStorage
 from multiraft.node.scheduler.scheduler import Group, Scheduler
+from multiraft.node.vocabulary.partitions import RetentionPolicy
 from storage import LogStore, SegmentedLog, StorageConfig, encode_batch
 
 SEGMENT_MS = 60_000

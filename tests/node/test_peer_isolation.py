@@ -14,16 +14,10 @@ from typing import Any
 import pytest
 
 from multiraft import controller as ctl
-from multiraft.node.cluster.capacity import NodeCapacity
-from multiraft.node.peer.consumer_group_messages import GroupsList, GroupsRequest, encode_groups_request
+from multiraft.node.peer.consumer_group_messages import encode_groups_request
 from multiraft.node.peer.messages import (
     STATUS_ERROR,
     STATUS_OK,
-    ControllerOutcome,
-    ControllerRequest,
-    LeaderAnnouncement,
-    OffsetsList,
-    OffsetsRequest,
     RequestKind,
     decode_error,
     encode_controller_request,
@@ -32,6 +26,11 @@ from multiraft.node.peer.messages import (
     encode_offsets_request,
 )
 from multiraft.node.peer.service import PeerService
+from multiraft.node.vocabulary.capacity import NodeCapacity
+from multiraft.node.vocabulary.consumer_groups import GroupsList, GroupsRequest
+from multiraft.node.vocabulary.controller import ControllerOutcome, ControllerRequest
+from multiraft.node.vocabulary.offsets import OffsetsList, OffsetsRequest
+from multiraft.node.vocabulary.status import LeaderAnnouncement
 
 
 @dataclass

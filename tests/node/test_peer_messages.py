@@ -20,22 +20,29 @@ from multiraft import errors
 from multiraft.errors import InvalidArgumentError, MultiraftError, UnavailableError
 from multiraft.node.peer import consumer_group_messages as pg
 from multiraft.node.peer import messages as pm
-from multiraft.node.peer.messages import (
+from multiraft.node.vocabulary.capacity import NodeCapacity
+from multiraft.node.vocabulary.catchup import SegmentChunkRequest
+from multiraft.node.vocabulary.consumer_groups import (
+    GroupDelete,
+    GroupDescribe,
+    GroupHeartbeat,
+    GroupJoin,
+    GroupLeave,
+    GroupListingRow,
+    GroupOperation,
+    GroupsList,
+    GroupsRequest,
+    GroupSync,
+)
+from multiraft.node.vocabulary.controller import (
     ControllerOutcome,
     ControllerRequest,
     CreatePartitionsRequest,
     CreateTopicRequest,
-    LeaderAnnouncement,
-    MoveReport,
     NodeStateRequest,
-    OffsetRow,
-    OffsetsCommit,
-    OffsetsFetch,
-    OffsetsList,
-    OffsetsRequest,
-    PartitionStatus,
-    SegmentChunkRequest,
 )
+from multiraft.node.vocabulary.offsets import OffsetRow, OffsetsCommit, OffsetsFetch, OffsetsList, OffsetsRequest
+from multiraft.node.vocabulary.status import LeaderAnnouncement, MoveReport, PartitionStatus
 from tests.controller.strategies import any_commands
 
 FAST = settings(max_examples=100, deadline=None, derandomize=True, database=None)
@@ -97,6 +104,7 @@ offsets_operations = st.one_of(
 offsets_requests = st.builds(OffsetsRequest, IDS, offsets_operations)
 moves = st.lists(st.builds(MoveReport, TEXT, IDS, IDS, IDS, IDS, TEXT, IDS, IDS, FINITE), max_size=4)
 chunk_requests = st.builds(SegmentChunkRequest, *([IDS] * 8))
+capacities = st.builds(NodeCapacity, *([IDS] * 6), TEXT, st.lists(I64, max_size=4).map(tuple))
 
 OPTIONAL = st.none() | TEXT
 tps = st.frozensets(st.tuples(TEXT, IDS), max_size=4)
@@ -104,12 +112,12 @@ texts = st.lists(TEXT, max_size=3).map(tuple)
 subscriptions = st.builds(g.Subscription, texts, tps, I64, OPTIONAL, st.binary(max_size=8))
 group_operations = st.one_of(
     st.builds(
-        pg.GroupJoin,
+        GroupJoin,
         TEXT,
         st.builds(g.JoinRequest, TEXT, I64, I64, texts, subscriptions, OPTIONAL, TEXT, TEXT, TEXT),
     ),
     st.builds(
-        pg.GroupSync,
+        GroupSync,
         TEXT,
         st.builds(
             g.SyncRequest,
@@ -121,11 +129,11 @@ group_operations = st.one_of(
             OPTIONAL,
         ),
     ),
-    st.builds(pg.GroupHeartbeat, TEXT, st.builds(g.HeartbeatRequest, TEXT, I64, OPTIONAL)),
-    st.builds(pg.GroupLeave, TEXT, st.builds(g.LeaveRequest, TEXT, OPTIONAL)),
-    st.builds(pg.GroupDescribe, TEXT),
-    st.builds(pg.GroupDelete, TEXT),
-    st.just(pg.GroupsList()),
+    st.builds(GroupHeartbeat, TEXT, st.builds(g.HeartbeatRequest, TEXT, I64, OPTIONAL)),
+    st.builds(GroupLeave, TEXT, st.builds(g.LeaveRequest, TEXT, OPTIONAL)),
+    st.builds(GroupDescribe, TEXT),
+    st.builds(GroupDelete, TEXT),
+    st.just(GroupsList()),
 )
 join_replies = st.builds(
     g.JoinReply,
@@ -150,29 +158,29 @@ descriptions = st.builds(
     st.lists(member_records, max_size=2).map(tuple),
     I64,
 )
-listings = st.lists(st.builds(pg.GroupListingRow, TEXT, TEXT, TEXT, IDS), max_size=4).map(tuple)
+listings = st.lists(st.builds(GroupListingRow, TEXT, TEXT, TEXT, IDS), max_size=4).map(tuple)
 
 
-def _answers(operation: pg.GroupOperation) -> Codec:
+def _answers(operation: GroupOperation) -> Codec:
     return Codec(
         f"groups answer to {type(operation).__name__}",
         lambda answer: pg.encode_groups_answer(operation, answer),
         lambda data: pg.decode_groups_answer(operation, data),
         {
-            pg.GroupJoin: join_replies,
-            pg.GroupSync: sync_replies,
-            pg.GroupDescribe: descriptions,
-            pg.GroupsList: listings,
+            GroupJoin: join_replies,
+            GroupSync: sync_replies,
+            GroupDescribe: descriptions,
+            GroupsList: listings,
         }[type(operation)],
     )
 
 
-groups_requests = st.builds(pg.GroupsRequest, IDS, group_operations)
+groups_requests = st.builds(GroupsRequest, IDS, group_operations)
 GROUP_ANSWERS = [
-    _answers(pg.GroupJoin("g", g.JoinRequest("m", 1, 1, ()))),
-    _answers(pg.GroupSync("g", g.SyncRequest("m", 1))),
-    _answers(pg.GroupDescribe("g")),
-    _answers(pg.GroupsList()),
+    _answers(GroupJoin("g", g.JoinRequest("m", 1, 1, ()))),
+    _answers(GroupSync("g", g.SyncRequest("m", 1))),
+    _answers(GroupDescribe("g")),
+    _answers(GroupsList()),
 ]
 
 CODECS = [
@@ -180,7 +188,7 @@ CODECS = [
         "groups request",
         pg.encode_groups_request,
         pg.decode_groups_request,
-        st.builds(pg.GroupsRequest, IDS, group_operations),
+        st.builds(GroupsRequest, IDS, group_operations),
     ),
     *GROUP_ANSWERS,
     Codec("controller request", pm.encode_controller_request, pm.decode_controller_request, controller_requests),
@@ -192,6 +200,7 @@ CODECS = [
     Codec("offset rows", pm.encode_offset_rows, pm.decode_offset_rows, offset_rows),
     Codec("strings", pm.encode_strings, pm.decode_strings, st.lists(TEXT, max_size=6).map(tuple)),
     Codec("moves", pm.encode_moves, pm.decode_moves, moves),
+    Codec("capacity", pm.encode_capacity, pm.decode_capacity, capacities),
     Codec("chunk request", pm.encode_chunk_request, pm.decode_chunk_request, chunk_requests),
 ]
 BY_NAME = {codec.name: codec for codec in CODECS}

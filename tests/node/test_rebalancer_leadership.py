@@ -11,7 +11,8 @@ from multiraft import controller as ctl
 from multiraft.errors import NotLeaderError
 from multiraft.node.cluster.directory import Directory
 from multiraft.node.cluster.rebalancer import CAUGHT_UP_ENTRIES, OwnController, Rebalancer, RebalanceSettings
-from multiraft.node.peer.messages import ControllerBody, ControllerOutcome, ControllerRequest, PartitionStatus
+from multiraft.node.vocabulary.controller import ControllerBody, ControllerOutcome, ControllerRequest
+from multiraft.node.vocabulary.status import PartitionStatus
 from tests.controller._helpers import cluster, create_topic
 from tests.node._fakes import FakeController, FakeLiveness, FakeStatus, directory, status
 

@@ -30,18 +30,12 @@ from multiraft.node.cluster.status import MoveReporter
 from multiraft.node.peer.messages import (
     STATUS_ERROR,
     STATUS_OK,
-    CreateTopicRequest,
-    LeaderAnnouncement,
-    OffsetRow,
-    OffsetsCommit,
-    OffsetsFetch,
     RequestKind,
     decode_offsets_request,
     encode_error,
     encode_offset_rows,
 )
-from multiraft.node.replicas.offsets import OFFSETS_TOPIC, CommittedOffset
-from multiraft.node.replicas.partition import ProduceResult
+from multiraft.node.replicas.offsets import OFFSETS_TOPIC
 from multiraft.node.services import (
     AdminService,
     AdminSettings,
@@ -50,6 +44,10 @@ from multiraft.node.services import (
     OffsetsService,
     OffsetsSettings,
 )
+from multiraft.node.vocabulary.controller import CreateTopicRequest
+from multiraft.node.vocabulary.offsets import CommittedOffset, OffsetRow, OffsetsCommit, OffsetsFetch
+from multiraft.node.vocabulary.partitions import ProduceResult
+from multiraft.node.vocabulary.status import LeaderAnnouncement
 from storage import ENTRY_OVERHEAD_BYTES, StorageConfig
 from storage.batch import encode_batch
 from tests.node._fakes import (

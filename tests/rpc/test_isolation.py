@@ -17,7 +17,6 @@ import grpc
 import pytest
 
 from multiraft import consumer_groups as g
-from multiraft.node.replicas.offsets import CommittedOffset
 from multiraft.node.services import (
     ClusterDescription,
     DrainStatus,
@@ -28,6 +27,7 @@ from multiraft.node.services import (
     ProduceAck,
     TopicDescription,
 )
+from multiraft.node.vocabulary.offsets import CommittedOffset
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto.status import from_proto_error, from_rpc_error
 from tests.rpc.test_servicers import TIMEOUT_S, Stubs, run, serving

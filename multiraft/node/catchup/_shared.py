@@ -17,13 +17,13 @@ from multiraft.node.peer.messages import (
     STATUS_ERROR,
     STATUS_OK,
     RequestKind,
-    SegmentChunkRequest,
     decode_chunk_request,
     encode_chunk_request,
 )
 from multiraft.node.replicas.raft_log import SegmentRef, SnapshotManifest
 from multiraft.node.scheduler.scheduler import Scheduler
 from multiraft.node.threads import SchedulerHandoff
+from multiraft.node.vocabulary.catchup import SegmentChunkRequest
 from storage import SegmentedLog, SegmentFileError
 
 __all__ = [

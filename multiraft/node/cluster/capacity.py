@@ -9,10 +9,11 @@ segment slots (``max_segments``, one per segment of any log). Each has a low-wat
 Placement is decided by the controller leader, so it must know every node's room before it proposes a
 command: a command that asks a node to open a replica it cannot store would fail on that node when applied,
 and again at every replay. The leader's :class:`CapacityMonitor` asks each live peer for its
-:class:`NodeCapacity` every second (peer request ``CAPACITY``); :class:`RoomLedger` turns the reports into
-:class:`~multiraft.controller.NodeRoom` (replicas that still fit), counting what was assigned since a report
-and what is proposed but not applied yet. A node that opens replicas anyway checks first
-(:func:`shortage`) and leaves one it cannot store absent, listed in its report as ``unstorable``.
+:class:`~multiraft.node.vocabulary.capacity.NodeCapacity` every second (peer request ``CAPACITY``);
+:class:`RoomLedger` turns the reports into :class:`~multiraft.controller.NodeRoom` (replicas that still fit),
+counting what was assigned since a report and what is proposed but not applied yet. A node that opens
+replicas anyway checks first (:func:`shortage`) and leaves one it cannot store absent, listed in its report
+as ``unstorable``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from typing import TYPE_CHECKING
 
 from multiraft import controller as ctl
 from multiraft.logging import get_logger
-from multiraft.node.peer.messages import STATUS_OK, RequestKind
-from multiraft.node.peer_codec import Reader, Writer, decode
+from multiraft.node.peer.call import ask_capacity
+from multiraft.node.vocabulary.capacity import NodeCapacity
 from storage import StoreCapacity
 
 if TYPE_CHECKING:
@@ -34,10 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LowWater",
-    "NodeCapacity",
     "shortage",
-    "encode_capacity",
-    "decode_capacity",
     "RoomLedger",
     "CapacityMonitor",
     "UNREPORTED",
@@ -47,7 +45,6 @@ log = get_logger(__name__)
 
 _POLL_S = 1.0
 _ASK_TIMEOUT_S = 2.0
-_SEGMENTS_PER_NEW_REPLICA = 1  # a new log starts with one segment
 UNREPORTED = "its free storage has not been reported to the controller leader yet"
 
 
@@ -78,65 +75,6 @@ def shortage(capacity: StoreCapacity, low: LowWater, data_dir: str, *, new_segme
             f"{low.min_free_segments} kept for rolls (min_free_segments)"
         )
     return ""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeCapacity:
-    """One node's report of what it can still store."""
-
-    node_id: int
-    assigned: int  # replicas its applied controller state gave it when it reported (opened or not)
-    free_segments: int
-    reserved_segments: int  # its min_free_segments
-    disk_free_bytes: int
-    map_free_bytes: int
-    short: str  # what is below its low-water mark, "" when nothing is
-    unstorable: tuple[int, ...] = ()  # groups assigned to it that it could not open for lack of room
-
-    def room(self, assigned_now: int, proposed: int) -> ctl.NodeRoom:
-        """New replicas that still fit, given the replicas assigned to it now and those proposed to it."""
-        if self.short:
-            return ctl.NodeRoom(0, self.short)
-        since = max(0, assigned_now - self.assigned) + proposed + len(self.unstorable)
-        spare = self.free_segments - self.reserved_segments - since * _SEGMENTS_PER_NEW_REPLICA
-        fits = max(0, spare // _SEGMENTS_PER_NEW_REPLICA)
-        reason = (
-            f"segments: room for {fits} more replica(s) ({self.free_segments} slot(s) free when reported, "
-            f"{since} replica(s) placed since, {self.reserved_segments} kept for rolls: min_free_segments)"
-        )
-        return ctl.NodeRoom(fits, reason)
-
-
-def encode_capacity(capacity: NodeCapacity) -> bytes:
-    writer = Writer()
-    for value in (
-        capacity.node_id,
-        capacity.assigned,
-        capacity.free_segments,
-        capacity.reserved_segments,
-        capacity.disk_free_bytes,
-        capacity.map_free_bytes,
-    ):
-        writer.i64(value)
-    writer.text(capacity.short)
-    writer.ints(capacity.unstorable)
-    return writer.bytes()
-
-
-def decode_capacity(data: bytes) -> NodeCapacity:
-    def read(r: Reader) -> NodeCapacity:
-        return NodeCapacity(
-            r.id("node_id"),
-            r.id("assigned"),
-            r.id("free_segments"),
-            r.id("reserved_segments"),
-            r.id("disk_free_bytes"),
-            r.id("map_free_bytes"),
-            r.text("short"),
-            r.ints("unstorable"),
-        )
-
-    return decode(data, "capacity", read)
 
 
 class RoomLedger:
@@ -245,10 +183,7 @@ class CapacityMonitor:
 
     async def _ask(self, peer: int) -> NodeCapacity | None:
         try:
-            status, body = await self._peers.call(peer, RequestKind.CAPACITY, b"", _ASK_TIMEOUT_S)
-            if status != STATUS_OK:
-                return None
-            capacity = decode_capacity(body)
+            capacity = await ask_capacity(self._peers, peer, _ASK_TIMEOUT_S)
         except (ConnectionError, TimeoutError, ValueError):
             return None
-        return capacity if capacity.node_id == peer else None
+        return capacity if capacity is not None and capacity.node_id == peer else None

@@ -17,17 +17,10 @@ from typing import Protocol
 
 from multiraft import controller as ctl
 from multiraft.errors import MultiraftError, NotLeaderError, RequestTimeoutError, UnavailableError
-from multiraft.node.peer.call import ask_peer
-from multiraft.node.peer.messages import (
-    ControllerBody,
-    ControllerOutcome,
-    ControllerRequest,
-    RequestKind,
-    decode_controller_outcome,
-    encode_controller_request,
-)
+from multiraft.node.peer.call import ask_controller
 from multiraft.node.protocols import PeerCaller
 from multiraft.node.services.controller_policy import authorize_request, check_peer_request, requester
+from multiraft.node.vocabulary.controller import ControllerBody, ControllerOutcome, ControllerRequest
 from multiraft.security import CURRENT_PRINCIPAL, Authorizer
 
 __all__ = ["RemoteController", "CONTROLLER_TIMEOUT_S"]
@@ -112,6 +105,4 @@ class RemoteController:
         return self._rng.choice(peers) if peers else 0
 
     async def _remote(self, leader: int, request: ControllerRequest, timeout_s: float) -> ControllerOutcome:
-        body = encode_controller_request(request)
-        answer = await ask_peer(self._peers, leader, RequestKind.CONTROLLER, body, timeout_s, what="controller leader")
-        return decode_controller_outcome(answer)
+        return await ask_controller(self._peers, leader, request, timeout_s)

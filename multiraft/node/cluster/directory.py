@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from multiraft import controller as ctl
 from multiraft.errors import NotLeaderError, UnknownPartitionError, UnknownTopicError
-from multiraft.node.peer.messages import LeaderAnnouncement
 from multiraft.node.replicas.partition import PartitionView
 from multiraft.node.threads import LoopOwned, ThreadOwner, on_owner_thread
+from multiraft.node.vocabulary.status import LeaderAnnouncement
 
 __all__ = ["Directory"]
 

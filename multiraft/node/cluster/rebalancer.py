@@ -43,8 +43,9 @@ from multiraft import controller as ctl
 from multiraft.errors import MultiraftError, NotLeaderError
 from multiraft.logging import get_logger
 from multiraft.node.cluster.capacity import RoomLedger
-from multiraft.node.peer.messages import ControllerBody, ControllerOutcome, ControllerRequest, PartitionStatus
 from multiraft.node.protocols import ClusterView, ControllerClient, Liveness, PartitionStatusSource
+from multiraft.node.vocabulary.controller import ControllerBody, ControllerOutcome, ControllerRequest
+from multiraft.node.vocabulary.status import PartitionStatus
 
 __all__ = [
     "Rebalancer",

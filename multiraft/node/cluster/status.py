@@ -15,17 +15,9 @@ from collections.abc import Callable, Sequence
 from multiraft import controller as ctl
 from multiraft.errors import UnavailableError
 from multiraft.node.cluster.rebalancer import MoveProgress
-from multiraft.node.peer.messages import (
-    STATUS_OK,
-    MoveReport,
-    PartitionStatus,
-    RequestKind,
-    decode_error,
-    decode_moves,
-    decode_partition_statuses,
-    encode_group_ids,
-)
+from multiraft.node.peer.call import ask_moves, ask_partition_statuses
 from multiraft.node.protocols import PeerCaller, StoreHandle
+from multiraft.node.vocabulary.status import MoveReport, PartitionStatus
 
 __all__ = ["StatusCollector", "MoveReporter", "move_report"]
 
@@ -52,14 +44,12 @@ class StatusCollector:
                 found = await self._store.partition_status(group_ids)
             else:
                 try:
-                    status, body = await self._peers.call(
-                        node, RequestKind.PARTITION_STATUS, encode_group_ids(group_ids), _ASK_TIMEOUT_S
-                    )
+                    answered = await ask_partition_statuses(self._peers, node, group_ids, _ASK_TIMEOUT_S)
                 except (ConnectionError, TimeoutError):
                     return
-                if status != STATUS_OK:
+                if answered is None:
                     return
-                found = decode_partition_statuses(body)
+                found = answered
             results.update((s.group_id, s) for s in found)
 
         await asyncio.gather(*(ask(node, ids) for node, ids in by_leader.items() if node))
@@ -100,12 +90,9 @@ class MoveReporter:
         if leader == self._node_id or not leader:
             return [move_report(m) for m in self._local()]
         try:
-            status, body = await self._peers.call(leader, RequestKind.MOVES, b"", _ASK_TIMEOUT_S)
+            return await ask_moves(self._peers, leader, _ASK_TIMEOUT_S)
         except (ConnectionError, TimeoutError) as exc:
             raise UnavailableError(
                 f"the controller leader (node {leader}) did not say which moves are in flight within "
                 f"{_ASK_TIMEOUT_S:g}s: {exc or type(exc).__name__}"
             ) from exc
-        if status != STATUS_OK:
-            raise decode_error(body, source=f"controller leader {leader}")
-        return decode_moves(body)

@@ -1,99 +1,38 @@
-"""Node-to-node messages of the consumer-group coordinator (``RequestKind.GROUPS``) and their binary codec.
+"""The binary codec of the consumer-group coordinator's node-to-node messages (``RequestKind.GROUPS``).
 
 Any node takes a client's group call and forwards it to the coordinator, the leader of the group's
-``__consumer_offsets`` partition (:mod:`multiraft.node.services.consumer_groups`). The values are the coordinator's own
-(:mod:`multiraft.consumer_groups`); a description travels as the replicated record's encoding. Decoding checks every
-length before it allocates and raises :class:`~multiraft.errors.InvalidArgumentError` and nothing else, as in
-:mod:`multiraft.node.peer.messages`.
+``__consumer_offsets`` partition (:mod:`multiraft.node.services.consumer_groups`). The operations and answers
+are the node's vocabulary (:mod:`multiraft.node.vocabulary.consumer_groups`) over the coordinator's own values
+(:mod:`multiraft.consumer_groups`); a description travels as the replicated record's encoding. Decoding checks
+every length before it allocates and raises :class:`~multiraft.errors.InvalidArgumentError` and nothing else,
+as in :mod:`multiraft.node.peer.messages`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TypeAlias
-
 from multiraft import consumer_groups as g
 from multiraft.node.peer_codec import Reader, Writer, decode
+from multiraft.node.vocabulary.consumer_groups import (
+    GroupDelete,
+    GroupDescribe,
+    GroupHeartbeat,
+    GroupJoin,
+    GroupLeave,
+    GroupListingRow,
+    GroupOperation,
+    GroupsAnswer,
+    GroupsList,
+    GroupsRequest,
+    GroupSync,
+)
 
 __all__ = [
-    "GroupJoin",
-    "GroupSync",
-    "GroupHeartbeat",
-    "GroupLeave",
-    "GroupDescribe",
-    "GroupDelete",
-    "GroupsList",
-    "GroupOperation",
-    "GroupsRequest",
-    "GroupListingRow",
     "encode_groups_request",
     "decode_groups_request",
     "encode_groups_answer",
     "decode_groups_answer",
 ]
 
-
-@dataclass(frozen=True, slots=True)
-class GroupJoin:
-    group: str
-    request: g.JoinRequest
-
-
-@dataclass(frozen=True, slots=True)
-class GroupSync:
-    group: str
-    request: g.SyncRequest
-
-
-@dataclass(frozen=True, slots=True)
-class GroupHeartbeat:
-    group: str
-    request: g.HeartbeatRequest
-
-
-@dataclass(frozen=True, slots=True)
-class GroupLeave:
-    group: str
-    request: g.LeaveRequest
-
-
-@dataclass(frozen=True, slots=True)
-class GroupDescribe:
-    group: str
-
-
-@dataclass(frozen=True, slots=True)
-class GroupDelete:
-    group: str
-
-
-@dataclass(frozen=True, slots=True)
-class GroupsList:
-    """Every group of the partition with committed offsets or a group record."""
-
-
-GroupOperation: TypeAlias = (
-    GroupJoin | GroupSync | GroupHeartbeat | GroupLeave | GroupDescribe | GroupDelete | GroupsList
-)
-
-
-@dataclass(frozen=True, slots=True)
-class GroupsRequest:
-    """A group operation for the coordinator hosted with offsets Raft group ``group_id``."""
-
-    group_id: int
-    operation: GroupOperation
-
-
-@dataclass(frozen=True, slots=True)
-class GroupListingRow:
-    group: str
-    state: str
-    protocol_type: str
-    members: int
-
-
-GroupsAnswer: TypeAlias = g.JoinReply | g.SyncReply | g.GroupMetadataRecord | tuple[GroupListingRow, ...] | None
 
 _JOIN, _SYNC, _HEARTBEAT, _LEAVE, _DESCRIBE, _DELETE, _LIST = range(1, 8)
 _TAGS: dict[type, int] = {

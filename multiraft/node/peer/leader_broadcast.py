@@ -11,8 +11,9 @@ import contextlib
 import time
 
 from multiraft.node.cluster.directory import Directory
-from multiraft.node.peer.messages import LeaderAnnouncement, RequestKind, encode_leaders
+from multiraft.node.peer.messages import RequestKind, encode_leaders
 from multiraft.node.peer.transport import PeerTransport
+from multiraft.node.vocabulary.status import LeaderAnnouncement
 
 __all__ = ["LeaderBroadcaster"]
 

@@ -1,49 +1,44 @@
-"""Typed messages of node-to-node requests (the transport's REQUEST/RESPONSE frames) and their binary codec.
+"""The binary codec of node-to-node requests (the transport's REQUEST/RESPONSE frames).
 
-Every request kind has a request and an answer type; ``encode_*`` and ``decode_*`` are exact inverses, over
-the primitives of :mod:`multiraft.node.peer_codec`. Decoding checks every length against the bytes actually
-there before it allocates, refuses trailing bytes and out-of-range values, and raises
+Every request kind has a request and an answer type, defined in the node's vocabulary
+(:mod:`multiraft.node.vocabulary`); this module holds only what is of the wire: the request kinds, the answer
+statuses, and ``encode_*`` and ``decode_*``, exact inverses over the primitives of
+:mod:`multiraft.node.peer_codec`. Decoding checks every length against the bytes actually there before it
+allocates, refuses trailing bytes and out-of-range values, and raises
 :class:`~multiraft.errors.InvalidArgumentError` (naming the message and field) and nothing else, so a
 malformed frame fails only its own request.
 
-Controller requests carry either a controller command already decided by the sender, in the controller's
-own encoding (:func:`multiraft.controller.encode_command`), or a request only the controller leader can
-decide: a :class:`CreateTopicRequest` or :class:`CreatePartitionsRequest` (placement) or a
-:class:`NodeStateRequest` (drain, undrain, remove).
-Which of them a peer may send is decided by :mod:`multiraft.node.services.controller_policy`. Errors travel as the
-client path's error: ``reason``, ``message`` and ``metadata`` of a :class:`~multiraft.errors.MultiraftError`,
-decoded by the same :func:`~multiraft.errors.error_for_reason`.
+A controller request's command, already decided by the sender, travels in the controller's own encoding
+(:func:`multiraft.controller.encode_command`). Errors travel as the client path's error: ``reason``,
+``message`` and ``metadata`` of a :class:`~multiraft.errors.MultiraftError`, decoded by the same
+:func:`~multiraft.errors.error_for_reason`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from enum import IntEnum
 
 from multiraft import controller as ctl
 from multiraft.errors import InvalidArgumentError, MultiraftError, UnavailableError, error_for_reason
 from multiraft.node.peer_codec import Reader, Writer, decode
+from multiraft.node.vocabulary.capacity import NodeCapacity
+from multiraft.node.vocabulary.catchup import SegmentChunkRequest
+from multiraft.node.vocabulary.controller import (
+    ControllerBody,
+    ControllerOutcome,
+    ControllerRequest,
+    CreatePartitionsRequest,
+    CreateTopicRequest,
+    NodeStateRequest,
+)
+from multiraft.node.vocabulary.offsets import OffsetRow, OffsetsCommit, OffsetsFetch, OffsetsList, OffsetsRequest
+from multiraft.node.vocabulary.status import LeaderAnnouncement, MoveReport, PartitionStatus
 
 __all__ = [
     "RequestKind",
     "STATUS_OK",
     "STATUS_ERROR",
-    "CreateTopicRequest",
-    "NodeStateRequest",
-    "CreatePartitionsRequest",
-    "ControllerBody",
-    "ControllerRequest",
-    "ControllerOutcome",
-    "PartitionStatus",
-    "LeaderAnnouncement",
-    "OffsetRow",
-    "OffsetsCommit",
-    "OffsetsFetch",
-    "OffsetsList",
-    "OffsetsRequest",
-    "MoveReport",
-    "SegmentChunkRequest",
     "encode_error",
     "decode_error",
     "encode_controller_request",
@@ -64,6 +59,8 @@ __all__ = [
     "decode_strings",
     "encode_moves",
     "decode_moves",
+    "encode_capacity",
+    "decode_capacity",
     "encode_chunk_request",
     "decode_chunk_request",
 ]
@@ -107,51 +104,6 @@ def decode_error(body: bytes, *, source: str = "a peer") -> MultiraftError:
 
 
 # ---------------------------------------------------------------------------------------------- controller
-
-
-@dataclass(frozen=True, slots=True)
-class CreateTopicRequest:
-    """Create a topic; the controller leader places its replicas (it knows which nodes are alive)."""
-
-    name: str
-    partitions: int
-    replication_factor: int
-    configs: dict[str, str] = field(default_factory=dict)
-    internal: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class NodeStateRequest:
-    """An operator's drain (DRAINING), undrain (ACTIVE) or removal (REMOVED) of a node, judged by the
-    controller leader (:func:`multiraft.controller.node_state_change`); ``force`` drains even when too few
-    active nodes would remain for a topic's replication factor."""
-
-    node_id: int
-    state: ctl.NodeState
-    force: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class CreatePartitionsRequest:
-    """Grow a topic to ``total`` partitions (issue 25); the controller leader places the new ones."""
-
-    name: str
-    total: int
-
-
-ControllerBody = ctl.Command | CreateTopicRequest | NodeStateRequest | CreatePartitionsRequest
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerRequest:
-    """A metadata change for the controller leader; ``forwarded`` once a node has passed it on, and then
-    ``origin`` is the node that sent it to the forwarder (the one its allow-list judged). ``principal`` is the
-    client on whose behalf it is made ("" for the node's own work); the leader checks its ACLs."""
-
-    body: ControllerBody
-    forwarded: bool = False
-    origin: int = 0
-    principal: str = ""
 
 
 _COMMAND, _CREATE_TOPIC, _NODE_STATE = 0, 1, 2
@@ -220,28 +172,6 @@ def decode_controller_request(data: bytes) -> ControllerRequest:
     return decode(data, "controller request", read)
 
 
-@dataclass(frozen=True, slots=True)
-class ControllerOutcome:
-    """What an applied controller command produced, as far as a requester needs it."""
-
-    topic: str = ""
-    node_id: int = 0
-    producer_ids: tuple[int, int] = (0, 0)  # (first, count) of an allocated block
-    group_id: int = 0
-
-    @classmethod
-    def of(cls, outcome: object) -> ControllerOutcome:
-        if isinstance(outcome, ctl.Topic):
-            return cls(topic=outcome.name)
-        if isinstance(outcome, ctl.NodeInfo):
-            return cls(node_id=outcome.node_id)
-        if isinstance(outcome, ctl.ProducerIdBlock):
-            return cls(producer_ids=(outcome.first, outcome.count))
-        if isinstance(outcome, ctl.PartitionState):
-            return cls(group_id=outcome.group_id)
-        return cls()
-
-
 def encode_controller_outcome(outcome: ControllerOutcome) -> bytes:
     writer = Writer()
     writer.text(outcome.topic)
@@ -261,23 +191,6 @@ def decode_controller_outcome(data: bytes) -> ControllerOutcome:
 
 
 # ----------------------------------------------------------------------------------------- partition status
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionStatus:
-    """One partition as its leader sees it (``multiraft status``, the rebalancer, under-replication)."""
-
-    group_id: int
-    leader: int
-    term: int
-    high_watermark: int
-    log_start_offset: int
-    in_sync_replicas: tuple[int, ...]
-    lag: dict[int, int]  # entries behind the leader, per replica
-    acked: tuple[int, ...]  # replicas that acknowledged any entry (lag alone would call an empty replica current)
-    copies: dict[int, tuple[int, int]]  # replica -> (bytes copied, bytes total) of a catch-up segment copy
-    size_bytes: int
-    entries: int
 
 
 def encode_group_ids(group_ids: Sequence[int]) -> bytes:
@@ -338,13 +251,6 @@ def decode_partition_statuses(data: bytes) -> list[PartitionStatus]:
 # ---------------------------------------------------------------------------------------------------- leaders
 
 
-@dataclass(frozen=True, slots=True)
-class LeaderAnnouncement:
-    group_id: int
-    leader: int
-    term: int
-
-
 def encode_leaders(leaders: Sequence[LeaderAnnouncement]) -> bytes:
     writer = Writer()
     writer.ints([x for a in leaders for x in (a.group_id, a.leader, a.term)])
@@ -362,46 +268,6 @@ def decode_leaders(data: bytes) -> list[LeaderAnnouncement]:
 
 
 # ---------------------------------------------------------------------------------------------------- offsets
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetRow:
-    topic: str
-    partition: int
-    offset: int
-    metadata: str = ""
-    commit_time_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetsCommit:
-    """A commit; a group member commits as itself (checked by the coordinator's fencing), anyone else
-    outside any generation (``generation`` -1, no member id)."""
-
-    group: str
-    rows: tuple[OffsetRow, ...]
-    member_id: str = ""
-    generation: int = -1
-    group_instance_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetsFetch:
-    group: str
-    partitions: tuple[tuple[str, int], ...] | None  # None: every partition the group committed
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetsList:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetsRequest:
-    """An operation on the offsets Raft group ``group_id`` (a partition of ``__consumer_offsets``)."""
-
-    group_id: int
-    operation: OffsetsCommit | OffsetsFetch | OffsetsList
 
 
 _COMMIT, _FETCH, _LIST = 1, 2, 3
@@ -499,21 +365,6 @@ def decode_strings(data: bytes) -> tuple[str, ...]:
 # ------------------------------------------------------------------------------------------------------ moves
 
 
-@dataclass(frozen=True, slots=True)
-class MoveReport:
-    """A replica move in flight, as the controller leader tracks it."""
-
-    topic: str
-    partition: int
-    group_id: int
-    from_node: int  # 0 for a repair (the replica it replaces is gone)
-    to_node: int
-    phase: str
-    bytes_copied: int
-    bytes_total: int
-    eta_seconds: float
-
-
 def encode_moves(moves: Sequence[MoveReport]) -> bytes:
     writer = Writer()
     writer.u32(len(moves))
@@ -545,21 +396,42 @@ def decode_moves(data: bytes) -> list[MoveReport]:
     return decode(data, "moves", lambda r: r.items("moves", 60, lambda: one(r)))
 
 
+# --------------------------------------------------------------------------------------------------- capacity
+
+
+def encode_capacity(capacity: NodeCapacity) -> bytes:
+    writer = Writer()
+    for value in (
+        capacity.node_id,
+        capacity.assigned,
+        capacity.free_segments,
+        capacity.reserved_segments,
+        capacity.disk_free_bytes,
+        capacity.map_free_bytes,
+    ):
+        writer.i64(value)
+    writer.text(capacity.short)
+    writer.ints(capacity.unstorable)
+    return writer.bytes()
+
+
+def decode_capacity(data: bytes) -> NodeCapacity:
+    def read(r: Reader) -> NodeCapacity:
+        return NodeCapacity(
+            r.id("node_id"),
+            r.id("assigned"),
+            r.id("free_segments"),
+            r.id("reserved_segments"),
+            r.id("disk_free_bytes"),
+            r.id("map_free_bytes"),
+            r.text("short"),
+            r.ints("unstorable"),
+        )
+
+    return decode(data, "capacity", read)
+
+
 # ------------------------------------------------------------------------------------------ segment chunks
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentChunkRequest:
-    """A chunk of an exported segment file, for a replica catching up by segment copy."""
-
-    group_id: int
-    base_index: int
-    last_index: int
-    crc: int
-    offset: int
-    length: int
-    copied: int = 0  # the copier's progress, reported to the leader (status, move progress)
-    total: int = 0
 
 
 def encode_chunk_request(request: SegmentChunkRequest) -> bytes:

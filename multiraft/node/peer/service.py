@@ -12,22 +12,18 @@ from typing import Protocol
 
 from multiraft.errors import MultiraftError
 from multiraft.logging import get_logger
-from multiraft.node.cluster.capacity import encode_capacity
 from multiraft.node.cluster.controller_client import RemoteController
 from multiraft.node.cluster.directory import Directory
-from multiraft.node.peer.consumer_group_messages import decode_groups_request
+from multiraft.node.peer.consumer_group_messages import decode_groups_request, encode_groups_answer
 from multiraft.node.peer.messages import (
     STATUS_ERROR,
     STATUS_OK,
-    MoveReport,
-    OffsetRow,
-    OffsetsFetch,
-    OffsetsList,
     RequestKind,
     decode_controller_request,
     decode_group_ids,
     decode_leaders,
     decode_offsets_request,
+    encode_capacity,
     encode_controller_outcome,
     encode_error,
     encode_moves,
@@ -36,13 +32,19 @@ from multiraft.node.peer.messages import (
     encode_strings,
 )
 from multiraft.node.protocols import StoreHandle
-from multiraft.node.replicas.offsets import CommittedOffset
 from multiraft.node.services.consumer_groups import GroupsService
 from multiraft.node.services.offsets import OffsetsService
+from multiraft.node.vocabulary.offsets import CommittedOffset, OffsetRow, OffsetsFetch, OffsetsList
+from multiraft.node.vocabulary.status import MoveReport
 
-__all__ = ["PeerService"]
+__all__ = ["PeerService", "error_answer"]
 
 log = get_logger(__name__)
+
+
+def error_answer(error: MultiraftError) -> tuple[int, bytes]:
+    """The answer to a request that failed with ``error``: the caller raises it as the same class."""
+    return STATUS_ERROR, encode_error(error)
 
 
 class _Catchup(Protocol):
@@ -88,10 +90,10 @@ class PeerService:
                 raise MultiraftError(f"unknown peer request kind {kind}")
             return STATUS_OK, await handler(from_node, body)
         except MultiraftError as exc:
-            return STATUS_ERROR, encode_error(exc)
+            return error_answer(exc)
         except Exception as exc:  # a bug handling one request fails that request only
             log.exception("peer request failed unexpectedly", peer=from_node, kind=kind, bytes=len(body))
-            return STATUS_ERROR, encode_error(MultiraftError(f"internal error serving request kind {kind}: {exc!r}"))
+            return error_answer(MultiraftError(f"internal error serving request kind {kind}: {exc!r}"))
 
     async def _controller_request(self, from_node: int, body: bytes) -> bytes:
         outcome = await self._controller.serve(from_node, decode_controller_request(body))
@@ -115,7 +117,8 @@ class PeerService:
     async def _groups_request(self, from_node: int, body: bytes) -> bytes:
         if self._groups is None:
             raise MultiraftError("this node runs no group coordinators")
-        return await self._groups.serve(decode_groups_request(body))
+        request = decode_groups_request(body)
+        return encode_groups_answer(request.operation, await self._groups.serve(request))
 
     async def _moves_request(self, from_node: int, body: bytes) -> bytes:
         return encode_moves(self._moves())

@@ -38,7 +38,10 @@ from multiraft.errors import (
     UnavailableError,
 )
 from multiraft.logging import get_logger
-from multiraft.node.peer.consumer_group_messages import (
+from multiraft.node.scheduler.scheduler import Completion, Group, Scheduler
+from multiraft.node.services.consumer_group_errors import client_error
+from multiraft.node.threads import SchedulerOwned, on_owner_thread
+from multiraft.node.vocabulary.consumer_groups import (
     GroupDelete,
     GroupDescribe,
     GroupHeartbeat,
@@ -50,9 +53,6 @@ from multiraft.node.peer.consumer_group_messages import (
     GroupsList,
     GroupSync,
 )
-from multiraft.node.scheduler.scheduler import Completion, Group, Scheduler
-from multiraft.node.services.consumer_group_errors import client_error
-from multiraft.node.threads import SchedulerOwned, on_owner_thread
 
 __all__ = ["GroupHost", "GroupReplica", "new_member_id", "monotonic_ms"]
 

@@ -23,8 +23,13 @@ from multiraft import raft
 from multiraft.errors import MultiraftError, NotLeaderError, error_for_reason
 from multiraft.logging import get_logger
 from multiraft.node.cluster.capacity import RoomLedger
-from multiraft.node.peer.messages import ControllerBody, CreatePartitionsRequest, CreateTopicRequest, NodeStateRequest
 from multiraft.node.scheduler.scheduler import Completion, Group, Scheduler
+from multiraft.node.vocabulary.controller import (
+    ControllerBody,
+    CreatePartitionsRequest,
+    CreateTopicRequest,
+    NodeStateRequest,
+)
 
 __all__ = ["ControllerMachine", "CONTROLLER_TOPIC", "controller_error", "SNAPSHOT_EVERY"]
 

@@ -28,15 +28,14 @@ from multiraft import consumer_groups as g
 from multiraft import raft
 from multiraft.errors import MultiraftError, NotLeaderError, UnavailableError
 from multiraft.logging import get_logger
-from multiraft.node.peer.messages import OffsetsCommit
 from multiraft.node.replicas.consumer_group_host import GroupHost
 from multiraft.node.replicas.partition import PartitionView
 from multiraft.node.scheduler.scheduler import Completion, Group, Scheduler
+from multiraft.node.vocabulary.offsets import CommittedOffset, OffsetsCommit
 
 __all__ = [
     "OFFSETS_TOPIC",
     "SNAPSHOT_EVERY",
-    "CommittedOffset",
     "OffsetsMachine",
     "group_partition",
     "encode_commit",
@@ -48,15 +47,6 @@ log = get_logger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 SNAPSHOT_EVERY = 1_000
 _FORMAT = "offsets/1"
-
-
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    topic: str
-    partition: int
-    offset: int  # the next offset the group will read
-    metadata: str = ""
-    commit_time_ms: int = 0  # the offsets leader's clock when it accepted the commit
 
 
 def group_partition(group: str, partitions: int) -> int:

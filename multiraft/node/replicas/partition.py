@@ -40,9 +40,10 @@ from multiraft.node.replicas.control import ControlKind, decode_control, encode_
 from multiraft.node.replicas.producers import ProducerStates, Verdict
 from multiraft.node.replicas.raft_log import decode_manifest
 from multiraft.node.scheduler.scheduler import Completion, Group, Scheduler
+from multiraft.node.vocabulary.partitions import ProduceResult, RetentionPolicy
 from storage import BatchHeader, SegmentedLog, SegmentInfo, read_header
 
-__all__ = ["PartitionView", "PartitionMachine", "ProduceResult", "RetentionPolicy", "forget_producers_after"]
+__all__ = ["PartitionView", "PartitionMachine", "forget_producers_after"]
 
 log = get_logger(__name__)
 
@@ -50,19 +51,6 @@ log = get_logger(__name__)
 _PRODUCERS_ATTRIBUTE = "partition.producers"
 _TRIMMED_ATTRIBUTE = "partition.trimmed_to"  # u64 text: the offset DeleteRecords moved the log start to
 _REPLAY_CHUNK_BYTES = 8 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceResult:
-    base_offset: int
-    log_append_time_ms: int
-    duplicate: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class RetentionPolicy:
-    retention_ms: int  # -1: keep forever
-    retention_bytes: int  # -1: no size limit
 
 
 class PartitionView:

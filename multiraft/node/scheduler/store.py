@@ -33,22 +33,21 @@ from multiraft.errors import (
 )
 from multiraft.logging import get_logger
 from multiraft.node.catchup import snapshot_peers
-from multiraft.node.cluster.capacity import LowWater, NodeCapacity, RoomLedger, shortage
+from multiraft.node.cluster.capacity import LowWater, RoomLedger, shortage
 from multiraft.node.cluster.directory import Directory
-from multiraft.node.peer.messages import ControllerRequest, OffsetsCommit, OffsetsFetch, OffsetsList, PartitionStatus
 from multiraft.node.replicas.controller import CONTROLLER_TOPIC, ControllerMachine
-from multiraft.node.replicas.offsets import OFFSETS_TOPIC, CommittedOffset, OffsetsMachine
-from multiraft.node.replicas.partition import (
-    PartitionMachine,
-    PartitionView,
-    RetentionPolicy,
-    forget_producers_after,
-)
+from multiraft.node.replicas.offsets import OFFSETS_TOPIC, OffsetsMachine
+from multiraft.node.replicas.partition import PartitionMachine, PartitionView, forget_producers_after
 from multiraft.node.replicas.raft_log import RaftLogStorage
 from multiraft.node.scheduler.scheduler import Completion, Group, Scheduler, damaged_index
 from multiraft.node.scheduler.startup_elections import StartupElections, hold_ticks
 from multiraft.node.services.store_client import StoreClient
 from multiraft.node.threads import LoopHandoff, SchedulerOwned, on_owner_thread
+from multiraft.node.vocabulary.capacity import NodeCapacity
+from multiraft.node.vocabulary.controller import ControllerRequest
+from multiraft.node.vocabulary.offsets import CommittedOffset, OffsetsCommit, OffsetsFetch, OffsetsList
+from multiraft.node.vocabulary.partitions import RetentionPolicy
+from multiraft.node.vocabulary.status import PartitionStatus
 from storage import CorruptionError, SegmentedLog, StorageError, StorageFullError, StoreCapacity
 from storage.batch import BatchHeader
 

@@ -20,12 +20,6 @@ from multiraft.errors import (
     UnknownTopicError,
     error_for_reason,
 )
-from multiraft.node.peer.messages import (
-    CreatePartitionsRequest,
-    CreateTopicRequest,
-    NodeStateRequest,
-    PartitionStatus,
-)
 from multiraft.node.protocols import (
     ClusterView,
     ControllerClient,
@@ -42,6 +36,8 @@ from multiraft.node.services.results import (
     PartitionDescription,
     TopicDescription,
 )
+from multiraft.node.vocabulary.controller import CreatePartitionsRequest, CreateTopicRequest, NodeStateRequest
+from multiraft.node.vocabulary.status import PartitionStatus
 
 __all__ = ["AdminService", "AdminSettings"]
 

@@ -17,8 +17,13 @@ from typing import Any
 
 from multiraft import consumer_groups as g
 from multiraft.errors import InvalidArgumentError, MultiraftError
-from multiraft.node.peer.call import ask_peer
-from multiraft.node.peer.consumer_group_messages import (
+from multiraft.node.peer.call import ask_groups
+from multiraft.node.protocols import PeerCaller
+from multiraft.node.services.local_consumer_groups import LocalGroups
+from multiraft.node.services.offsets import check_group_name
+from multiraft.node.services.offsets_routing import ATTEMPT_S, REQUEST_TIMEOUT_S, OffsetsRouter
+from multiraft.node.services.results import GroupListings, UnansweredPartition
+from multiraft.node.vocabulary.consumer_groups import (
     GroupDelete,
     GroupDescribe,
     GroupHeartbeat,
@@ -26,19 +31,11 @@ from multiraft.node.peer.consumer_group_messages import (
     GroupLeave,
     GroupListingRow,
     GroupOperation,
+    GroupsAnswer,
     GroupsList,
     GroupsRequest,
     GroupSync,
-    decode_groups_answer,
-    encode_groups_answer,
-    encode_groups_request,
 )
-from multiraft.node.peer.messages import RequestKind
-from multiraft.node.protocols import PeerCaller
-from multiraft.node.services.local_consumer_groups import LocalGroups
-from multiraft.node.services.offsets import check_group_name
-from multiraft.node.services.offsets_routing import ATTEMPT_S, REQUEST_TIMEOUT_S, OffsetsRouter
-from multiraft.node.services.results import GroupListings, UnansweredPartition
 
 __all__ = ["GroupsService", "GroupsSettings", "GroupDescriptionResult", "LONG_POLL_MARGIN_S", "MAX_USER_DATA_BYTES"]
 
@@ -136,12 +133,12 @@ class GroupsService:
         rows = sorted((row for a in answers for row in a.value or ()), key=lambda row: row.group)
         return GroupListings(rows, [UnansweredPartition(a.partition, a.error) for a in answers if a.error is not None])
 
-    async def serve(self, request: GroupsRequest) -> bytes:
-        """A peer's request for a coordinator hosted here: the encoded answer."""
+    async def serve(self, request: GroupsRequest) -> GroupsAnswer:
+        """A peer's request for a coordinator hosted here: the coordinator's answer."""
         # The forwarding node bounds the wait; this side only must not give up before it does.
         timeout_s = self.long_poll_s(request.operation) + LONG_POLL_MARGIN_S
-        answer = await self._local.call(request.group_id, request.operation, timeout_s)
-        return encode_groups_answer(request.operation, answer)
+        answer: GroupsAnswer = await self._local.call(request.group_id, request.operation, timeout_s)
+        return answer
 
     # --------------------------------------------------------------------------------------------- routing
 
@@ -156,9 +153,7 @@ class GroupsService:
         request = GroupsRequest(group_id, operation)
 
         async def remote(leader: int, timeout_s: float) -> Any:
-            body = encode_groups_request(request)
-            answer = await ask_peer(self._peers, leader, RequestKind.GROUPS, body, timeout_s, what="group coordinator")
-            return decode_groups_answer(operation, answer)
+            return await ask_groups(self._peers, leader, request, timeout_s)
 
         return await self._router.call(
             group_id,

@@ -33,14 +33,14 @@ from __future__ import annotations
 
 from multiraft import controller as ctl
 from multiraft.errors import InvalidArgumentError, OperationNotAllowedError
-from multiraft.node.peer.messages import (
+from multiraft.node.replicas.offsets import OFFSETS_TOPIC
+from multiraft.node.vocabulary.controller import (
     ControllerBody,
     ControllerRequest,
     CreatePartitionsRequest,
     CreateTopicRequest,
     NodeStateRequest,
 )
-from multiraft.node.replicas.offsets import OFFSETS_TOPIC
 from multiraft.security import CLUSTER, Authorizer, Resource
 
 __all__ = ["requester", "check_peer_request", "authorize_request", "client_operation"]

@@ -32,9 +32,10 @@ from multiraft.errors import (
     UnavailableError,
 )
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, StoreHandle
-from multiraft.node.replicas.partition import PartitionView, ProduceResult
+from multiraft.node.replicas.partition import PartitionView
 from multiraft.node.replicas.producers import check_granted
 from multiraft.node.services.results import FetchResult, ProduceAck
+from multiraft.node.vocabulary.partitions import ProduceResult
 from multiraft.security import CURRENT_PRINCIPAL
 from storage import StorageConfig
 from storage.batch import BatchHeader, check_batch

@@ -11,10 +11,10 @@ from typing import Any
 from multiraft import controller as ctl
 from multiraft.errors import MultiraftError, NotLeaderError, RequestTimeoutError
 from multiraft.logging import get_logger
-from multiraft.node.peer.consumer_group_messages import GroupDescribe, GroupOperation, GroupsList
 from multiraft.node.replicas.offsets import OFFSETS_TOPIC, OffsetsMachine
 from multiraft.node.scheduler.scheduler import Completion, Scheduler
 from multiraft.node.threads import SchedulerHandoff
+from multiraft.node.vocabulary.consumer_groups import GroupDescribe, GroupOperation, GroupsList
 
 __all__ = ["LocalGroups", "tick_group_hosts", "offsets_group_ids", "GROUP_TICK_S"]
 

@@ -14,22 +14,19 @@ from typing import Any
 
 from multiraft.consumer_groups import NO_GENERATION
 from multiraft.errors import InvalidArgumentError, UnavailableError
-from multiraft.node.peer.call import ask_peer
-from multiraft.node.peer.messages import (
+from multiraft.node.peer.call import ask_offsets
+from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, PeerCaller, StoreHandle
+from multiraft.node.replicas.offsets import encode_commit
+from multiraft.node.services.offsets_routing import ADMIN_TOTAL_S, REQUEST_TIMEOUT_S, OffsetsRouter, RoutingSettings
+from multiraft.node.services.results import UnansweredPartition
+from multiraft.node.vocabulary.offsets import (
+    CommittedOffset,
     OffsetRow,
     OffsetsCommit,
     OffsetsFetch,
     OffsetsList,
     OffsetsRequest,
-    RequestKind,
-    decode_offset_rows,
-    decode_strings,
-    encode_offsets_request,
 )
-from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, PeerCaller, StoreHandle
-from multiraft.node.replicas.offsets import CommittedOffset, encode_commit
-from multiraft.node.services.offsets_routing import ADMIN_TOTAL_S, REQUEST_TIMEOUT_S, OffsetsRouter, RoutingSettings
-from multiraft.node.services.results import UnansweredPartition
 
 __all__ = ["OffsetsService", "OffsetsSettings", "MAX_GROUP_NAME", "MAX_OFFSET_METADATA", "check_group_name"]
 
@@ -179,15 +176,7 @@ class OffsetsService:
         )
 
     async def _remote(self, leader: int, request: OffsetsRequest, timeout_s: float) -> Any:
-        body = encode_offsets_request(request)
-        answer = await ask_peer(self._peers, leader, RequestKind.OFFSETS, body, timeout_s, what="offsets leader")
-        operation = request.operation
-        if isinstance(operation, OffsetsFetch):
-            rows = decode_offset_rows(answer)
-            return [CommittedOffset(r.topic, r.partition, r.offset, r.metadata, r.commit_time_ms) for r in rows]
-        if isinstance(operation, OffsetsList):
-            return list(decode_strings(answer))
-        return None
+        return await ask_offsets(self._peers, leader, request, timeout_s)
 
 
 async def _bounded(answer: Awaitable[Any], timeout_s: float) -> Any:

@@ -31,10 +31,10 @@ from multiraft.errors import (
     TopicExistsError,
     UnavailableError,
 )
-from multiraft.node.peer.messages import CreateTopicRequest
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, PeerCaller
 from multiraft.node.replicas.offsets import OFFSETS_TOPIC, group_partition
 from multiraft.node.services._waits import wait_for_topic
+from multiraft.node.vocabulary.controller import CreateTopicRequest
 
 __all__ = ["OffsetsRouter", "RoutingSettings", "PartAnswer", "REQUEST_TIMEOUT_S", "ATTEMPT_S", "ADMIN_TOTAL_S"]
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from multiraft import controller as ctl
 from multiraft.errors import MultiraftError
-from multiraft.node.peer.consumer_group_messages import GroupListingRow
-from multiraft.node.peer.messages import MoveReport
+from multiraft.node.vocabulary.consumer_groups import GroupListingRow
+from multiraft.node.vocabulary.status import MoveReport
 
 __all__ = [
     "ProduceAck",

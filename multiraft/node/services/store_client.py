@@ -9,10 +9,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import RequestTimeoutError
-from multiraft.node.cluster.capacity import NodeCapacity
-from multiraft.node.peer.messages import ControllerRequest, OffsetsCommit, OffsetsFetch, OffsetsList, PartitionStatus
-from multiraft.node.replicas.partition import PartitionView, ProduceResult
+from multiraft.node.replicas.partition import PartitionView
 from multiraft.node.threads import SchedulerHandoff
+from multiraft.node.vocabulary.capacity import NodeCapacity
+from multiraft.node.vocabulary.controller import ControllerRequest
+from multiraft.node.vocabulary.offsets import OffsetsCommit, OffsetsFetch, OffsetsList
+from multiraft.node.vocabulary.partitions import ProduceResult
+from multiraft.node.vocabulary.status import PartitionStatus
 from storage.batch import BatchHeader
 
 if TYPE_CHECKING:
