@@ -51,6 +51,8 @@ _PURE = (
 # layer (module prefix) -> module prefixes it must not import. The most specific layer wins.
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "storage": ("multiraft", "rpc", "membership", "spark_connector", "tests", "benchmarks"),
+    # The shared binary primitives are a pure leaf (no other module of ours, no I/O): every floor may use them.
+    "storage.binary": _PURE,
     "membership": ("multiraft", "storage", "rpc", "spark_connector", "tests", "benchmarks"),
     # The Raft core is sans-IO: none of our other packages, and nothing that touches sockets, files,
     # clocks, threads or global randomness (a seeded generator is injected).
@@ -89,8 +91,11 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 }
 # Exceptions to a forbidden prefix for a layer: the connector may use the public client API only.
 ALLOWED: dict[str, tuple[str, ...]] = {
-    "multiraft.raft": ("multiraft.raft",),
-    "multiraft.controller": ("multiraft.controller",),
+    # The pure cores' codecs are written over the shared binary primitives (a pure leaf).
+    "multiraft.raft": ("multiraft.raft", "storage.binary"),
+    "multiraft.controller": ("multiraft.controller", "storage.binary"),
+    # The bottom floor's shared binary primitives: membership imports nothing else of ours.
+    "membership": ("storage.binary",),
     "multiraft.groups": ("multiraft.groups",),
     "spark_connector": ("multiraft.client",),
     # The client shares the record-batch format with storage and uses none of the engine (light to import).
@@ -261,6 +266,31 @@ def test_the_client_may_use_the_batch_format_but_not_the_storage_engine(tmp_path
             f"_layering_probe.py:4: {module} ({layer}) imports storage.log",
         ]
     assert _violations(probe, "multiraft.cli._layering_probe") == []  # the runtime may use the engine
+
+
+def test_membership_and_the_pure_cores_may_use_the_binary_primitives_and_nothing_else_of_storage(
+    tmp_path: Path,
+) -> None:
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text("from storage.binary import Reader\nfrom storage import binary\nimport storage.log\n")
+    for module, layer in (
+        ("membership._layering_probe", "membership"),
+        ("multiraft.raft._layering_probe", "multiraft.raft"),
+        ("multiraft.controller._layering_probe", "multiraft.controller"),
+    ):
+        assert _violations(probe, module) == [  # `from storage import binary` names the package too
+            f"_layering_probe.py:2: {module} ({layer}) imports storage",
+            f"_layering_probe.py:3: {module} ({layer}) imports storage.log",
+        ]
+
+
+def test_the_binary_primitives_import_nothing_of_ours_and_do_no_io(tmp_path: Path) -> None:
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text("import struct\nimport os\nfrom storage.errors import StorageError\n")
+    assert _violations(probe, "storage.binary") == [
+        "_layering_probe.py:2: storage.binary (storage.binary) imports os",
+        "_layering_probe.py:3: storage.binary (storage.binary) imports storage.errors",
+    ]
 
 
 def test_the_raft_core_may_not_read_the_clock(tmp_path: Path) -> None:

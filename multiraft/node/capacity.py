@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 
 from multiraft import controller as ctl
 from multiraft.logging import get_logger
-from multiraft.node.peer_codec import Reader, Writer, decode
-from multiraft.node.peer_messages import STATUS_OK, RequestKind
+from multiraft.node.peer_messages import STATUS_OK, RequestKind, decode
 from storage import StoreCapacity
+from storage.binary import Reader, Writer
 
 if TYPE_CHECKING:
     from multiraft.node.protocols import PeerCaller

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from multiraft import groups as g
-from multiraft.node.peer_codec import Reader, Writer, decode
+from multiraft.node.peer_messages import decode
+from storage.binary import Reader, Writer
 
 __all__ = [
     "GroupJoin",

@@ -1,7 +1,7 @@
 """Typed messages of node-to-node requests (the transport's REQUEST/RESPONSE frames) and their binary codec.
 
 Every request kind has a request and an answer type; ``encode_*`` and ``decode_*`` are exact inverses, over
-the primitives of :mod:`multiraft.node.peer_codec`. Decoding checks every length against the bytes actually
+the primitives of :mod:`storage.binary`. Decoding checks every length against the bytes actually
 there before it allocates, refuses trailing bytes and out-of-range values, and raises
 :class:`~multiraft.errors.InvalidArgumentError` (naming the message and field) and nothing else, so a
 malformed frame fails only its own request.
@@ -17,18 +17,21 @@ decoded by the same :func:`~multiraft.errors.error_for_reason`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import TypeVar
 
 from multiraft import controller as ctl
 from multiraft.errors import InvalidArgumentError, MultiraftError, UnavailableError, error_for_reason
-from multiraft.node.peer_codec import Reader, Writer, decode
+from storage import binary
+from storage.binary import BinaryDecodeError, Reader, Writer
 
 __all__ = [
     "RequestKind",
     "STATUS_OK",
     "STATUS_ERROR",
+    "decode",
     "CreateTopicRequest",
     "NodeStateRequest",
     "CreatePartitionsRequest",
@@ -84,6 +87,17 @@ class RequestKind(IntEnum):
 
 STATUS_OK = 0
 STATUS_ERROR = 1
+
+T = TypeVar("T")
+
+
+def decode(data: bytes | memoryview, what: str, read: Callable[[Reader], T]) -> T:
+    """``read`` the whole of ``data``; malformed bytes fail only their own request, as invalid arguments."""
+    try:
+        return binary.decode(data, what, read)
+    except BinaryDecodeError as exc:
+        raise InvalidArgumentError(str(exc), field=f"{exc.what}.{exc.field}") from exc
+
 
 # ---------------------------------------------------------------------------------------------------- errors
 
