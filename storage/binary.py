@@ -34,6 +34,7 @@ from typing import Any, Final, Literal, TypeVar
 __all__ = [
     "LITTLE",
     "BIG",
+    "ByteOrder",
     "MAX_COUNT",
     "BinaryError",
     "BinaryDecodeError",
