@@ -25,7 +25,9 @@ A push-pull state (TCP, framed by the transport with a u32 length) lists every m
 
 Bit 1 is set only when some entry has a host; older members refuse such a state as having unknown flags.
 
-Decoders check every length, range and string and raise :class:`MembershipCodecError`; they never raise anything else.
+Every field goes through the shared bounds-checked primitives of :mod:`storage.binary` (big-endian here).
+Decoders check every length, range and string and raise :class:`MembershipCodecError`; they never raise anything
+else: the primitives' errors are mapped to it at :func:`decode_packet` and :func:`decode_push_pull`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 
 from membership._types import MAX_TEXT_BYTES, MemberMeta, MemberState, split_host_port
 from membership.errors import MembershipCodecError, MetadataError
+from storage.binary import BIG, BinaryDecodeError, BinaryEncodeError, Reader, Writer
 
 __all__ = [
     "HEADER_BYTES",
@@ -77,7 +80,6 @@ _ACCUSE = struct.Struct(">IQQ")
 _ALIVE_HEAD = struct.Struct(">IQ")
 _CAPACITY = struct.Struct(">d")
 _STATE_HEAD = struct.Struct(">BI")
-_STATE_BYTE = struct.Struct(">B")
 
 HEADER_BYTES = _HEADER.size + _MEMBERS.size
 FRAME_HEADER_BYTES = _FRAME.size
@@ -189,118 +191,109 @@ def cluster_tag(cluster_name: str) -> int:
 # Encoding
 
 
-def _text(value: str) -> bytes:
-    raw = value.encode()
-    if len(raw) > MAX_TEXT_BYTES:
-        raise MembershipCodecError(f"text longer than {MAX_TEXT_BYTES} bytes: {value[:40]!r}...")
-    return bytes((len(raw),)) + raw
+def _text(w: Writer, value: str) -> None:
+    w.text(value, width=1, max_len=MAX_TEXT_BYTES)
 
 
-def _member_body(incarnation: int, meta: MemberMeta, gossip_addr: str, with_host: bool) -> bytes:
-    return b"".join(
-        (
-            _ALIVE_HEAD.pack(incarnation, meta.node_id),
-            _text(gossip_addr),
-            _text(meta.client_addr),
-            _text(meta.peer_addr),
-            _text(meta.rack),
-            _CAPACITY.pack(meta.capacity),
-            _text(meta.host) if with_host else b"",
-        )
-    )
+def _member_body(w: Writer, incarnation: int, meta: MemberMeta, gossip_addr: str, with_host: bool) -> None:
+    w.struct(_ALIVE_HEAD, incarnation, meta.node_id)
+    _text(w, gossip_addr)
+    _text(w, meta.client_addr)
+    _text(w, meta.peer_addr)
+    _text(w, meta.rack)
+    w.f64(meta.capacity)
+    if with_host:
+        _text(w, meta.host)
+
+
+def _body(message: Message) -> tuple[MessageType, bytes]:
+    w = Writer(BIG)
+    match message:
+        case Ping(seq, target):
+            kind = MessageType.PING
+            w.struct(_PING, seq, target)
+        case IndirectPing(seq, target, target_addr, want_nack):
+            kind = MessageType.INDIRECT_PING
+            w.struct(_INDIRECT, seq, target, _WANT_NACK if want_nack else 0)
+            _text(w, target_addr)
+        case Ack(seq):
+            kind = MessageType.ACK
+            w.struct(_SEQ, seq)
+        case Nack(seq):
+            kind = MessageType.NACK
+            w.struct(_SEQ, seq)
+        case Suspect(incarnation, node, accuser):
+            kind = MessageType.SUSPECT
+            w.struct(_ACCUSE, incarnation, node, accuser)
+        case Dead(incarnation, node, accuser):
+            kind = MessageType.DEAD
+            w.struct(_ACCUSE, incarnation, node, accuser)
+        case Alive(incarnation, meta, gossip_addr):
+            kind = MessageType.ALIVE
+            _member_body(w, incarnation, meta, gossip_addr, bool(meta.host))
+        case _:
+            raise MembershipCodecError(f"not a message: {message!r}")
+    return kind, w.bytes()
 
 
 def encode_message(message: Message) -> bytes:
     """One framed message, ready to be packed into a packet."""
     try:
-        match message:
-            case Ping(seq, target):
-                kind, body = MessageType.PING, _PING.pack(seq, target)
-            case IndirectPing(seq, target, target_addr, want_nack):
-                flags = _WANT_NACK if want_nack else 0
-                kind, body = MessageType.INDIRECT_PING, _INDIRECT.pack(seq, target, flags) + _text(target_addr)
-            case Ack(seq):
-                kind, body = MessageType.ACK, _SEQ.pack(seq)
-            case Nack(seq):
-                kind, body = MessageType.NACK, _SEQ.pack(seq)
-            case Suspect(incarnation, node, accuser):
-                kind, body = MessageType.SUSPECT, _ACCUSE.pack(incarnation, node, accuser)
-            case Dead(incarnation, node, accuser):
-                kind, body = MessageType.DEAD, _ACCUSE.pack(incarnation, node, accuser)
-            case Alive(incarnation, meta, gossip_addr):
-                kind, body = MessageType.ALIVE, _member_body(incarnation, meta, gossip_addr, bool(meta.host))
-            case _:
-                raise MembershipCodecError(f"not a message: {message!r}")
-    except struct.error as exc:
+        kind, body = _body(message)
+        frame = Writer(BIG)
+        frame.struct(_FRAME, kind, len(body))
+        frame.put(body)
+        return frame.bytes()
+    except BinaryEncodeError as exc:
         raise MembershipCodecError(f"field out of range in {message!r}: {exc}") from exc
-    return _FRAME.pack(kind, len(body)) + body
 
 
 def encode_packet(tag: int, sender: int, sender_members: int, frames: Iterable[bytes]) -> bytes:
     """A packet from already framed messages (see :func:`encode_message`)."""
+    w = Writer(BIG)
     try:
-        header = _HEADER.pack(_PACKET_MAGIC, VERSION, tag, sender) + _MEMBERS.pack(sender_members)
-    except struct.error as exc:
+        w.struct(_HEADER, _PACKET_MAGIC, VERSION, tag, sender)
+        w.struct(_MEMBERS, sender_members)
+    except BinaryEncodeError as exc:
         raise MembershipCodecError(f"header field out of range: {exc}") from exc
-    return header + b"".join(frames)
+    w.parts.extend(frames)
+    return w.bytes()
 
 
 def encode_push_pull(state: PushPull) -> bytes:
     try:
         with_hosts = any(entry.meta.host for entry in state.entries)
         flags = (_JOIN if state.join else 0) | (_WITH_HOSTS if with_hosts else 0)
-        head = _HEADER.pack(_STATE_MAGIC, VERSION, state.cluster_tag, state.sender) + _STATE_HEAD.pack(
-            flags, len(state.entries)
-        )
-        parts = [head]
+        w = Writer(BIG)
+        w.struct(_HEADER, _STATE_MAGIC, VERSION, state.cluster_tag, state.sender)
+        w.struct(_STATE_HEAD, flags, len(state.entries))
         for entry in state.entries:
-            parts.append(_STATE_BYTE.pack(entry.state))
-            parts.append(_member_body(entry.incarnation, entry.meta, entry.gossip_addr, with_hosts))
-    except struct.error as exc:
+            w.u8(entry.state)
+            _member_body(w, entry.incarnation, entry.meta, entry.gossip_addr, with_hosts)
+    except BinaryEncodeError as exc:
         raise MembershipCodecError(f"field out of range in push-pull state: {exc}") from exc
-    return b"".join(parts)
+    return w.bytes()
 
 
 # Decoding
 
 
-def _read_text(data: bytes, offset: int, end: int) -> tuple[str, int]:
-    if offset >= end:
-        raise MembershipCodecError("text length missing")
-    length = data[offset]
-    offset += 1
-    if offset + length > end:
-        raise MembershipCodecError("text runs past its message")
-    try:
-        return data[offset : offset + length].decode(), offset + length
-    except UnicodeDecodeError as exc:
-        raise MembershipCodecError("text is not UTF-8") from exc
-
-
-def _read_member(data: bytes, offset: int, end: int, with_host: bool) -> tuple[int, MemberMeta, str, int]:
+def _read_member(r: Reader, with_host: bool) -> tuple[int, MemberMeta, str]:
     """One member record; ``with_host``: it ends with a host (a push-pull entry whose state says so, or an
     alive body longer than the first format's)."""
-    if offset + _ALIVE_HEAD.size > end:
-        raise MembershipCodecError("member record truncated")
-    incarnation, node = _ALIVE_HEAD.unpack_from(data, offset)
-    offset += _ALIVE_HEAD.size
-    gossip_addr, offset = _read_text(data, offset, end)
-    client_addr, offset = _read_text(data, offset, end)
-    peer_addr, offset = _read_text(data, offset, end)
-    rack, offset = _read_text(data, offset, end)
-    if offset + _CAPACITY.size > end:
-        raise MembershipCodecError("member record truncated")
-    (capacity,) = _CAPACITY.unpack_from(data, offset)
-    offset += _CAPACITY.size
-    host = ""
-    if with_host:
-        host, offset = _read_text(data, offset, end)
+    incarnation, node = r.struct(_ALIVE_HEAD, "member record")
+    gossip_addr = r.text("gossip address text", width=1)
+    client_addr = r.text("client address text", width=1)
+    peer_addr = r.text("peer address text", width=1)
+    rack = r.text("rack text", width=1)
+    capacity = r.f64("member record capacity", finite=False)  # MemberMeta judges the value
+    host = r.text("host text", width=1) if with_host else ""
     try:
         meta = MemberMeta(node, client_addr, peer_addr, rack, capacity, host)
         split_host_port(gossip_addr)
     except (MetadataError, ValueError) as exc:
         raise MembershipCodecError(f"bad member record: {exc}") from exc
-    return incarnation, meta, gossip_addr, offset
+    return incarnation, meta, gossip_addr
 
 
 def _nonzero(node: int, what: str) -> int:
@@ -312,43 +305,45 @@ def _nonzero(node: int, what: str) -> int:
 # Cached: the same alive message reaches a member many times while it spreads. Errors are not cached.
 @functools.lru_cache(maxsize=4096)
 def _decode_alive(body: bytes) -> Alive:
-    incarnation, meta, gossip_addr, offset = _read_member(body, 0, len(body), with_host=False)
-    if offset != len(body):  # a host follows the first format's fields
-        incarnation, meta, gossip_addr, offset = _read_member(body, 0, len(body), with_host=True)
-    if offset != len(body):
+    r = Reader(body, "alive message", order=BIG)
+    incarnation, meta, gossip_addr = _read_member(r, with_host=False)
+    if r.left:  # a host follows the first format's fields
+        r = Reader(body, "alive message", order=BIG)
+        incarnation, meta, gossip_addr = _read_member(r, with_host=True)
+    if r.left:
         raise MembershipCodecError("trailing bytes in alive message")
     return Alive(incarnation, meta, gossip_addr)
 
 
-def _decode_body(kind: int, data: bytes, offset: int, end: int) -> Message:
-    size = end - offset
+def _decode_body(kind: int, r: Reader) -> Message:
+    size = r.left
     if kind == MessageType.PING:
         if size != _PING.size:
             raise MembershipCodecError(f"ping body is {size} bytes")
-        seq, target = _PING.unpack_from(data, offset)
+        seq, target = r.struct(_PING, "ping")
         return Ping(seq, _nonzero(target, "ping target"))
     if kind in (MessageType.ACK, MessageType.NACK):
         if size != _SEQ.size:
             raise MembershipCodecError(f"ack/nack body is {size} bytes")
-        (seq,) = _SEQ.unpack_from(data, offset)
+        (seq,) = r.struct(_SEQ, "ack")
         return Ack(seq) if kind == MessageType.ACK else Nack(seq)
     if kind in (MessageType.SUSPECT, MessageType.DEAD):
         if size != _ACCUSE.size:
             raise MembershipCodecError(f"suspect/dead body is {size} bytes")
-        incarnation, node, accuser = _ACCUSE.unpack_from(data, offset)
+        incarnation, node, accuser = r.struct(_ACCUSE, "accusation")
         _nonzero(node, "accused")
         _nonzero(accuser, "accuser")
         return Suspect(incarnation, node, accuser) if kind == MessageType.SUSPECT else Dead(incarnation, node, accuser)
     if kind == MessageType.ALIVE:
-        return _decode_alive(data[offset:end])
+        return _decode_alive(bytes(r.take(size, "alive message")))
     if kind == MessageType.INDIRECT_PING:
         if size < _INDIRECT.size:
             raise MembershipCodecError("indirect ping truncated")
-        seq, target, flags = _INDIRECT.unpack_from(data, offset)
+        seq, target, flags = r.struct(_INDIRECT, "indirect ping")
         if flags & ~_WANT_NACK:
             raise MembershipCodecError(f"unknown indirect ping flags {flags:#x}")
-        target_addr, offset = _read_text(data, offset + _INDIRECT.size, end)
-        if offset != end:
+        target_addr = r.text("indirect ping target address text", width=1)
+        if r.left:
             raise MembershipCodecError("trailing bytes in indirect ping")
         try:
             split_host_port(target_addr)
@@ -358,36 +353,29 @@ def _decode_body(kind: int, data: bytes, offset: int, end: int) -> Message:
     raise MembershipCodecError(f"unknown message type {kind}")
 
 
-def _read_header(data: bytes, magic: int, what: str) -> tuple[int, int]:
-    if len(data) < _HEADER.size:
-        raise MembershipCodecError(f"{what} shorter than its header ({len(data)} bytes)")
-    found_magic, version, tag, sender = _HEADER.unpack_from(data, 0)
+def _read_header(r: Reader, magic: int) -> tuple[int, int]:
+    if r.left < _HEADER.size:
+        raise MembershipCodecError(f"{r.what} shorter than its header ({r.left} bytes)")
+    found_magic, version, tag, sender = r.struct(_HEADER, "header")
     if found_magic != magic:
-        raise MembershipCodecError(f"not a {what} (magic {found_magic:#x})")
+        raise MembershipCodecError(f"not a {r.what} (magic {found_magic:#x})")
     if version != VERSION:
-        raise MembershipCodecError(f"{what} version {version} is not {VERSION}")
+        raise MembershipCodecError(f"{r.what} version {version} is not {VERSION}")
     return tag, _nonzero(sender, "sender")
 
 
 def decode_packet(data: bytes | bytearray | memoryview) -> Packet:
     """Decode a whole packet or raise :class:`MembershipCodecError`; a packet is accepted or dropped as a unit."""
-    data = bytes(data)
-    tag, sender = _read_header(data, _PACKET_MAGIC, "packet")
-    if len(data) < HEADER_BYTES:
-        raise MembershipCodecError("packet header truncated")
-    (sender_members,) = _MEMBERS.unpack_from(data, _HEADER.size)
-    messages: list[Message] = []
-    offset, total = HEADER_BYTES, len(data)
-    while offset < total:
-        if offset + _FRAME.size > total:
-            raise MembershipCodecError("frame header truncated")
-        kind, length = _FRAME.unpack_from(data, offset)
-        offset += _FRAME.size
-        end = offset + length
-        if end > total:
-            raise MembershipCodecError("frame runs past the packet")
-        messages.append(_decode_body(kind, data, offset, end))
-        offset = end
+    r = Reader(data, "packet", order=BIG)
+    try:
+        tag, sender = _read_header(r, _PACKET_MAGIC)
+        (sender_members,) = r.struct(_MEMBERS, "packet header")
+        messages: list[Message] = []
+        while r.left:
+            kind, length = r.struct(_FRAME, "frame header")
+            messages.append(_decode_body(kind, r.sub(length, "frame body")))
+    except BinaryDecodeError as exc:
+        raise MembershipCodecError(str(exc)) from exc
     if not messages:
         raise MembershipCodecError("packet has no messages")
     return Packet(tag, sender, sender_members, tuple(messages))
@@ -395,26 +383,25 @@ def decode_packet(data: bytes | bytearray | memoryview) -> Packet:
 
 def decode_push_pull(data: bytes | bytearray | memoryview) -> PushPull:
     """Decode a push-pull state or raise :class:`MembershipCodecError`."""
-    data = bytes(data)
-    tag, sender = _read_header(data, _STATE_MAGIC, "push-pull state")
-    offset, total = _HEADER.size, len(data)
-    if offset + _STATE_HEAD.size > total:
-        raise MembershipCodecError("push-pull state truncated")
-    flags, count = _STATE_HEAD.unpack_from(data, offset)
-    offset += _STATE_HEAD.size
-    if flags & ~(_JOIN | _WITH_HOSTS):
-        raise MembershipCodecError(f"unknown push-pull flags {flags:#x}")
-    if count * _SMALLEST_ENTRY > total - offset:
-        raise MembershipCodecError(f"push-pull state claims {count} members in {total - offset} bytes")
-    entries: list[StateEntry] = []
-    for _ in range(count):
-        raw_state = data[offset] if offset < total else -1
-        try:
-            state = MemberState(raw_state)
-        except ValueError as exc:
-            raise MembershipCodecError(f"unknown member state {raw_state}") from exc
-        incarnation, meta, gossip_addr, offset = _read_member(data, offset + 1, total, bool(flags & _WITH_HOSTS))
-        entries.append(StateEntry(incarnation, meta, gossip_addr, state))
-    if offset != total:
-        raise MembershipCodecError("trailing bytes after push-pull state")
+    r = Reader(data, "push-pull state", order=BIG)
+    try:
+        tag, sender = _read_header(r, _STATE_MAGIC)
+        flags, count = r.struct(_STATE_HEAD, "push-pull state header")
+        if flags & ~(_JOIN | _WITH_HOSTS):
+            raise MembershipCodecError(f"unknown push-pull flags {flags:#x}")
+        if count * _SMALLEST_ENTRY > r.left:
+            raise MembershipCodecError(f"push-pull state claims {count} members in {r.left} bytes")
+        entries: list[StateEntry] = []
+        for _ in range(count):
+            raw_state = r.u8("member state")
+            try:
+                state = MemberState(raw_state)
+            except ValueError as exc:
+                raise MembershipCodecError(f"unknown member state {raw_state}") from exc
+            incarnation, meta, gossip_addr = _read_member(r, bool(flags & _WITH_HOSTS))
+            entries.append(StateEntry(incarnation, meta, gossip_addr, state))
+        if r.left:
+            raise MembershipCodecError("trailing bytes after push-pull state")
+    except BinaryDecodeError as exc:
+        raise MembershipCodecError(str(exc)) from exc
     return PushPull(tag, sender, bool(flags & _JOIN), tuple(entries))

@@ -62,12 +62,13 @@ _FACE = _face()
 _PEER_CODEC = (
     "multiraft.node.peer.messages",
     "multiraft.node.peer.consumer_group_messages",
-    "multiraft.node.peer_codec",
 )
 
 # layer (module prefix) -> module prefixes it must not import. The most specific layer wins.
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "storage": ("multiraft", "rpc", "membership", "spark_connector", "tests", "benchmarks"),
+    # The shared binary primitives are a pure leaf (no other module of ours, no I/O): every floor may use them.
+    "storage.binary": _PURE,
     "membership": ("multiraft", "storage", "rpc", "spark_connector", "tests", "benchmarks"),
     # The Raft core is sans-IO: none of our other packages, and nothing that touches sockets, files,
     # clocks, threads or global randomness (a seeded generator is injected).
@@ -111,10 +112,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 }
 # Exceptions to a forbidden prefix for a layer: the connector may use the public face (`multiraft`) only.
 ALLOWED: dict[str, tuple[str, ...]] = {
-    "multiraft.raft": ("multiraft.raft",),
+    # The pure cores' codecs are written over the shared binary primitives (a pure leaf).
+    "multiraft.raft": ("multiraft.raft", "storage.binary"),
     "multiraft.tools": ("multiraft.tools",),
-    "multiraft.controller": ("multiraft.controller",),
+    "multiraft.controller": ("multiraft.controller", "storage.binary"),
     "multiraft.consumer_groups": ("multiraft.consumer_groups",),
+    # The bottom floor's shared binary primitives: membership imports nothing else of ours.
+    "membership": ("storage.binary",),
     "multiraft.node.vocabulary": (
         "multiraft.node.vocabulary",
         "multiraft.controller",
@@ -254,13 +258,14 @@ def test_the_node_runtime_may_not_import_the_servicers_or_the_server(tmp_path: P
 def test_the_node_vocabulary_may_not_import_a_codec_or_a_room(tmp_path: Path) -> None:
     probe = tmp_path / "_layering_probe.py"
     probe.write_text(
-        "import struct\nfrom multiraft.node.peer_codec import Writer\nfrom multiraft.node.replicas import partition\n"
+        "import struct\nfrom multiraft.node.peer.messages import decode\n"
+        "from multiraft.node.replicas import partition\n"
         "from multiraft import controller as ctl\nfrom multiraft.errors import InvalidArgumentError\n"
     )
     module = "multiraft.node.vocabulary._layering_probe"
     assert _violations(probe, module) == [
         f"_layering_probe.py:1: {module} (multiraft.node.vocabulary) imports struct",
-        f"_layering_probe.py:2: {module} (multiraft.node.vocabulary) imports multiraft.node.peer_codec",
+        f"_layering_probe.py:2: {module} (multiraft.node.vocabulary) imports multiraft.node.peer.messages",
         f"_layering_probe.py:3: {module} (multiraft.node.vocabulary) imports multiraft.node.replicas",
     ]
 
@@ -326,6 +331,31 @@ def test_the_client_may_use_the_batch_format_but_not_the_storage_engine(tmp_path
     assert _violations(probe, "multiraft.tools.cli._layering_probe") == []  # the runtime may use the engine
 
 
+def test_membership_and_the_pure_cores_may_use_the_binary_primitives_and_nothing_else_of_storage(
+    tmp_path: Path,
+) -> None:
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text("from storage.binary import Reader\nfrom storage import binary\nimport storage.log\n")
+    for module, layer in (
+        ("membership._layering_probe", "membership"),
+        ("multiraft.raft._layering_probe", "multiraft.raft"),
+        ("multiraft.controller._layering_probe", "multiraft.controller"),
+    ):
+        assert _violations(probe, module) == [  # `from storage import binary` names the package too
+            f"_layering_probe.py:2: {module} ({layer}) imports storage",
+            f"_layering_probe.py:3: {module} ({layer}) imports storage.log",
+        ]
+
+
+def test_the_binary_primitives_import_nothing_of_ours_and_do_no_io(tmp_path: Path) -> None:
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text("import struct\nimport os\nfrom storage.errors import StorageError\n")
+    assert _violations(probe, "storage.binary") == [
+        "_layering_probe.py:2: storage.binary (storage.binary) imports os",
+        "_layering_probe.py:3: storage.binary (storage.binary) imports storage.errors",
+    ]
+
+
 def test_the_raft_core_may_not_read_the_clock(tmp_path: Path) -> None:
     probe = tmp_path / "_layering_probe.py"
     probe.write_text("import time\nfrom . import log\nfrom multiraft.raft import node\nfrom datetime import date\n")
@@ -373,6 +403,10 @@ def test_the_spark_connector_may_use_the_public_face_only(tmp_path: Path) -> Non
 def test_nothing_below_the_tools_imports_them(tmp_path: Path) -> None:
     probe = tmp_path / "_layering_probe.py"
     probe.write_text("from multiraft.tools.launcher import Cluster\n")
-    for module in ("multiraft.node._layering_probe", "rpc.server._layering_probe", "multiraft._layering_probe"):
+    for module in (
+        "multiraft.node._layering_probe",
+        "rpc.server.front_door._layering_probe",
+        "multiraft._layering_probe",
+    ):
         assert len(_violations(probe, module)) == 1
     assert _violations(probe, "multiraft.tools.nemesis._layering_probe") == []

@@ -16,11 +16,11 @@ from newer code, as for any new type. The security commands are in :mod:`._secur
 the node has one (absent when empty, so that logs and snapshots written before hosts existed still load and
 clusters without hosts write the same bytes as before).
 
-A snapshot is a 9-byte header, ``b"MRCS"``, format version (u8) and the CRC-32 of the body (u32, little
-endian), then the body: zlib-compressed JSON of the whole state with nodes sorted by id, topics by name, and
-each partition as ``[group_id, replicas, learners, preferred_leader]``, and ``cluster_configs`` (a string map)
-only when some dynamic cluster setting is set, so that other snapshots keep their bytes. Equal states give
-equal bytes.
+A snapshot is a 9-byte header (written and read with :mod:`storage.binary`), ``b"MRCS"``, format version (u8)
+and the CRC-32 of the body (u32, little endian), then the body: zlib-compressed JSON of the whole state with
+nodes sorted by id, topics by name, and each partition as ``[group_id, replicas, learners, preferred_leader]``,
+and ``cluster_configs`` (a string map) only when some dynamic cluster setting is set, so that other snapshots
+keep their bytes. Equal states give equal bytes.
 
 Decoding checks every field's type and the exact set of keys, so a decoded value is always well typed; whether
 it makes sense (a known node, a valid name) is for apply() to judge. Malformed input raises
@@ -37,6 +37,8 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, NoReturn
+
+from storage.binary import BinaryDecodeError, BinaryEncodeError, Reader, Writer
 
 from ._model import (
     AllocateProducerIds,
@@ -371,24 +373,29 @@ def encode_snapshot(state: ClusterState) -> bytes:
         if state.cluster_configs:  # absent when empty, as security
             obj["cluster_configs"] = dict(state.cluster_configs)
         body = zlib.compress(_dumps(obj), 6)
-    except (ValueError, TypeError, AttributeError) as exc:
+        out = Writer()
+        out.struct(_SNAPSHOT_HEADER, SNAPSHOT_MAGIC, SNAPSHOT_FORMAT_VERSION, zlib.crc32(body))
+        out.put(body)
+    except (BinaryEncodeError, ValueError, TypeError, AttributeError) as exc:
         raise CommandEncodeError(f"cannot encode the snapshot: {exc}") from exc
-    return _SNAPSHOT_HEADER.pack(SNAPSHOT_MAGIC, SNAPSHOT_FORMAT_VERSION, zlib.crc32(body)) + body
+    return out.bytes()
 
 
 def decode_snapshot(data: bytes | bytearray | memoryview) -> ClusterState:
     """The state in a snapshot. Malformed or inconsistent data raises :class:`CommandDecodeError`."""
     raw = _bytes(data, "snapshot")
-    if len(raw) < _SNAPSHOT_HEADER.size:
-        _fail("snapshot", f"is {len(raw)} bytes, shorter than its header")
-    magic, version, crc = _SNAPSHOT_HEADER.unpack_from(raw)
+    reader = Reader(raw, "snapshot")
+    try:
+        magic, version, crc = reader.struct(_SNAPSHOT_HEADER, "header")
+    except BinaryDecodeError as exc:
+        raise CommandDecodeError(str(exc)) from exc
     if magic != SNAPSHOT_MAGIC:
         _fail("snapshot", "does not start with the controller snapshot magic")
     if version > SNAPSHOT_FORMAT_VERSION:
         raise UnsupportedVersionError(f"snapshot format version {version}; this code reads up to 1")
     if version < 1:
         _fail("snapshot", f"has unknown format version {version}")
-    body = raw[_SNAPSHOT_HEADER.size :]
+    body = raw[reader.at :]
     if zlib.crc32(body) != crc:
         _fail("snapshot", "fails its CRC check")
     try:

@@ -13,12 +13,16 @@ Message layout::
 transport can ``writelines``/``sendmsg`` them without copying a payload; :func:`encode_message` joins them.
 :func:`decode_message` returns entries whose payloads are zero-copy ``memoryview`` slices of the input (they keep
 the input buffer alive). Malformed, truncated or trailing bytes raise :class:`DecodeError` and nothing else.
+
+Every field goes through the shared bounds-checked primitives of :mod:`storage.binary`; their errors are mapped
+to :class:`DecodeError`/:class:`EncodeError` here, at the codec's boundary.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+
+from storage.binary import BinaryDecodeError, BinaryEncodeError, Reader, Writer
 
 from .confchange import ConfChange, ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfState
 from .errors import DecodeError, EncodeError
@@ -62,20 +66,18 @@ _ENTRY_KINDS = tuple(EntryKind)
 _CONF_CHANGE_TYPES = tuple(ConfChangeType)
 _TRANSITIONS = tuple(ConfChangeTransition)
 
-_ENCODE_ERRORS = (struct.error, OverflowError, TypeError, AttributeError)
-_DECODE_ERRORS = (struct.error, ValueError, IndexError, OverflowError, TypeError)
+_ENCODE_ERRORS = (BinaryEncodeError, OverflowError, TypeError, AttributeError)
+# An enum index out of range (IndexError) is a malformed value; the primitives raise BinaryDecodeError only.
+_DECODE_ERRORS = (BinaryDecodeError, ValueError, IndexError, OverflowError, TypeError)
 
 Buffer = bytes | bytearray | memoryview
 
 
-def _byte_view(data: Buffer) -> memoryview:
+def _reader(data: Buffer, what: str) -> Reader:
     try:
-        view = memoryview(data)
-        if view.ndim != 1 or view.itemsize != 1 or view.format != "B":
-            view = view.cast("B")
+        return Reader(data, what)
     except (TypeError, ValueError) as exc:
         raise DecodeError(f"cannot read the input as bytes: {exc}") from exc
-    return view
 
 
 # --- messages ------------------------------------------------------------------------------------------------
@@ -96,12 +98,9 @@ def encode_message_buffers(message: Message) -> list[bytes | memoryview]:
             | (_HAS_SNAPSHOT if snapshot is not None else 0)
             | (_LOG_LOST if message.log_lost else 0)
         )
-        n = len(entries)
-        header_size = _HEADER.size + len(context)
-        block = bytearray(header_size + n * _ENTRY.size)
-        _HEADER.pack_into(
-            block,
-            0,
+        block = Writer()
+        block.struct(
+            _HEADER,
             WIRE_VERSION,
             message.type,
             flags,
@@ -112,24 +111,25 @@ def encode_message_buffers(message: Message) -> list[bytes | memoryview]:
             message.index,
             message.commit,
             message.reject_hint,
-            n,
+            len(entries),
             len(context),
         )
-        block[_HEADER.size : header_size] = context
+        block.put(context)
         buffers: list[bytes | memoryview] = [b""]
-        offset = header_size
-        pack_entry = _ENTRY.pack_into
+        pack_entry = block.struct
         for entry in entries:
             payload = entry.payload
-            pack_entry(block, offset, entry.index, entry.term, entry.kind, entry.timestamp_ms, len(payload))
-            offset += _ENTRY.size
+            pack_entry(_ENTRY, entry.index, entry.term, entry.kind, entry.timestamp_ms, len(payload))
             if payload:
                 buffers.append(payload)
-        buffers[0] = bytes(block)
+        buffers[0] = block.bytes()
         if snapshot is not None:
-            conf = encode_conf_state(snapshot.meta.conf_state)
             meta = snapshot.meta
-            buffers.append(_SNAPSHOT.pack(meta.index, meta.term, len(conf), len(snapshot.data)) + conf)
+            conf = encode_conf_state(meta.conf_state)
+            tail = Writer()
+            tail.struct(_SNAPSHOT, meta.index, meta.term, len(conf), len(snapshot.data))
+            tail.put(conf)
+            buffers.append(tail.bytes())
             if snapshot.data:
                 buffers.append(snapshot.data)
     except _ENCODE_ERRORS as exc:
@@ -144,13 +144,12 @@ def encode_message(message: Message) -> bytes:
 
 def decode_message(data: Buffer) -> Message:
     """Decode one message; payloads are zero-copy slices of ``data``. Raises :class:`DecodeError`."""
-    view = _byte_view(data)
-    size = len(view)
+    r = _reader(data, "message")
     try:
-        if size < _HEADER.size:
-            raise DecodeError(f"truncated message: {size} bytes, the header alone is {_HEADER.size}")
-        (version, mtype, flags, to, sender, term, log_term, index, commit, reject_hint, n, context_len) = (
-            _HEADER.unpack_from(view, 0)
+        if r.left < _HEADER.size:
+            raise DecodeError(f"truncated message: {r.left} bytes, the header alone is {_HEADER.size}")
+        (version, mtype, flags, to, sender, term, log_term, index, commit, reject_hint, n, context_len) = r.struct(
+            _HEADER, "header"
         )
         if version != WIRE_VERSION:
             raise DecodeError(f"unknown wire version {version}")
@@ -160,40 +159,23 @@ def decode_message(data: Buffer) -> Message:
             raise DecodeError(f"unknown message type {mtype}")
         if to == 0 or sender == 0:
             raise DecodeError("node ids must be > 0")
-        offset = _HEADER.size
-        if offset + context_len + n * _ENTRY.size > size:
+        if context_len + n * _ENTRY.size > r.left:  # before the context is copied
             raise DecodeError("truncated message: context or entry table runs past the end")
-        context = bytes(view[offset : offset + context_len])
-        offset += context_len
-        table_end = offset + n * _ENTRY.size
+        context = bytes(r.take(context_len, "context"))
         entries: list[Entry] = []
         if n:
             kinds = _ENTRY_KINDS
-            position = table_end
+            take = r.take
             append = entries.append
-            for e_index, e_term, e_kind, e_time, e_len in _ENTRY.iter_unpack(view[offset:table_end]):
-                end = position + e_len
-                if end > size:
-                    raise DecodeError("truncated message: a payload runs past the end")
-                append(Entry(e_index, e_term, kinds[e_kind], e_time, view[position:end]))
-                position = end
-            offset = position
-        else:
-            offset = table_end
+            for e_index, e_term, e_kind, e_time, e_len in r.structs(_ENTRY, n, "entry table"):
+                append(Entry(e_index, e_term, kinds[e_kind], e_time, take(e_len, "payload")))
         snapshot = None
         if flags & _HAS_SNAPSHOT:
-            if offset + _SNAPSHOT.size > size:
-                raise DecodeError("truncated message: snapshot header runs past the end")
-            s_index, s_term, conf_len, data_len = _SNAPSHOT.unpack_from(view, offset)
-            offset += _SNAPSHOT.size
-            if offset + conf_len + data_len > size:
-                raise DecodeError("truncated message: snapshot runs past the end")
-            conf_state = decode_conf_state(view[offset : offset + conf_len])
-            offset += conf_len
-            snapshot = Snapshot(SnapshotMeta(s_index, s_term, conf_state), bytes(view[offset : offset + data_len]))
-            offset += data_len
-        if offset != size:
-            raise DecodeError(f"{size - offset} trailing bytes after the message")
+            s_index, s_term, conf_len, data_len = r.struct(_SNAPSHOT, "snapshot header")
+            conf_state = decode_conf_state(r.take(conf_len, "snapshot configuration"))
+            snapshot = Snapshot(SnapshotMeta(s_index, s_term, conf_state), bytes(r.take(data_len, "snapshot data")))
+        if r.left:
+            raise DecodeError(f"{r.left} trailing bytes after the message")
         return Message(
             type=_MESSAGE_TYPES[mtype],
             to=to,
@@ -220,48 +202,33 @@ def decode_message(data: Buffer) -> Message:
 # --- configuration -------------------------------------------------------------------------------------------
 
 
-def _pack_ids(ids: Sequence[int]) -> bytes:
-    return struct.pack(f"<{len(ids)}Q", *ids)
-
-
 def encode_conf_state(conf_state: ConfState) -> bytes:
     """Encode a configuration (for snapshot metadata and storage adapters)."""
     try:
         cs = conf_state
-        return b"".join(
-            (
-                _CONF_STATE.pack(
-                    1 if cs.auto_leave else 0,
-                    len(cs.voters),
-                    len(cs.learners),
-                    len(cs.voters_outgoing),
-                    len(cs.learners_next),
-                ),
-                _pack_ids(cs.voters),
-                _pack_ids(cs.learners),
-                _pack_ids(cs.voters_outgoing),
-                _pack_ids(cs.learners_next),
-            )
-        )
+        groups = (cs.voters, cs.learners, cs.voters_outgoing, cs.learners_next)
+        w = Writer()
+        w.struct(_CONF_STATE, 1 if cs.auto_leave else 0, *(len(ids) for ids in groups))
+        for ids in groups:
+            w.array("Q", ids)
+        return w.bytes()
     except _ENCODE_ERRORS as exc:
         raise EncodeError(f"cannot encode {conf_state!r}: {exc}") from exc
 
 
 def decode_conf_state(data: Buffer) -> ConfState:
-    view = _byte_view(data)
+    r = _reader(data, "configuration")
     try:
-        if len(view) < _CONF_STATE.size:
+        if r.left < _CONF_STATE.size:
             raise DecodeError("truncated configuration")
-        auto_leave, *counts = _CONF_STATE.unpack_from(view, 0)
+        auto_leave, *counts = r.struct(_CONF_STATE, "header")
         if auto_leave > 1:
             raise DecodeError(f"bad auto_leave flag {auto_leave}")
-        if _CONF_STATE.size + 8 * sum(counts) != len(view):
+        if 8 * sum(counts) != r.left:
             raise DecodeError("configuration length does not match its id counts")
-        offset = _CONF_STATE.size
         groups: list[tuple[int, ...]] = []
         for count in counts:
-            ids = struct.unpack_from(f"<{count}Q", view, offset)
-            offset += 8 * count
+            ids = r.array("Q", count, "node ids")
             if any(node_id == 0 for node_id in ids):
                 raise DecodeError("node ids must be > 0")
             groups.append(ids)
@@ -275,34 +242,32 @@ def decode_conf_state(data: Buffer) -> ConfState:
 def encode_conf_change(change: ConfChange) -> bytes:
     """Encode a configuration change (the payload of a CONFIG entry)."""
     try:
-        parts = [_CONF_CHANGE.pack(WIRE_VERSION, change.transition, len(change.changes), len(change.context))]
-        parts.extend(_CONF_CHANGE_SINGLE.pack(single.type, single.node_id) for single in change.changes)
-        parts.append(change.context)
-        return b"".join(parts)
+        w = Writer()
+        w.struct(_CONF_CHANGE, WIRE_VERSION, change.transition, len(change.changes), len(change.context))
+        for single in change.changes:
+            w.struct(_CONF_CHANGE_SINGLE, single.type, single.node_id)
+        w.put(change.context)
+        return w.bytes()
     except _ENCODE_ERRORS as exc:
         raise EncodeError(f"cannot encode {change!r}: {exc}") from exc
 
 
 def decode_conf_change(data: Buffer) -> ConfChange:
-    view = _byte_view(data)
+    r = _reader(data, "configuration change")
     try:
-        if len(view) < _CONF_CHANGE.size:
+        if r.left < _CONF_CHANGE.size:
             raise DecodeError("truncated configuration change")
-        version, transition, n, context_len = _CONF_CHANGE.unpack_from(view, 0)
+        version, transition, n, context_len = r.struct(_CONF_CHANGE, "header")
         if version != WIRE_VERSION:
             raise DecodeError(f"unknown configuration change version {version}")
-        offset = _CONF_CHANGE.size
-        if offset + n * _CONF_CHANGE_SINGLE.size + context_len != len(view):
+        if n * _CONF_CHANGE_SINGLE.size + context_len != r.left:
             raise DecodeError("configuration change length does not match its counts")
         changes = []
-        for change_type, node_id in _CONF_CHANGE_SINGLE.iter_unpack(
-            view[offset : offset + n * _CONF_CHANGE_SINGLE.size]
-        ):
+        for change_type, node_id in r.structs(_CONF_CHANGE_SINGLE, n, "changes"):
             if node_id == 0:
                 raise DecodeError("node ids must be > 0")
             changes.append(ConfChangeSingle(_CONF_CHANGE_TYPES[change_type], node_id))
-        offset += n * _CONF_CHANGE_SINGLE.size
-        return ConfChange(tuple(changes), _TRANSITIONS[transition], bytes(view[offset:]))
+        return ConfChange(tuple(changes), _TRANSITIONS[transition], bytes(r.take(context_len, "context")))
     except DecodeError:
         raise
     except _DECODE_ERRORS as exc:
@@ -314,32 +279,43 @@ def decode_conf_change(data: Buffer) -> ConfChange:
 
 def encode_hard_state(hard_state: HardState) -> bytes:
     try:
-        return _HARD_STATE.pack(hard_state.term, hard_state.vote, hard_state.commit)
+        w = Writer()
+        w.struct(_HARD_STATE, hard_state.term, hard_state.vote, hard_state.commit)
+        return w.bytes()
     except _ENCODE_ERRORS as exc:
         raise EncodeError(f"cannot encode {hard_state!r}: {exc}") from exc
 
 
 def decode_hard_state(data: Buffer) -> HardState:
-    view = _byte_view(data)
-    if len(view) != _HARD_STATE.size:
-        raise DecodeError(f"a hard state is {_HARD_STATE.size} bytes, got {len(view)}")
-    term, vote, commit = _HARD_STATE.unpack_from(view, 0)
+    r = _reader(data, "hard state")
+    if r.left != _HARD_STATE.size:
+        raise DecodeError(f"a hard state is {_HARD_STATE.size} bytes, got {r.left}")
+    try:
+        term, vote, commit = r.struct(_HARD_STATE, "hard state")
+    except BinaryDecodeError as exc:
+        raise DecodeError(str(exc)) from exc
     return HardState(term, vote, commit)
 
 
 def encode_snapshot_meta(meta: SnapshotMeta) -> bytes:
     conf = encode_conf_state(meta.conf_state)
     try:
-        return _SNAPSHOT_META.pack(meta.index, meta.term, len(conf)) + conf
+        w = Writer()
+        w.struct(_SNAPSHOT_META, meta.index, meta.term, len(conf))
+        w.put(conf)
+        return w.bytes()
     except _ENCODE_ERRORS as exc:
         raise EncodeError(f"cannot encode {meta!r}: {exc}") from exc
 
 
 def decode_snapshot_meta(data: Buffer) -> SnapshotMeta:
-    view = _byte_view(data)
-    if len(view) < _SNAPSHOT_META.size:
+    r = _reader(data, "snapshot metadata")
+    if r.left < _SNAPSHOT_META.size:
         raise DecodeError("truncated snapshot metadata")
-    index, term, conf_len = _SNAPSHOT_META.unpack_from(view, 0)
-    if _SNAPSHOT_META.size + conf_len != len(view):
-        raise DecodeError("snapshot metadata length does not match")
-    return SnapshotMeta(index, term, decode_conf_state(view[_SNAPSHOT_META.size :]))
+    try:
+        index, term, conf_len = r.struct(_SNAPSHOT_META, "header")
+        if conf_len != r.left:
+            raise DecodeError("snapshot metadata length does not match")
+        return SnapshotMeta(index, term, decode_conf_state(r.take(conf_len, "configuration")))
+    except BinaryDecodeError as exc:
+        raise DecodeError(str(exc)) from exc

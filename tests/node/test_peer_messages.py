@@ -539,3 +539,27 @@ def test_every_truncation_of_an_error_becomes_unavailable_naming_the_source(
         assert decoded.message.startswith("node 4 failed")
     decoded = pm.decode_error(encoded + b"\x00", source="node 4")
     assert type(decoded) is UnavailableError
+
+
+# Bytes written before the codec moved onto storage.binary: nodes of either version must read each other.
+PEER_GOLDEN = {
+    "moves": (
+        [MoveReport("t", 0, 1, 2, 3, "copy", 4, 5, 1.5)],
+        "010000000100000074000000000000000001000000000000000200000000000000030000000000000004000000636f7079040000000000"
+        "00000500000000000000000000000000f83f",
+    ),
+    "group ids": ((1, 2), "0200000001000000000000000200000000000000"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PEER_GOLDEN))
+def test_the_peer_wire_format_is_byte_for_byte_the_first_versions(name: str) -> None:
+    value, golden = PEER_GOLDEN[name]
+    assert BY_NAME[name].encode(value).hex() == golden
+    assert list(BY_NAME[name].decode(bytes.fromhex(golden))) == list(value)
+
+
+def test_an_error_is_encoded_byte_for_byte_as_in_the_first_version() -> None:
+    golden = "0d000000554e4b4e4f574e5f544f504943060000006f726465727300000000"
+    assert pm.encode_error(errors.UnknownTopicError("orders")).hex() == golden
+    assert isinstance(pm.decode_error(bytes.fromhex(golden)), errors.UnknownTopicError)

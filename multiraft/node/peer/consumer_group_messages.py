@@ -11,7 +11,7 @@ as in :mod:`multiraft.node.peer.messages`.
 from __future__ import annotations
 
 from multiraft import consumer_groups as g
-from multiraft.node.peer_codec import Reader, Writer, decode
+from multiraft.node.peer.messages import decode
 from multiraft.node.vocabulary.consumer_groups import (
     GroupDelete,
     GroupDescribe,
@@ -25,6 +25,7 @@ from multiraft.node.vocabulary.consumer_groups import (
     GroupsRequest,
     GroupSync,
 )
+from storage.binary import Reader, Writer
 
 __all__ = [
     "encode_groups_request",

@@ -3,7 +3,7 @@
 Every request kind has a request and an answer type, defined in the node's vocabulary
 (:mod:`multiraft.node.vocabulary`); this module holds only what is of the wire: the request kinds, the answer
 statuses, and ``encode_*`` and ``decode_*``, exact inverses over the primitives of
-:mod:`multiraft.node.peer_codec`. Decoding checks every length against the bytes actually there before it
+:mod:`storage.binary`. Decoding checks every length against the bytes actually there before it
 allocates, refuses trailing bytes and out-of-range values, and raises
 :class:`~multiraft.errors.InvalidArgumentError` (naming the message and field) and nothing else, so a
 malformed frame fails only its own request.
@@ -16,12 +16,12 @@ A controller request's command, already decided by the sender, travels in the co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import IntEnum
+from typing import TypeVar
 
 from multiraft import controller as ctl
 from multiraft.errors import InvalidArgumentError, MultiraftError, UnavailableError, error_for_reason
-from multiraft.node.peer_codec import Reader, Writer, decode
 from multiraft.node.vocabulary.capacity import NodeCapacity
 from multiraft.node.vocabulary.catchup import SegmentChunkRequest
 from multiraft.node.vocabulary.controller import (
@@ -34,11 +34,14 @@ from multiraft.node.vocabulary.controller import (
 )
 from multiraft.node.vocabulary.offsets import OffsetRow, OffsetsCommit, OffsetsFetch, OffsetsList, OffsetsRequest
 from multiraft.node.vocabulary.status import LeaderAnnouncement, MoveReport, PartitionStatus
+from storage import binary
+from storage.binary import BinaryDecodeError, Reader, Writer
 
 __all__ = [
     "RequestKind",
     "STATUS_OK",
     "STATUS_ERROR",
+    "decode",
     "encode_error",
     "decode_error",
     "encode_controller_request",
@@ -81,6 +84,17 @@ class RequestKind(IntEnum):
 
 STATUS_OK = 0
 STATUS_ERROR = 1
+
+T = TypeVar("T")
+
+
+def decode(data: bytes | memoryview, what: str, read: Callable[[Reader], T]) -> T:
+    """``read`` the whole of ``data``; malformed bytes fail only their own request, as invalid arguments."""
+    try:
+        return binary.decode(data, what, read)
+    except BinaryDecodeError as exc:
+        raise InvalidArgumentError(str(exc), field=f"{exc.what}.{exc.field}") from exc
+
 
 # ---------------------------------------------------------------------------------------------------- errors
 
