@@ -74,6 +74,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "multiraft.tools": ("spark_connector", "tests", "benchmarks"),
     # The node runtime knows no front door: gRPC servicers and the server are built on its services, outside.
     "multiraft.node": ("rpc", "spark_connector", "tests", "benchmarks"),
+    # Replicas are below the scheduler: it drives them; they propose through the Raft group they are handed.
+    "multiraft.node.replicas": ("multiraft.node.scheduler",),
     "rpc": ("spark_connector", "tests", "benchmarks", "multiraft.tools"),
     # The client library must stay importable without the node runtime, and light: no storage engine.
     "rpc.client": (
