@@ -86,6 +86,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "multiraft.node.vocabulary": (*_PURE, "struct"),
     # The rooms speak the vocabulary; only the peer room (and catch-up's wire parts) encode it.
     **{f"multiraft.node.{room}": _PEER_CODEC for room in ("cluster", "replicas", "scheduler", "services")},
+    # Replicas are below the scheduler: it drives them; they propose through the Raft group they are handed.
+    "multiraft.node.replicas": (*_PEER_CODEC, "multiraft.node.scheduler"),
     "rpc": ("spark_connector", "tests", "benchmarks", "multiraft.tools"),
     # The client library must stay importable without the node runtime, and light: no storage engine.
     "rpc.client": (
@@ -405,7 +407,7 @@ def test_nothing_below_the_tools_imports_them(tmp_path: Path) -> None:
     probe.write_text("from multiraft.tools.launcher import Cluster\n")
     for module in (
         "multiraft.node._layering_probe",
-        "rpc.server.front_door._layering_probe",
+        "rpc.server._layering_probe",
         "multiraft._layering_probe",
     ):
         assert len(_violations(probe, module)) == 1

@@ -6,6 +6,10 @@ view of the cluster (:class:`~multiraft.node.cluster.directory.Directory`). A cl
 deriving from :class:`SchedulerOwned` or :class:`LoopOwned`, and its methods that must run there are marked
 :func:`on_owner_thread`. In debug mode (the default; ``python -O`` or ``MULTIRAFT_CHECK_THREADS=0`` turns it
 off) a call from another thread raises :class:`WrongThreadError` at once, instead of racing silently.
+Every class of the scheduler rooms (``scheduler``, ``replicas``) that holds mutable state derives from one of
+them (``tests/node/test_threads.py`` checks it); a dataclass takes its ``owner`` as a field, and a part built
+inside its owner takes the owner's. An owner checks nothing until its thread binds it, so unit tests build and
+drive these objects on the test thread.
 
 The loop reaches scheduler-owned objects only through :class:`SchedulerHandoff` (submit, or submit and
 await); the scheduler reaches loop-owned objects only through :meth:`LoopHandoff.post`. One exception, built

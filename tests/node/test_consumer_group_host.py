@@ -73,6 +73,11 @@ class _Group:
     is_leader: bool = True
     leader_id: int = 1
     group_id: int = 7
+    proposals: _Scheduler | None = None  # where its proposals wait to be committed
+
+    def propose(self, payload: bytes, completion: Any, *, kind: raft.EntryKind) -> None:
+        assert self.proposals is not None
+        self.proposals.propose(self, payload, completion, kind=kind)
 
 
 class _Scheduler:
@@ -139,12 +144,12 @@ class Node:
 def _node() -> Node:
     scheduler = _Scheduler()
     ids = iter(f"m-{i}" for i in range(1, 100))
-    machine = OffsetsMachine("__consumer_offsets", 0, 7, scheduler, lambda _: None, None, SETTINGS)  # type: ignore[arg-type]
+    machine = OffsetsMachine("__consumer_offsets", 0, 7, scheduler.owner, lambda _: None, None, SETTINGS)  # type: ignore[arg-type]
     clock = _Clock()
     machine.host._member_ids = lambda _client: next(ids)
     machine.host._clock = clock
     scheduler.machine = machine
-    group = _Group()
+    group = _Group(proposals=scheduler)
     node = Node(scheduler, machine, group, clock)
     machine.apply(group, [raft.Entry(1, 2, raft.EntryKind.DATA, 0, b"")])  # type: ignore[arg-type]  # current
     return node

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.node.scheduler.scheduler import Group, Scheduler
+from multiraft.node.scheduler.scheduler import RaftGroup, Scheduler
 from storage import LogStore, StorageConfig
 from tests.node.test_storage_full import Machine, Outbox, append, follower_group, on_thread, wait_until
 
@@ -43,7 +43,7 @@ def _scenario(disk: Path) -> None:
     outbox = Outbox()
     scheduler = Scheduler(store_opener=lambda: LogStore.open(disk / "data", config), tick_ms=3_600_000, outbox=outbox)
     machine = Machine()
-    groups: list[Group] = []
+    groups: list[RaftGroup] = []
 
     def load() -> None:
         store = scheduler.store

@@ -16,8 +16,9 @@ import pytest
 
 from multiraft import raft
 from multiraft.node.replicas.partition import PartitionMachine, PartitionView
+from multiraft.node.replicas.raft_group import RaftGroup
 from multiraft.node.replicas.raft_log import RaftLogStorage
-from multiraft.node.scheduler.scheduler import Group, Scheduler
+from multiraft.node.threads import ThreadOwner
 from multiraft.node.vocabulary.partitions import RetentionPolicy
 from storage import LogStore, SegmentedLog, StorageConfig, encode_batch
 
@@ -27,14 +28,13 @@ T0 = 1_700_000_000_000  # ms: the records' timestamps
 
 @dataclass
 class FakeRaw:
+    """A leader's Raft core that records what its group proposes."""
+
     quiescent: bool = True
-
-
-@dataclass
-class FakeScheduler:
+    term: int = 1
     proposed: list[bytes] = field(default_factory=list)
 
-    def propose(self, group: Any, payload: bytes, completion: Any, *, kind: raft.EntryKind) -> int:
+    def propose(self, payload: bytes, *, kind: raft.EntryKind, timestamp_ms: int) -> int:
         self.proposed.append(payload)
         return len(self.proposed)
 
@@ -59,35 +59,35 @@ def store(tmp_path: Path) -> Iterator[LogStore]:
     opened.close()
 
 
-def leader(store: LogStore, retention: RetentionPolicy) -> tuple[PartitionMachine, Group, FakeScheduler, CountingLog]:
+def leader(store: LogStore, retention: RetentionPolicy) -> tuple[PartitionMachine, RaftGroup, FakeRaw, CountingLog]:
     plog = store.log("t", 0, segment_ms=SEGMENT_MS)
     storage = RaftLogStorage(plog)
     batch = encode_batch([b"record"] * 3, timestamps_ms=T0)
     storage.append([raft.Entry(1, 1, raft.EntryKind.DATA, T0, batch)])
     store.sync()
-    scheduler = FakeScheduler()
+    raw = FakeRaw()
     counting = CountingLog(plog)
     view = PartitionView("t", 0, 1, plog)
-    log_, fake = cast(SegmentedLog, counting), cast(Scheduler, scheduler)
-    machine = PartitionMachine("t", 0, 1, log_, fake, lambda f: None, view)
+    log_ = cast(SegmentedLog, counting)
+    machine = PartitionMachine("t", 0, 1, log_, ThreadOwner("scheduler"), lambda f: None, view)
     machine.retention = retention
-    group = Group(1, cast(raft.RawNode, FakeRaw()), storage, machine, role=raft.Role.LEADER)
-    return machine, group, scheduler, counting
+    group = RaftGroup(1, cast(raft.RawNode, raw), storage, machine, role=raft.Role.LEADER)
+    return machine, group, raw, counting
 
 
 def test_a_quiescent_leader_rolls_its_segment_when_it_reaches_segment_ms_and_reads_nothing_before(
     store: LogStore,
 ) -> None:
-    machine, group, scheduler, counting = leader(store, RetentionPolicy(-1, -1))
+    machine, group, raw, counting = leader(store, RetentionPolicy(-1, -1))
     first_ms = machine.log.segments()[-1].first_timestamp_ms
     assert first_ms > 0
     machine.housekeeping(group, first_ms + 1_000)
     reads = counting.reads
     for second in range(2, 60):
         machine.housekeeping(group, first_ms + second * 1_000)
-    assert counting.reads == reads and scheduler.proposed == []
+    assert counting.reads == reads and raw.proposed == []
     machine.housekeeping(group, first_ms + SEGMENT_MS)
-    assert len(scheduler.proposed) == 1  # the roll, on time
+    assert len(raw.proposed) == 1  # the roll, on time
 
 
 def test_an_awake_leader_is_checked_every_time(store: LogStore) -> None:
@@ -122,21 +122,21 @@ def test_a_quiescent_leader_drops_a_segment_when_it_reaches_retention_ms(tmp_pat
         store.sync()
         segments = plog.segments()
         assert len(segments) >= 3 and segments[0].next_offset > segments[0].base_offset
-        scheduler = FakeScheduler()
+        raw = FakeRaw()
         counting = CountingLog(plog)
         machine = PartitionMachine(
-            "t", 0, 1, cast(SegmentedLog, counting), cast(Scheduler, scheduler), lambda f: None,
+            "t", 0, 1, cast(SegmentedLog, counting), ThreadOwner("scheduler"), lambda f: None,
             PartitionView("t", 0, 1, plog),
         )  # fmt: skip
         machine.retention = RetentionPolicy(30_000, -1)
-        group = Group(1, cast(raft.RawNode, FakeRaw()), storage, machine, role=raft.Role.LEADER)
+        group = RaftGroup(1, cast(raft.RawNode, raw), storage, machine, role=raft.Role.LEADER)
         expires_ms = segments[0].max_timestamp_ms + 30_000
         machine.housekeeping(group, expires_ms - 10_000)
         reads = counting.reads
         for ms in range(expires_ms - 9_000, expires_ms, 1_000):
             machine.housekeeping(group, ms)
-        assert counting.reads == reads and scheduler.proposed == []
+        assert counting.reads == reads and raw.proposed == []
         machine.housekeeping(group, expires_ms)
-        assert len(scheduler.proposed) == 1  # the drop, on time
+        assert len(raw.proposed) == 1  # the drop, on time
     finally:
         store.close()

@@ -15,8 +15,9 @@ from multiraft import raft
 from multiraft.errors import InvalidArgumentError, OffsetOutOfRangeError, UnavailableError
 from multiraft.node.replicas.control import ControlKind, decode_control, encode_trim
 from multiraft.node.replicas.partition import PartitionMachine, PartitionView
+from multiraft.node.replicas.raft_group import RaftGroup
 from multiraft.node.replicas.raft_log import RaftLogStorage, SnapshotManifest, decode_manifest, encode_manifest
-from multiraft.node.scheduler.scheduler import Group, Scheduler
+from multiraft.node.threads import ThreadOwner
 from storage import LogStore, StorageConfig, encode_batch
 
 T0 = 1_700_000_000_000
@@ -30,14 +31,10 @@ class FakeRaw:
     leader_id: int = 1
     role: raft.Role = raft.Role.LEADER
     quiescent: bool = False
+    proposed: list[bytes] = field(default_factory=list)  # what its group proposed
 
-
-@dataclass
-class FakeScheduler:
-    proposed: list[tuple[bytes, Any]] = field(default_factory=list)
-
-    def propose(self, group: Any, payload: bytes, completion: Any, *, kind: raft.EntryKind) -> int:
-        self.proposed.append((payload, completion))
+    def propose(self, payload: bytes, *, kind: raft.EntryKind, timestamp_ms: int) -> int:
+        self.proposed.append(payload)
         return len(self.proposed)
 
 
@@ -57,34 +54,34 @@ def store(tmp_path: Path) -> Iterator[LogStore]:
     opened.close()
 
 
-def replica(store: LogStore) -> tuple[PartitionMachine, Group, FakeScheduler]:
+def replica(store: LogStore) -> tuple[PartitionMachine, RaftGroup, FakeRaw]:
     """A replica of t/0 over its stored log, started as a node starts it (state from storage)."""
     plog = store.log("t", 0, segment_bytes=1024)
     storage = RaftLogStorage(plog)
-    scheduler = FakeScheduler()
+    raw = FakeRaw()
     view = PartitionView("t", 0, 1, plog)
-    machine = PartitionMachine("t", 0, 1, plog, cast(Scheduler, scheduler), lambda f: f(), view)
-    group = Group(1, cast(raft.RawNode, FakeRaw()), storage, machine, role=raft.Role.LEADER)
+    machine = PartitionMachine("t", 0, 1, plog, ThreadOwner("scheduler"), lambda f: f(), view)
+    group = RaftGroup(1, cast(raft.RawNode, raw), storage, machine, role=raft.Role.LEADER)
     machine.start(group)
-    return machine, group, scheduler
+    return machine, group, raw
 
 
-def apply_new(machine: PartitionMachine, group: Group, entries: list[raft.Entry]) -> dict[int, Any]:
+def apply_new(machine: PartitionMachine, group: RaftGroup, entries: list[raft.Entry]) -> dict[int, Any]:
     group.storage.append(entries)
     results = machine.apply(group, entries)
     group.storage.set_applied(entries[-1].index)
     return results
 
 
-def with_records(store: LogStore) -> tuple[PartitionMachine, Group, FakeScheduler]:
-    machine, group, scheduler = replica(store)
+def with_records(store: LogStore) -> tuple[PartitionMachine, RaftGroup, FakeRaw]:
+    machine, group, raw = replica(store)
     for index in range(1, DATA_ENTRIES + 1):
         batch = encode_batch([b"x" * 800] * RECORDS_PER_ENTRY, timestamps_ms=T0)
         apply_new(machine, group, [raft.Entry(index, 1, raft.EntryKind.DATA, T0, batch)])
     store.sync()
     assert machine.high_watermark == DATA_ENTRIES * RECORDS_PER_ENTRY
     assert len(machine.log.segments()) >= DATA_ENTRIES
-    return machine, group, scheduler
+    return machine, group, raw
 
 
 def trim_entry(index: int, offset: int) -> raft.Entry:
@@ -143,38 +140,38 @@ def test_a_replica_adopts_the_log_start_a_snapshot_carries(store: LogStore) -> N
 
 
 def test_the_leader_refuses_an_offset_beyond_its_high_watermark_naming_it(store: LogStore) -> None:
-    machine, group, scheduler = with_records(store)
+    machine, group, raw = with_records(store)
     answer = Answer()
     machine.delete_records(group, 9, answer)
     assert isinstance(answer.error, OffsetOutOfRangeError)
     assert answer.error.metadata["high_watermark"] == "8"
     assert "beyond the high watermark 8" in str(answer.error)
-    assert scheduler.proposed == []
+    assert raw.proposed == []
 
 
 def test_the_leader_proposes_a_trim_to_the_high_watermark_for_minus_one(store: LogStore) -> None:
-    machine, group, scheduler = with_records(store)
+    machine, group, raw = with_records(store)
     answer = Answer()
     machine.delete_records(group, -1, answer)
-    assert [decode_control(payload) for payload, _ in scheduler.proposed] == [(ControlKind.TRIM, 8)]
-    assert scheduler.proposed[0][1] is answer
+    assert [decode_control(payload) for payload in raw.proposed] == [(ControlKind.TRIM, 8)]
+    assert group.pending[1].completion is answer
 
 
 def test_the_leader_answers_at_once_for_an_offset_already_deleted(store: LogStore) -> None:
-    machine, group, scheduler = with_records(store)
+    machine, group, raw = with_records(store)
     apply_new(machine, group, [trim_entry(DATA_ENTRIES + 1, 5)])
     answer = Answer()
     machine.delete_records(group, 2, answer)
     assert (answer.result, answer.error) == (5, None)
-    assert scheduler.proposed == []
+    assert raw.proposed == []
 
 
 def test_the_leader_refuses_a_negative_offset_and_waits_until_it_is_current(store: LogStore) -> None:
-    machine, group, scheduler = with_records(store)
+    machine, group, raw = with_records(store)
     answer = Answer()
     machine.delete_records(group, -2, answer)
     assert isinstance(answer.error, InvalidArgumentError)
     machine.on_role_change(group, raft.SoftState(1, raft.Role.LEADER))  # a new term: not current yet
     machine.delete_records(group, 3, answer)
     assert isinstance(answer.error, UnavailableError)
-    assert scheduler.proposed == []
+    assert raw.proposed == []

@@ -9,7 +9,7 @@ from typing import Any, cast
 from multiraft import raft
 from multiraft.errors import NotLeaderError, UnavailableError
 from multiraft.node.scheduler.reads import LinearizableReads
-from multiraft.node.scheduler.scheduler import Group
+from multiraft.node.scheduler.scheduler import RaftGroup
 from multiraft.node.threads import ThreadOwner
 from multiraft.raft import ReadState
 
@@ -40,19 +40,19 @@ def _reads(timeout_s: float = 5.0) -> LinearizableReads:
 
 def _start(reads: LinearizableReads, group: FakeGroup, value: Any) -> list[tuple[Any, BaseException | None]]:
     answers: list[tuple[Any, BaseException | None]] = []
-    reads.start(cast(Group, group), lambda: value, lambda result, error: answers.append((result, error)))
+    reads.start(cast(RaftGroup, group), lambda: value, lambda result, error: answers.append((result, error)))
     return answers
 
 
 def test_a_read_is_served_once_confirmed_and_applied_and_not_before() -> None:
     reads, group = _reads(), FakeGroup(FakeRaw(applied_index=3))
     answers = _start(reads, group, "offsets")
-    reads.after_apply(cast(Group, group), [])
+    reads.after_apply(cast(RaftGroup, group), [])
     assert answers == []  # no quorum has confirmed it yet
-    reads.after_apply(cast(Group, group), [ReadState(5, group.raw.asked[0])])
+    reads.after_apply(cast(RaftGroup, group), [ReadState(5, group.raw.asked[0])])
     assert answers == [] and reads.waiting(7)  # confirmed at 5, applied only 3
     group.raw.applied_index = 5
-    reads.after_apply(cast(Group, group), [])
+    reads.after_apply(cast(RaftGroup, group), [])
     assert answers == [("offsets", None)] and not reads.waiting(7)
 
 

@@ -19,7 +19,8 @@ from multiraft import controller as ctl
 from multiraft import raft
 from multiraft.node.scheduler import reconciler as reconfigure
 from multiraft.node.scheduler.reconciler import FULL_PASS_S, REMOVAL_GRACE_S, Reconciler, conf_change_towards
-from multiraft.node.scheduler.scheduler import Group, Scheduler
+from multiraft.node.scheduler.scheduler import RaftGroup, Scheduler
+from multiraft.node.threads import ThreadOwner
 from tests.controller._helpers import cluster, run
 
 SELF = 1
@@ -84,6 +85,7 @@ class FakeGroup:
 class FakeScheduler:
     groups: dict[int, FakeGroup] = field(default_factory=dict)
     touched: list[int] = field(default_factory=list)
+    owner: ThreadOwner = field(default_factory=lambda: ThreadOwner("scheduler"))
 
     def touch(self, group: FakeGroup) -> None:
         self.touched.append(group.group_id)
@@ -125,7 +127,7 @@ class World:
             self._drop,
         )
 
-    def _drop(self, group: Group) -> None:  # the store deletes the replica: it leaves the scheduler
+    def _drop(self, group: RaftGroup) -> None:  # the store deletes the replica: it leaves the scheduler
         self.dropped.append(group.group_id)
         del self.scheduler.groups[group.group_id]
 

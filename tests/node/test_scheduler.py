@@ -26,7 +26,7 @@ import pytest
 from multiraft import raft
 from multiraft.errors import InvalidArgumentError, RecordTooLargeError, StorageFailureError, UnavailableError
 from multiraft.node.replicas.raft_log import RaftLogStorage
-from multiraft.node.scheduler.scheduler import Group, Scheduler
+from multiraft.node.scheduler.scheduler import RaftGroup, Scheduler
 from storage import ENTRY_OVERHEAD_BYTES, CorruptionError, LogStore, StorageConfig, StorageError
 
 NODE = 1
@@ -168,7 +168,7 @@ class RecordingMachine:
         self.disk = disk
         self.applied: list[int] = []
 
-    def apply(self, group: Group, entries: Sequence[raft.Entry]) -> dict[int, Any]:
+    def apply(self, group: RaftGroup, entries: Sequence[raft.Entry]) -> dict[int, Any]:
         disk = self.disk
         disk.record("apply", group.group_id, entries[-1].index)
         with disk.lock:
@@ -178,10 +178,10 @@ class RecordingMachine:
         self.applied += [e.index for e in entries]
         return {e.index: f"result {e.index}" for e in entries}
 
-    def on_role_change(self, group: Group, soft_state: raft.SoftState) -> None:
+    def on_role_change(self, group: RaftGroup, soft_state: raft.SoftState) -> None:
         pass
 
-    def on_snapshot(self, group: Group, snapshot: raft.Snapshot) -> None:
+    def on_snapshot(self, group: RaftGroup, snapshot: raft.Snapshot) -> None:
         raise AssertionError("no snapshot is installed in these scenarios")
 
 
@@ -205,7 +205,7 @@ class Node1:
     scheduler: Scheduler
     store: FakeStore
     disk: Disk
-    groups: list[Group]
+    groups: list[RaftGroup]
 
     def on_thread(self, work: Callable[[], None], timeout_s: float = 5.0) -> None:
         """Run ``work`` on the scheduler thread (before its next round) and wait for it to have run."""
@@ -245,7 +245,7 @@ def node1(groups: int, voters: tuple[int, ...], *, tick_ms: int = NEVER_MS, elec
     for group_id in range(1, groups + 1):
         storage = RecordingStorage(group_id, disk, raft.ConfState.of(voters))
         raw = CountingRawNode(config, storage, random.Random(group_id))
-        hosted.append(Group(group_id, raw, cast(RaftLogStorage, storage), RecordingMachine(disk)))
+        hosted.append(RaftGroup(group_id, raw, cast(RaftLogStorage, storage), RecordingMachine(disk)))
     scheduler.start(lambda: [scheduler.add_group(group) for group in hosted])
     try:
         yield Node1(scheduler, store, disk, hosted)
@@ -326,13 +326,13 @@ def test_producers_are_answered_only_after_the_one_sync_that_made_their_entries_
         def propose_everywhere() -> None:
             for group in node.groups:
 
-                def answered(result: Any, error: BaseException | None, group: Group = group) -> None:
+                def answered(result: Any, error: BaseException | None, group: RaftGroup = group) -> None:
                     with node.disk.lock:
                         durable = node.disk.durable_index[group.group_id]
                         node.disk.events.append(("ack", group.group_id))
                     acks.append((group.group_id, durable, result, error))
 
-                index = node.scheduler.propose(group, b"record batch", answered)
+                index = group.propose(b"record batch", answered)
                 assert index is not None
                 node.disk.record("proposed", group.group_id, index)
 
@@ -387,7 +387,7 @@ def test_a_write_the_raft_adapter_reports_failed_discards_the_round_answers_its_
         # RaftLogStorage reports a full LMDB map (storage.StorageFullError) as a raft.RaftStorageError.
         storage.failure = raft.RaftStorageError("map full")
         answers: list[BaseException | None] = []
-        node.on_thread(lambda: node.scheduler.propose(group, b"record batch", lambda _, error: answers.append(error)))
+        node.on_thread(lambda: group.propose(b"record batch", lambda _, error: answers.append(error)))
         node.wait_until(lambda: bool(answers), "the producer's answer")
 
         assert isinstance(answers[0], StorageFailureError), answers
@@ -406,12 +406,10 @@ def _leaders(node: Node1) -> None:
     node.wait_until(lambda: all(g.is_leader and g.machine.applied for g in node.groups), "leaders")
 
 
-def _commits(node: Node1, group: Group) -> Any:
+def _commits(node: Node1, group: RaftGroup) -> Any:
     """Propose on ``group`` from the scheduler thread and wait for the answer; returns (result, error)."""
     answers: list[tuple[Any, BaseException | None]] = []
-    node.scheduler.submit(
-        lambda: node.scheduler.propose(group, b"record batch", lambda result, error: answers.append((result, error)))
-    )
+    node.scheduler.submit(lambda: group.propose(b"record batch", lambda result, error: answers.append((result, error))))
     node.wait_until(lambda: bool(answers), f"group {group.group_id}'s proposal to be answered")
     return answers[0]
 
@@ -483,8 +481,8 @@ def test_a_proposal_no_log_entry_can_hold_is_refused_and_never_written() -> None
         largest = StorageConfig().max_entry_bytes - ENTRY_OVERHEAD_BYTES
         answers: list[tuple[Any, BaseException | None]] = []
         node.on_thread(
-            lambda: node.scheduler.propose(
-                group, b"\x00" * (largest + 1), lambda r, e: answers.append((r, e)), kind=raft.EntryKind.CONTROL
+            lambda: group.propose(
+                b"\x00" * (largest + 1), lambda r, e: answers.append((r, e)), kind=raft.EntryKind.CONTROL
             )
         )
         ((result, error),) = answers
@@ -513,7 +511,7 @@ def test_a_stored_entry_that_fails_its_check_in_a_round_hands_its_group_to_the_r
 
         storage.entries = entries_failing_their_check  # type: ignore[method-assign]
         answers: list[BaseException | None] = []
-        node.on_thread(lambda: node.scheduler.propose(damaged, b"batch", lambda _, error: answers.append(error)))
+        node.on_thread(lambda: damaged.propose(b"batch", lambda _, error: answers.append(error)))
         node.wait_until(lambda: bool(reported), "the damage report")
 
         assert reported == [(damaged.group_id, 2)]

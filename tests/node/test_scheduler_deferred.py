@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from multiraft import raft
 from multiraft.node.scheduler.deferred_indexes import DeferredIndexes
-from multiraft.node.scheduler.scheduler import Group
+from multiraft.node.scheduler.scheduler import RaftGroup
 from tests.node.test_scheduler import NODE, PEER, T, node1
 
 GROUP = 1
@@ -116,7 +116,7 @@ def _ready(commit: int | None, applied: int | None) -> raft.Ready:
 
 def test_what_a_rolled_back_transaction_held_is_written_again_under_anything_newer() -> None:
     writes: list[tuple[str, int]] = []
-    group = cast(Group, SimpleNamespace(group_id=GROUP, storage=_Storage(writes)))
+    group = cast(RaftGroup, SimpleNamespace(group_id=GROUP, storage=_Storage(writes)))
     deferred = DeferredIndexes()
     deferred.defer(group, _ready(commit=5, applied=5))
     deferred.write({GROUP: group})
@@ -135,8 +135,8 @@ def test_what_a_rolled_back_transaction_held_is_written_again_under_anything_new
 
 def test_the_indexes_of_a_group_no_longer_hosted_are_never_written() -> None:
     writes: list[tuple[str, int]] = []
-    group = cast(Group, SimpleNamespace(group_id=GROUP, storage=_Storage(writes)))
-    replacement = cast(Group, SimpleNamespace(group_id=GROUP, storage=_Storage(writes)))
+    group = cast(RaftGroup, SimpleNamespace(group_id=GROUP, storage=_Storage(writes)))
+    replacement = cast(RaftGroup, SimpleNamespace(group_id=GROUP, storage=_Storage(writes)))
     deferred = DeferredIndexes()
     deferred.defer(group, _ready(commit=5, applied=5))
     deferred.write({})  # removed

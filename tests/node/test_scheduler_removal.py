@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from multiraft import raft
-from multiraft.node.scheduler.scheduler import Group, Scheduler
+from multiraft.node.scheduler.scheduler import RaftGroup, Scheduler
 from storage.errors import LogClosedError
 from tests.node.test_scheduler import Disk, RecordingMachine, _commits, _leaders, node1
 
@@ -19,11 +19,11 @@ class _RemovesTheOther(RecordingMachine):
     def __init__(self, disk: Disk, scheduler: Scheduler) -> None:
         super().__init__(disk)
         self.scheduler = scheduler
-        self.other: Group | None = None
+        self.other: RaftGroup | None = None
         self.closed = False
         self.armed = False
 
-    def apply(self, group: Group, entries: Sequence[raft.Entry]) -> dict[int, Any]:
+    def apply(self, group: RaftGroup, entries: Sequence[raft.Entry]) -> dict[int, Any]:
         if self.closed:
             raise LogClosedError(f"log {group.group_id} is closed")
         results = super().apply(group, entries)
@@ -49,9 +49,7 @@ def test_a_group_removed_by_an_entry_applied_earlier_in_the_same_round_is_not_ap
             for machine in machines:
                 machine.armed = True
             for group in node.groups:
-                node.scheduler.propose(
-                    group, b"batch", lambda result, error, g=group.group_id: answers.append((g, result, error))
-                )
+                group.propose(b"batch", lambda result, error, g=group.group_id: answers.append((g, result, error)))
 
         node.scheduler.submit(propose_on_both)
         node.wait_until(lambda: len(answers) == 2, "both proposals to be answered")

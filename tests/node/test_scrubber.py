@@ -11,7 +11,7 @@ import pytest
 
 from multiraft import raft
 from multiraft.node.replicas.raft_log import RaftLogStorage, SnapshotManifest
-from multiraft.node.scheduler.scheduler import Group, Scheduler
+from multiraft.node.scheduler.scheduler import RaftGroup, Scheduler
 from multiraft.node.scheduler.scrubber import MAX_GROUPS_PER_SLICE, SLICE_S, Scrubber
 from multiraft.node.threads import ThreadOwner
 from storage import LogStore, StorageConfig, encode_batch
@@ -22,11 +22,11 @@ from tests.damage import flip_every_copy
 class FakeScheduler:
     """What the scrubber uses of the scheduler: its groups, its owner thread, and the damage report."""
 
-    groups: dict[int, Group] = field(default_factory=dict)
+    groups: dict[int, RaftGroup] = field(default_factory=dict)
     owner: ThreadOwner = field(default_factory=lambda: ThreadOwner("scheduler"))
     reported: list[tuple[int, int | None]] = field(default_factory=list)
 
-    def report_damage(self, group: Group, exc: Any) -> bool:
+    def report_damage(self, group: RaftGroup, exc: Any) -> bool:
         self.reported.append((group.group_id, exc.index))
         return True
 
@@ -38,11 +38,11 @@ def store(tmp_path: Path) -> Iterator[LogStore]:
     opened.close()
 
 
-def _group(store: LogStore, group_id: int, entries: int) -> Group:
+def _group(store: LogStore, group_id: int, entries: int) -> RaftGroup:
     storage = RaftLogStorage(store.log("t", group_id))
     batches = [encode_batch([b"<g%d-e%04d>" % (group_id, i)] * 20, timestamps_ms=5) for i in range(1, entries + 1)]
     storage.append([raft.Entry(i, 1, raft.EntryKind.DATA, 1_000, batch) for i, batch in enumerate(batches, 1)])
-    return Group(group_id, cast(raft.RawNode, None), storage, cast(Any, None))
+    return RaftGroup(group_id, cast(raft.RawNode, None), storage, cast(Any, None))
 
 
 def _scrubber(scheduler: FakeScheduler, bytes_per_s: int) -> Scrubber:

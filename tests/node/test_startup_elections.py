@@ -9,7 +9,7 @@ from typing import Any
 
 from multiraft import controller as ctl
 from multiraft import raft
-from multiraft.node.scheduler.scheduler import Group
+from multiraft.node.scheduler.scheduler import RaftGroup
 from multiraft.node.scheduler.startup_elections import StartupElections, hold_ticks
 
 from ._fakes import cluster_with_topic
@@ -17,7 +17,7 @@ from ._fakes import cluster_with_topic
 ELECTION_TICKS = 10
 
 
-def reopened(node_id: int, group_id: int) -> Group:
+def reopened(node_id: int, group_id: int) -> RaftGroup:
     """A replica of a 3-voter group as a restart reopens it: a follower that knows no leader."""
     storage = raft.MemoryStorage()
     hard_state, snapshot = raft.bootstrap(raft.ConfState.of((1, 2, 3)))
@@ -26,19 +26,19 @@ def reopened(node_id: int, group_id: int) -> Group:
     config = raft.RaftConfig(id=node_id, election_tick=ELECTION_TICKS)
     raw = raft.RawNode(config, storage, random.Random(group_id), applied=snapshot.meta.index)
     machine: Any = None  # never called here
-    return Group(group_id, raw, storage, machine)
+    return RaftGroup(group_id, raw, storage, machine)
 
 
 class FakeScheduler:
-    def __init__(self, groups: dict[int, Group]) -> None:
+    def __init__(self, groups: dict[int, RaftGroup]) -> None:
         self.groups = groups
         self.touched: list[int] = []
 
-    def touch(self, group: Group) -> None:
+    def touch(self, group: RaftGroup) -> None:
         self.touched.append(group.group_id)
 
 
-def campaigned(group: Group) -> bool:
+def campaigned(group: RaftGroup) -> bool:
     return group.raw.role is not raft.Role.FOLLOWER
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from multiraft import raft
 from multiraft.node.replicas.raft_log import RaftLogStorage
-from multiraft.node.scheduler.scheduler import Group, Scheduler
+from multiraft.node.scheduler.scheduler import RaftGroup, Scheduler
 from storage import Entry, EntryKind, LogStore, StorageConfig
 
 NODE, LEADER = 1, 2
@@ -26,15 +26,15 @@ MiB = 1 << 20
 T = raft.MessageType
 
 
-def follower_group(store: LogStore, machine: Any) -> Group:
-    """Group 1 of voters 1, 2 and 3 on log ``t/0`` of ``store``, as node 1 (a follower until leader 2 speaks)."""
+def follower_group(store: LogStore, machine: Any) -> RaftGroup:
+    """Raft group 1 of voters 1, 2 and 3 on log ``t/0`` of ``store``, as node 1 (a follower until leader 2 speaks)."""
     storage = RaftLogStorage(store.log("t", 0))
     hard_state, snapshot = raft.bootstrap(raft.ConfState.of((1, 2, 3)))
     storage.apply_snapshot(snapshot)
     storage.set_hard_state(hard_state)
     config = raft.RaftConfig(id=NODE, election_tick=10, heartbeat_tick=1)
     raw = raft.RawNode(config, storage, random.Random(1), applied=storage.applied_index())
-    return Group(1, raw, storage, machine)
+    return RaftGroup(1, raw, storage, machine)
 
 
 class Outbox:
@@ -55,14 +55,14 @@ class Machine:
     def __init__(self) -> None:
         self.applied: list[int] = []
 
-    def apply(self, group: Group, entries: Sequence[raft.Entry]) -> dict[int, Any]:
+    def apply(self, group: RaftGroup, entries: Sequence[raft.Entry]) -> dict[int, Any]:
         self.applied += [e.index for e in entries]
         return {}
 
-    def on_role_change(self, group: Group, soft_state: raft.SoftState) -> None:
+    def on_role_change(self, group: RaftGroup, soft_state: raft.SoftState) -> None:
         pass
 
-    def on_snapshot(self, group: Group, snapshot: raft.Snapshot) -> None:
+    def on_snapshot(self, group: RaftGroup, snapshot: raft.Snapshot) -> None:
         pass
 
 
@@ -110,7 +110,7 @@ def test_a_follower_that_runs_out_of_storage_keeps_running_acks_nothing_undurabl
     outbox = Outbox()
     scheduler = Scheduler(store_opener=lambda: LogStore.open(tmp_path, config), tick_ms=3_600_000, outbox=outbox)
     machine = Machine()
-    groups: list[Group] = []
+    groups: list[RaftGroup] = []
 
     def load() -> None:
         store = scheduler.store
@@ -185,7 +185,7 @@ def test_work_between_rounds_that_does_not_fit_is_discarded_and_the_node_goes_on
         storage.set_hard_state(hard_state)
         raft_config = raft.RaftConfig(id=NODE, election_tick=10, heartbeat_tick=1)
         raw = raft.RawNode(raft_config, storage, random.Random(1), applied=storage.applied_index())
-        scheduler.add_group(Group(1, raw, storage, machine))
+        scheduler.add_group(RaftGroup(1, raw, storage, machine))
 
     scheduler.start(load)
     try:

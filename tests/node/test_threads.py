@@ -316,3 +316,50 @@ def test_loop_handoff_runs_a_posted_action_on_the_loop_thread() -> None:
 
     ran_on, loop_thread = asyncio.run(main())
     assert ran_on == loop_thread
+
+
+# Private records of an owned object, reached only through it (their owner's thread is theirs).
+_HELD_BY_AN_OWNER = {
+    "multiraft.node.replicas.consumer_group_host._Step",
+    "multiraft.node.replicas.consumer_group_host._GroupSlot",
+    "multiraft.node.replicas.producers._Producer",
+    "multiraft.node.replicas.raft_group._Pending",
+    "multiraft.node.scheduler.reads._Read",
+    "multiraft.node.scheduler.scrubber.ScrubStats",
+}
+
+
+def _classes_with_state(package: str) -> list[type]:
+    """The classes defined in ``package``'s modules that may hold mutable state: not protocols, enums,
+    exceptions, named tuples or frozen dataclasses."""
+    import enum
+    import importlib
+    import inspect
+    import pkgutil
+    from typing import Protocol
+
+    found: list[type] = []
+    root = importlib.import_module(package)
+    for info in pkgutil.iter_modules(root.__path__, f"{package}."):
+        module = importlib.import_module(info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != module.__name__ or Protocol in cls.__mro__[1:] or getattr(cls, "_is_protocol", False):
+                continue
+            if issubclass(cls, enum.Enum | BaseException | tuple):
+                continue
+            params = getattr(cls, "__dataclass_params__", None)
+            if params is not None and params.frozen:
+                continue
+            found.append(cls)
+    return found
+
+
+@pytest.mark.parametrize("package", ["multiraft.node.scheduler", "multiraft.node.replicas"])
+def test_every_class_with_state_in_the_scheduler_rooms_names_its_owning_thread_in_its_type(package: str) -> None:
+    unmarked = [
+        f"{cls.__module__}.{cls.__qualname__}"
+        for cls in _classes_with_state(package)
+        if not issubclass(cls, SchedulerOwned | LoopOwned)
+        and f"{cls.__module__}.{cls.__qualname__}" not in _HELD_BY_AN_OWNER
+    ]
+    assert unmarked == []

@@ -42,7 +42,7 @@ from pathlib import Path
 from multiraft import raft
 from multiraft.node.replicas.partition import PartitionView
 from multiraft.node.replicas.raft_log import SegmentRef
-from multiraft.node.scheduler.scheduler import Group, Scheduler
+from multiraft.node.scheduler.scheduler import RaftGroup, Scheduler
 from storage import SegmentedLog, SegmentFileReceiver
 
 from ._follower import CatchupFollower, manifest_to_copy
@@ -133,7 +133,7 @@ class CatchupManager:
         (scheduler thread); see :meth:`CatchupLeader.leader_progress`."""
         return self._leader.leader_progress(group_id, catching_up)
 
-    def leader_check(self, group: Group) -> None:
+    def leader_check(self, group: RaftGroup) -> None:
         """Housekeeping of one partition group led here (scheduler thread)."""
         self._leader.leader_check(group)
 

@@ -19,7 +19,7 @@ from multiraft.logging import get_logger
 from multiraft.node.peer.messages import decode_error
 from multiraft.node.replicas.partition import PartitionMachine, PartitionView
 from multiraft.node.replicas.raft_log import SegmentRef, SnapshotManifest, decode_manifest
-from multiraft.node.scheduler.scheduler import Group, Scheduler
+from multiraft.node.scheduler.scheduler import RaftGroup, Scheduler
 from storage import ChunkChecksumError, SegmentFileError, SegmentFileReceiver, StorageError
 
 from ._shared import (
@@ -432,7 +432,7 @@ class CatchupFollower:
             view.catchup = None
 
 
-def _term_or_none(group: Group, index: int) -> int | None:
+def _term_or_none(group: RaftGroup, index: int) -> int | None:
     try:
         return group.storage.term(index)
     except raft.RaftError:

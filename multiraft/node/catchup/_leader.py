@@ -18,7 +18,7 @@ from multiraft.logging import get_logger
 from multiraft.node.peer.messages import encode_error
 from multiraft.node.replicas.partition import PartitionMachine, PartitionView
 from multiraft.node.replicas.raft_log import SegmentRef, SnapshotManifest
-from multiraft.node.scheduler.scheduler import Group
+from multiraft.node.scheduler.scheduler import RaftGroup
 from storage import SegmentedLog, SegmentFileError, StorageError, read_segment_file_chunk
 
 from ._shared import (
@@ -123,7 +123,7 @@ class CatchupLeader:
 
     # ------------------------------------------------------------------- deciding and making the snapshot
 
-    def leader_check(self, group: Group) -> None:
+    def leader_check(self, group: RaftGroup) -> None:
         """Housekeeping of one group led here (scheduler thread): re-send idle catch-up snapshots, and make
         one when a replica is far behind (see :mod:`multiraft.node.catchup`).
 
@@ -173,7 +173,7 @@ class CatchupLeader:
         if far:
             self._start_prepare(group, machine, far)
 
-    def _catchup_base(self, group: Group, machine: PartitionMachine) -> int | None:
+    def _catchup_base(self, group: RaftGroup, machine: PartitionMachine) -> int | None:
         """First index of the newest sealed, applied segment not yet behind a snapshot: a replica that needs
         it or anything before it is far behind. None if there is no such segment."""
         applied = group.storage.applied_index()
@@ -182,7 +182,7 @@ class CatchupLeader:
             return None
         return eligible[-1].base_index
 
-    def _start_prepare(self, group: Group, machine: PartitionMachine, peers: list[int]) -> None:
+    def _start_prepare(self, group: RaftGroup, machine: PartitionMachine, peers: list[int]) -> None:
         plog = machine.log
         applied = group.storage.applied_index()
         eligible = [s for s in plog.segments()[:-1] if s.entry_count and s.last_index <= applied]

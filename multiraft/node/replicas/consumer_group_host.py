@@ -38,9 +38,9 @@ from multiraft.errors import (
     UnavailableError,
 )
 from multiraft.logging import get_logger
-from multiraft.node.scheduler.scheduler import Completion, Group, Scheduler
+from multiraft.node.replicas.raft_group import Completion, RaftGroup
 from multiraft.node.services.consumer_group_errors import client_error
-from multiraft.node.threads import SchedulerOwned, on_owner_thread
+from multiraft.node.threads import SchedulerOwned, ThreadOwner, on_owner_thread
 from multiraft.node.vocabulary.consumer_groups import (
     GroupDelete,
     GroupDescribe,
@@ -122,14 +122,13 @@ class GroupHost(SchedulerOwned):
 
     def __init__(
         self,
-        scheduler: Scheduler,
+        owner: ThreadOwner,
         replica: GroupReplica,
         settings: g.GroupSettings,
         member_ids: g.MemberIdFactory = new_member_id,
         clock: Clock = monotonic_ms,
     ) -> None:
-        self.owner = scheduler.owner
-        self._scheduler = scheduler
+        self.owner = owner
         self._replica = replica
         self._settings = settings
         self._member_ids = member_ids
@@ -144,7 +143,7 @@ class GroupHost(SchedulerOwned):
     # ------------------------------------------------------------------------------------------ requests
 
     @on_owner_thread
-    def handle(self, group: Group, operation: GroupOperation, completion: Completion) -> None:
+    def handle(self, group: RaftGroup, operation: GroupOperation, completion: Completion) -> None:
         """Serve one group operation on the partition's leader; ``completion`` gets the reply or an error."""
         try:
             self._ready(group)
@@ -174,7 +173,7 @@ class GroupHost(SchedulerOwned):
             completion(None, exc)
 
     @on_owner_thread
-    def read(self, group: Group, operation: GroupsList | GroupDescribe) -> GroupsAnswer:
+    def read(self, group: RaftGroup, operation: GroupsList | GroupDescribe) -> GroupsAnswer:
         """The answer of a read-only operation, now (the caller confirmed the leadership with a quorum)."""
         self._ready(group)
         now = self._clock()
@@ -185,7 +184,7 @@ class GroupHost(SchedulerOwned):
     @on_owner_thread
     def check_commit(
         self,
-        group: Group,
+        group: RaftGroup,
         name: str,
         member_id: str,
         generation: int,
@@ -203,7 +202,7 @@ class GroupHost(SchedulerOwned):
         except g.GroupCoordinatorError as exc:
             raise client_error(exc) from exc
 
-    def _ready(self, group: Group) -> None:
+    def _ready(self, group: RaftGroup) -> None:
         if not group.is_leader:
             leader = group.leader_id or group.raw.leader_id
             raise NotLeaderError(f"node {group.raw.id} does not coordinate these groups", leader_id=leader)
@@ -249,7 +248,7 @@ class GroupHost(SchedulerOwned):
 
     # ------------------------------------------------------------------------------------------ outcomes
 
-    def _delete(self, group: Group, name: str, completion: Completion, now: int) -> None:
+    def _delete(self, group: RaftGroup, name: str, completion: Completion, now: int) -> None:
         known = name in self._slots or name in self._replica.records.groups or self._replica.has_offsets(name)
         if not known:
             completion(None, None)  # nothing to delete (Kafka says GROUP_ID_NOT_FOUND; deleting is idempotent)
@@ -257,7 +256,9 @@ class GroupHost(SchedulerOwned):
         outcome = self._slot(name, now).coordinator.delete()
         self._carry_out(group, name, outcome, completion, "delete")
 
-    def _carry_out(self, group: Group, name: str, outcome: g.Outcome, completion: Completion | None, kind: str) -> None:
+    def _carry_out(
+        self, group: RaftGroup, name: str, outcome: g.Outcome, completion: Completion | None, kind: str
+    ) -> None:
         slot = self._slots[name]
         step = _Step(deferred=outcome.deferred)
         if completion is not None:
@@ -280,7 +281,7 @@ class GroupHost(SchedulerOwned):
             self._committed(name, step, error)
 
         for payload in payloads:
-            self._scheduler.propose(group, payload, committed, kind=raft.EntryKind.CONTROL)
+            group.propose(payload, committed, kind=raft.EntryKind.CONTROL)
         self._flush(name)
 
     def _committed(self, name: str, step: _Step, error: BaseException | None) -> None:
@@ -331,7 +332,7 @@ class GroupHost(SchedulerOwned):
     # ------------------------------------------------------------------------------------------ lifecycle
 
     @on_owner_thread
-    def tick(self, group: Group) -> None:
+    def tick(self, group: RaftGroup) -> None:
         """Expire sessions and end rebalances that waited long enough (every ~100 ms on the leader). A new
         leader loads every recorded group once current, so members that died meanwhile expire too."""
         if not group.is_leader or not self._replica.current:

@@ -23,7 +23,8 @@ from multiraft import raft
 from multiraft.errors import MultiraftError, NotLeaderError, error_for_reason
 from multiraft.logging import get_logger
 from multiraft.node.cluster.capacity import RoomLedger
-from multiraft.node.scheduler.scheduler import Completion, Group, Scheduler
+from multiraft.node.replicas.raft_group import Completion, RaftGroup
+from multiraft.node.threads import SchedulerOwned, ThreadOwner, on_owner_thread
 from multiraft.node.vocabulary.controller import (
     ControllerBody,
     CreatePartitionsRequest,
@@ -45,11 +46,11 @@ def controller_error(exc: ctl.ControllerError) -> MultiraftError:
 
 
 @dataclass
-class ControllerMachine:
+class ControllerMachine(SchedulerOwned):
     """State machine of the controller group (scheduler thread)."""
 
     node_id: int
-    scheduler: Scheduler
+    owner: ThreadOwner
     on_state: Callable[[ctl.ClusterState, set[int], set[int]], None]  # new state, groups created, deleted
     on_leader: Callable[[int], None]  # controller leader id (0 if unknown), on the scheduler thread
     # (ids the member-list holds live: alive or suspect, every id it remembers); published by the event loop.
@@ -58,7 +59,7 @@ class ControllerMachine:
     state: ctl.ClusterState = field(default_factory=ctl.ClusterState)
     _snapshot_index: int = 0
 
-    def start(self, group: Group) -> None:
+    def start(self, group: RaftGroup) -> None:
         snapshot = group.storage.snapshot()
         if snapshot.data:
             self.state = ctl.decode_snapshot(snapshot.data)
@@ -67,7 +68,7 @@ class ControllerMachine:
 
     # ------------------------------------------------------------------------------------ StateMachine
 
-    def apply(self, group: Group, entries: Sequence[raft.Entry]) -> dict[int, Any]:
+    def apply(self, group: RaftGroup, entries: Sequence[raft.Entry]) -> dict[int, Any]:
         results: dict[int, Any] = {}
         state = self.state
         created: set[int] = set()
@@ -103,10 +104,10 @@ class ControllerMachine:
             self._maybe_snapshot(group)
         return results
 
-    def on_role_change(self, group: Group, soft_state: raft.SoftState) -> None:
+    def on_role_change(self, group: RaftGroup, soft_state: raft.SoftState) -> None:
         self.on_leader(soft_state.leader_id)
 
-    def on_snapshot(self, group: Group, snapshot: raft.Snapshot) -> None:
+    def on_snapshot(self, group: RaftGroup, snapshot: raft.Snapshot) -> None:
         previous = set(self.state.groups())
         # A node that joins a running cluster may be sent the bootstrap snapshot, which carries no state.
         self.state = ctl.decode_snapshot(snapshot.data) if snapshot.data else ctl.ClusterState()
@@ -114,7 +115,7 @@ class ControllerMachine:
         # Topics deleted in the history the snapshot skipped are gone for good.
         self.on_state(self.state, set(), previous - set(self.state.groups()))
 
-    def _maybe_snapshot(self, group: Group) -> None:
+    def _maybe_snapshot(self, group: RaftGroup) -> None:
         applied = self.state.applied_index
         if applied - self._snapshot_index < SNAPSHOT_EVERY:
             return
@@ -126,7 +127,8 @@ class ControllerMachine:
 
     # --------------------------------------------------------------------------------- leader requests
 
-    def handle(self, group: Group, request: ControllerBody, completion: Completion) -> None:
+    @on_owner_thread
+    def handle(self, group: RaftGroup, request: ControllerBody, completion: Completion) -> None:
         """Serve a metadata request on the leader: decide, then propose the command (scheduler thread)."""
         if not group.is_leader:
             completion(None, NotLeaderError("not the controller leader", leader_id=group.raw.leader_id))
@@ -137,11 +139,11 @@ class ControllerMachine:
         except ctl.ControllerError as exc:
             completion(None, controller_error(exc))
             return
-        index = self.scheduler.propose(group, payload, completion, kind=raft.EntryKind.CONTROL)
+        index = group.propose(payload, completion, kind=raft.EntryKind.CONTROL)
         if self.room is not None:
             self.room.reserve(index, command, self.state.applied_index)
 
-    def _command_for(self, group: Group, request: ControllerBody) -> ctl.Command:
+    def _command_for(self, group: RaftGroup, request: ControllerBody) -> ctl.Command:
         if isinstance(request, CreateTopicRequest):
             ctl.validate_topic_name(request.name, internal=request.internal)
             if request.name in self.state.topics:
@@ -165,7 +167,7 @@ class ControllerMachine:
             raise ctl.NodeNotFoundError(request.node_id)
         return request
 
-    def _create_partitions(self, group: Group, request: CreatePartitionsRequest) -> ctl.CreatePartitions:
+    def _create_partitions(self, group: RaftGroup, request: CreatePartitionsRequest) -> ctl.CreatePartitions:
         """Place the new partitions as a topic's are (balance, hosts, racks, room) with the topic's
         replication factor; refused as a topic creation would be when the live nodes cannot take them."""
         state = self.state
@@ -177,7 +179,7 @@ class ControllerMachine:
             request.name, request.total, tuple((tuple(replicas), leader) for replicas, leader in assignments)
         )
 
-    def live_nodes(self, group: Group) -> list[ctl.NodeInfo]:
+    def live_nodes(self, group: RaftGroup) -> list[ctl.NodeInfo]:
         """ACTIVE registered nodes the member-list holds alive or suspect (itself included).
 
         A node the member-list has not heard of yet (gossip still converging after a restart) counts as live

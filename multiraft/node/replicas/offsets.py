@@ -30,7 +30,8 @@ from multiraft.errors import MultiraftError, NotLeaderError, UnavailableError
 from multiraft.logging import get_logger
 from multiraft.node.replicas.consumer_group_host import GroupHost
 from multiraft.node.replicas.partition import PartitionView
-from multiraft.node.scheduler.scheduler import Completion, Group, Scheduler
+from multiraft.node.replicas.raft_group import Completion, RaftGroup
+from multiraft.node.threads import SchedulerOwned, ThreadOwner
 from multiraft.node.vocabulary.offsets import CommittedOffset, OffsetsCommit
 
 __all__ = [
@@ -71,13 +72,13 @@ def decode_commit(payload: bytes | memoryview) -> tuple[str, list[tuple[str, int
 
 
 @dataclass
-class OffsetsMachine:
+class OffsetsMachine(SchedulerOwned):
     """State machine of one ``__consumer_offsets`` partition replica (scheduler thread)."""
 
     topic: str
     partition: int
     group_id: int
-    scheduler: Scheduler
+    owner: ThreadOwner
     publish: Callable[[Callable[[], None]], None]
     view: PartitionView
     group_settings: g.GroupSettings = field(default_factory=g.GroupSettings)
@@ -89,7 +90,7 @@ class OffsetsMachine:
     _current: bool = False  # leader that has applied an entry of its own term
 
     def __post_init__(self) -> None:
-        self.host = GroupHost(self.scheduler, self, self.group_settings)
+        self.host = GroupHost(self.owner, self, self.group_settings)
 
     @property
     def current(self) -> bool:
@@ -102,7 +103,7 @@ class OffsetsMachine:
     def offset_groups(self) -> list[str]:
         return [name for name, offsets in self.groups.items() if offsets]
 
-    def start(self, group: Group) -> None:
+    def start(self, group: RaftGroup) -> None:
         snapshot = group.storage.snapshot()
         self._load(snapshot.data)
         self._snapshot_index = self._applied_index = snapshot.meta.index
@@ -110,7 +111,7 @@ class OffsetsMachine:
 
     # ------------------------------------------------------------------------------------ StateMachine
 
-    def apply(self, group: Group, entries: Sequence[raft.Entry]) -> dict[int, Any]:
+    def apply(self, group: RaftGroup, entries: Sequence[raft.Entry]) -> dict[int, Any]:
         term, leading = group.raw.term, group.is_leader
         for entry in entries:
             if entry.index <= self._applied_index:
@@ -145,13 +146,13 @@ class OffsetsMachine:
         if isinstance(record, g.GroupTombstone):
             self.groups.pop(record.group_id, None)  # a deleted group's offsets go with it
 
-    def on_role_change(self, group: Group, soft_state: raft.SoftState) -> None:
+    def on_role_change(self, group: RaftGroup, soft_state: raft.SoftState) -> None:
         self._current = False
         if soft_state.role is not raft.Role.LEADER:
             self.host.unload_all(f"node {group.raw.id} no longer coordinates these groups")
         self._publish(group)
 
-    def on_snapshot(self, group: Group, snapshot: raft.Snapshot) -> None:
+    def on_snapshot(self, group: RaftGroup, snapshot: raft.Snapshot) -> None:
         self._load(snapshot.data)
         self._snapshot_index = self._applied_index = snapshot.meta.index
 
@@ -170,7 +171,7 @@ class OffsetsMachine:
             self.groups[name] = {(t, p): CommittedOffset(t, p, o, m, ts) for t, p, o, m, ts in rows}
         self.records.load(_decode_records(document.get("group_records", [])))  # absent in older snapshots
 
-    def _maybe_snapshot(self, group: Group) -> None:
+    def _maybe_snapshot(self, group: RaftGroup) -> None:
         applied = self._applied_index
         if applied - self._snapshot_index < SNAPSHOT_EVERY:
             return
@@ -187,7 +188,7 @@ class OffsetsMachine:
         storage.compact(applied)
         self._snapshot_index = applied
 
-    def _publish(self, group: Group) -> None:
+    def _publish(self, group: RaftGroup) -> None:
         view, raw = self.view, group.raw
         leader_id, term, leader = raw.leader_id, raw.term, raw.role is raft.Role.LEADER
         self.publish(
@@ -198,12 +199,12 @@ class OffsetsMachine:
 
     # --------------------------------------------------------------------------------- leader requests
 
-    def _check_leader(self, group: Group) -> None:
+    def _check_leader(self, group: RaftGroup) -> None:
         if not group.is_leader:
             raise NotLeaderError(f"not the leader of {self.topic}/{self.partition}", leader_id=group.raw.leader_id)
 
     def commit(
-        self, group: Group, request: OffsetsCommit, offsets: Sequence[CommittedOffset], completion: Completion
+        self, group: RaftGroup, request: OffsetsCommit, offsets: Sequence[CommittedOffset], completion: Completion
     ) -> None:
         name = request.group
         try:
@@ -215,9 +216,9 @@ class OffsetsMachine:
         except MultiraftError as exc:
             completion(None, exc)
             return
-        self.scheduler.propose(group, encode_commit(name, offsets), completion, kind=raft.EntryKind.CONTROL)
+        group.propose(encode_commit(name, offsets), completion, kind=raft.EntryKind.CONTROL)
 
-    def fetch(self, group: Group, name: str, wanted: Iterable[tuple[str, int]] | None) -> list[CommittedOffset]:
+    def fetch(self, group: RaftGroup, name: str, wanted: Iterable[tuple[str, int]] | None) -> list[CommittedOffset]:
         self._check_leader(group)
         if not self._current:
             raise UnavailableError(f"{self.topic}/{self.partition}: the new leader is still catching up")
@@ -226,7 +227,7 @@ class OffsetsMachine:
             return sorted(offsets.values(), key=lambda o: (o.topic, o.partition))
         return [offsets.get(tp, CommittedOffset(tp[0], tp[1], -1)) for tp in wanted]
 
-    def group_names(self, group: Group) -> list[str]:
+    def group_names(self, group: RaftGroup) -> list[str]:
         self._check_leader(group)
         if not self._current:
             raise UnavailableError(f"{self.topic}/{self.partition}: the new leader is still catching up")

@@ -38,8 +38,9 @@ from multiraft.errors import (
 from multiraft.logging import get_logger
 from multiraft.node.replicas.control import ControlKind, decode_control, encode_drop_before, encode_roll, encode_trim
 from multiraft.node.replicas.producers import ProducerStates, Verdict
+from multiraft.node.replicas.raft_group import Completion, RaftGroup
 from multiraft.node.replicas.raft_log import decode_manifest
-from multiraft.node.scheduler.scheduler import Completion, Group, Scheduler
+from multiraft.node.threads import LoopOwned, SchedulerOwned, ThreadOwner, on_owner_thread
 from multiraft.node.vocabulary.partitions import ProduceResult, RetentionPolicy
 from storage import BatchHeader, SegmentedLog, SegmentInfo, read_header
 
@@ -53,10 +54,13 @@ _TRIMMED_ATTRIBUTE = "partition.trimmed_to"  # u64 text: the offset DeleteRecord
 _REPLAY_CHUNK_BYTES = 8 << 20
 
 
-class PartitionView:
+class PartitionView(LoopOwned):
     """What the event loop knows of a partition replica; updated only on the loop thread."""
 
-    def __init__(self, topic: str, partition: int, group_id: int, log_: SegmentedLog) -> None:
+    def __init__(
+        self, topic: str, partition: int, group_id: int, log_: SegmentedLog, owner: ThreadOwner | None = None
+    ) -> None:
+        self.owner = owner if owner is not None else ThreadOwner("event loop")  # the directory's, on a node
         self.topic = topic
         self.partition = partition
         self.group_id = group_id
@@ -136,14 +140,14 @@ def _release(waiter: asyncio.Future[None]) -> None:
 
 
 @dataclass
-class PartitionMachine:
+class PartitionMachine(SchedulerOwned):
     """State machine of one partition replica (scheduler thread)."""
 
     topic: str
     partition: int
     group_id: int
     log: SegmentedLog
-    scheduler: Scheduler
+    owner: ThreadOwner
     publish: Callable[[Callable[[], None]], None]  # runs a callable on the event loop
     view: PartitionView
     retention: RetentionPolicy = field(default_factory=lambda: RetentionPolicy(-1, -1))
@@ -161,7 +165,7 @@ class PartitionMachine:
     _current: bool = False  # leading, and an entry of this term is applied
     _duplicate_waiters: dict[int, list[Completion]] = field(default_factory=dict)  # index -> retries
 
-    def start(self, group: Group) -> None:
+    def start(self, group: RaftGroup) -> None:
         """Publish the state recovered from storage (the high watermark at the applied index) and restore the
         producers' state: the checkpoint, then the data entries applied after it."""
         applied = group.storage.applied_index()
@@ -177,11 +181,11 @@ class PartitionMachine:
 
     # ------------------------------------------------------------------------------ idempotent producers
 
-    def produce(self, group: Group, batch: bytes, header: BatchHeader, completion: Completion) -> None:
+    def produce(self, group: RaftGroup, batch: bytes, header: BatchHeader, completion: Completion) -> None:
         """Propose a produced batch on the leader, unless it repeats one already written or in flight."""
         producer_id = header.producer_id
         if producer_id < 0:
-            index = self.scheduler.propose(group, batch, completion)
+            index = group.propose(batch, completion)
             if trace.ON and index is not None:
                 trace.event("proposed", trace.batch_key(batch), trace.entry_key(self.group_id, index))
             return
@@ -199,7 +203,7 @@ class PartitionMachine:
             else:  # the first copy is appended but not committed yet: answer when it is
                 self._duplicate_waiters.setdefault(original.entry_index, []).append(completion)
             return
-        index = self.scheduler.propose(group, batch, completion)
+        index = group.propose(batch, completion)
         if index is not None:
             self.producers.track(producer_id, header.base_sequence, header.record_count, index)
             if trace.ON:
@@ -218,7 +222,7 @@ class PartitionMachine:
         )
         return ProduceResult(base_offset, entry.timestamp_ms)
 
-    def _restore_producers(self, group: Group, applied: int) -> None:
+    def _restore_producers(self, group: RaftGroup, applied: int) -> None:
         covered = 0
         saved = self.log.attribute(_PRODUCERS_ATTRIBUTE)
         if saved is not None and int(saved.partition(b"\n")[0]) > applied:
@@ -266,7 +270,7 @@ class PartitionMachine:
             for completion in completions:
                 completion(None, error)
 
-    def _track_unapplied_suffix(self, group: Group) -> None:
+    def _track_unapplied_suffix(self, group: RaftGroup) -> None:
         """A new leader: batches in its log that are not applied yet count as in flight, so that a retry of
         one (sent to the old leader, which appended it here) waits for it instead of writing it again."""
         storage = group.storage
@@ -282,7 +286,7 @@ class PartitionMachine:
 
     # ---------------------------------------------------------------------------------- StateMachine
 
-    def apply(self, group: Group, entries: Sequence[raft.Entry]) -> dict[int, Any]:
+    def apply(self, group: RaftGroup, entries: Sequence[raft.Entry]) -> dict[int, Any]:
         results: dict[int, Any] = {}
         pending, waiters = group.pending, self._duplicate_waiters
         data, control = raft.EntryKind.DATA, raft.EntryKind.CONTROL
@@ -319,18 +323,18 @@ class PartitionMachine:
         position = trace.position_key(self.topic, self.partition, base, header.record_count)
         trace.event("applied", trace.entry_key(self.group_id, entry.index), position)
 
-    def on_role_change(self, group: Group, soft_state: raft.SoftState) -> None:
+    def on_role_change(self, group: RaftGroup, soft_state: raft.SoftState) -> None:
         leading = soft_state.role is raft.Role.LEADER
         self._current = False
         if leading and not self._leading:
             self._track_unapplied_suffix(group)
         elif not leading and self._leading:
             self.producers.forget_in_flight()
-            self._fail_duplicates(self.scheduler.not_leader(group, soft_state.leader_id))
+            self._fail_duplicates(group.not_leader(soft_state.leader_id))
         self._leading = leading
         self._publish(group)
 
-    def on_snapshot(self, group: Group, snapshot: raft.Snapshot) -> None:
+    def on_snapshot(self, group: RaftGroup, snapshot: raft.Snapshot) -> None:
         manifest = decode_manifest(snapshot.data)
         if manifest.log_start > self.trimmed_to:
             self._set_trimmed(manifest.log_start)
@@ -341,7 +345,7 @@ class PartitionMachine:
         self.save_producers()
         self._publish(group)
 
-    def _apply_control(self, group: Group, entry: raft.Entry) -> int | None:
+    def _apply_control(self, group: RaftGroup, entry: raft.Entry) -> int | None:
         """Apply a control entry; for a TRIM, the log start offset after it (the DeleteRecords answer)."""
         try:
             kind, argument = decode_control(entry.payload)
@@ -368,7 +372,7 @@ class PartitionMachine:
             return self.log_start_offset(self.log.offset_after(entry.index))
         return None
 
-    def _drop_before(self, group: Group, index: int, message: str) -> None:
+    def _drop_before(self, group: RaftGroup, index: int, message: str) -> None:
         # The checkpoint must cover the dropped entries: they cannot be replayed once gone.
         producers = self.save_producers()
         dropped = self.log.drop_before(index)
@@ -393,7 +397,8 @@ class PartitionMachine:
         hw = self.high_watermark if high_watermark is None else high_watermark
         return max(self.log.start_offset(), min(self.trimmed_to, hw))
 
-    def delete_records(self, group: Group, offset: int, completion: Completion) -> None:
+    @on_owner_thread
+    def delete_records(self, group: RaftGroup, offset: int, completion: Completion) -> None:
         """On the leader: move the log start offset to ``offset`` on every replica (-1: the high watermark),
         through a TRIM control entry; ``completion`` gets the log start offset after it."""
         name = f"{self.topic}/{self.partition}"
@@ -422,9 +427,9 @@ class PartitionMachine:
         if target <= self.log_start_offset():
             completion(self.log_start_offset(), None)  # already deleted (Kafka answers the low watermark)
             return
-        self.scheduler.propose(group, encode_trim(target), completion, kind=raft.EntryKind.CONTROL)
+        group.propose(encode_trim(target), completion, kind=raft.EntryKind.CONTROL)
 
-    def _publish(self, group: Group) -> None:
+    def _publish(self, group: RaftGroup) -> None:
         view, raw = self.view, group.raw
         high_watermark, log_start_offset = self.high_watermark, self.log_start_offset()
         leader_id, term, leader = raw.leader_id, raw.term, raw.role is raft.Role.LEADER
@@ -442,7 +447,7 @@ class PartitionMachine:
 
     # ---------------------------------------------------------------------------------- leader duties
 
-    def housekeeping(self, group: Group, now_ms: int) -> None:
+    def housekeeping(self, group: RaftGroup, now_ms: int) -> None:
         """Checkpoint the producers (every replica); retention and segment age (the leader, by proposing)."""
         quiet = group.raw.quiescent
         leading = group.is_leader
@@ -475,7 +480,7 @@ class PartitionMachine:
             due = min(due, active.first_timestamp_ms + self.log.segment_limits[1])
         return due
 
-    def _maybe_enforce_retention(self, group: Group, now_ms: int) -> int:
+    def _maybe_enforce_retention(self, group: RaftGroup, now_ms: int) -> int:
         """Propose dropping the expired prefix; the index it drops before (0: nothing expired to drop)."""
         policy = self.retention
         drop_until = 0
@@ -486,19 +491,20 @@ class PartitionMachine:
         # One proposal at a time: the next check sees the segments gone once it is applied.
         if drop_until and time.monotonic() - self._retention_proposed_at > 1.0:
             self._retention_proposed_at = time.monotonic()
-            self.scheduler.propose(group, encode_drop_before(drop_until), _ignore, kind=raft.EntryKind.CONTROL)
+            group.propose(encode_drop_before(drop_until), _ignore, kind=raft.EntryKind.CONTROL)
         return drop_until
 
-    def _maybe_roll(self, group: Group, now_ms: int) -> None:
+    def _maybe_roll(self, group: RaftGroup, now_ms: int) -> None:
         active = self.log.segments()[-1]
         segment_ms = self.log.segment_limits[1]
         # Only a segment holding records needs to age out: one holding only control entries (the ROLL that
         # opened it) would be rolled again and again, and an idle partition would never go quiet.
         has_records = active.next_offset > active.base_offset
         if has_records and active.first_timestamp_ms > 0 and now_ms - active.first_timestamp_ms >= segment_ms:
-            self.scheduler.propose(group, encode_roll(), _ignore, kind=raft.EntryKind.CONTROL)
+            group.propose(encode_roll(), _ignore, kind=raft.EntryKind.CONTROL)
 
-    def hand_back_leadership(self, group: Group, preferred: int) -> None:
+    @on_owner_thread
+    def hand_back_leadership(self, group: RaftGroup, preferred: int) -> None:
         """On the leader: transfer leadership to ``preferred`` (a live, ACTIVE voter, as the controller's state
         and the member-list say) once Raft sees it active and holding every entry."""
         if not group.is_leader or preferred == group.raw.id:
@@ -515,7 +521,7 @@ class PartitionMachine:
             return
         log.info("handing leadership to the preferred leader", group=self.group_id, to=preferred)
         group.raw.transfer_leader(preferred)
-        self.scheduler.touch(group)
+        group.touch()
 
 
 def forget_producers_after(log_: SegmentedLog, index: int) -> None:

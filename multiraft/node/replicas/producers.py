@@ -34,6 +34,7 @@ from multiraft.errors import (
     ProducerFencedError,
     UnknownProducerIdError,
 )
+from multiraft.node.threads import SchedulerOwned, ThreadOwner
 
 __all__ = [
     "ProducerStates",
@@ -90,10 +91,11 @@ class Verdict(Enum):
     DUPLICATE = "duplicate"  # already written (or in flight): answer with the original
 
 
-class ProducerStates:
+class ProducerStates(SchedulerOwned):
     """Per-producer state of one partition (scheduler thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: ThreadOwner | None = None) -> None:
+        self.owner = owner if owner is not None else ThreadOwner("scheduler")  # its partition's
         self._applied: dict[int, _Producer] = {}
         self._in_flight: dict[int, deque[RecentBatch]] = {}  # leader only: appended, not applied yet
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from multiraft import raft
+from multiraft.node.threads import SchedulerOwned, ThreadOwner
 from storage import BeforeLogStartError, BeyondLogEndError, LogStore, SegmentedLog, StorageError
 from storage import HardState as StoredHardState
 
@@ -158,7 +159,7 @@ def _to_raft_error(exc: StorageError) -> raft.RaftStorageError:
     return raft.RaftStorageError(str(exc))
 
 
-class RaftLogStorage:
+class RaftLogStorage(SchedulerOwned):
     """:class:`multiraft.raft.MutableStorage` over one :class:`storage.SegmentedLog` (owner thread only)."""
 
     def __init__(
@@ -168,11 +169,14 @@ class RaftLogStorage:
         recent_bytes: int = DEFAULT_RECENT_BYTES,
         term_floor: int = 0,
         released: bool = False,
+        owner: ThreadOwner | None = None,
     ) -> None:
         """``term_floor``: the highest term the replica ever reached, as recorded outside the store
         (:class:`multiraft.node.scheduler.term_guard.TermGuard`); a stored hard state below it was lost (see there).
         ``released``: the node gave the replica up after applying its removal, so an empty log is a new
         replica's, not a lost one (it still starts in ``term_floor`` with its vote unknown)."""
+        # The scheduler thread on a node; the offline tools read a stopped node's store on their own.
+        self.owner = owner if owner is not None else ThreadOwner("scheduler")
         self.log = log
         # Set by the catch-up copier once the files of the catch-up snapshot at this index are in place.
         self.segment_installer: tuple[int, Callable[[SegmentedLog, SnapshotManifest], None]] | None = None

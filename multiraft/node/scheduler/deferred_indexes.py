@@ -18,9 +18,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from multiraft import raft
+from multiraft.node.threads import SchedulerOwned, ThreadOwner
 
 if TYPE_CHECKING:
-    from multiraft.node.scheduler.scheduler import Group
+    from multiraft.node.replicas.raft_group import RaftGroup
 
 __all__ = ["DeferredIndexes", "lazy"]
 
@@ -30,17 +31,18 @@ def lazy(ready: raft.Ready) -> bool:
     return not ready.must_sync and ready.snapshot is None and ready.conf_state is None
 
 
-class DeferredIndexes:
+class DeferredIndexes(SchedulerOwned):
     """Per group, the newest hard state (commit) and applied index not yet written (scheduler thread)."""
 
-    def __init__(self) -> None:
-        self._waiting: dict[int, tuple[Group, raft.HardState | None, int]] = {}
-        self._in_transaction: dict[int, tuple[Group, raft.HardState | None, int]] = {}
+    def __init__(self, owner: ThreadOwner | None = None) -> None:
+        self.owner = owner if owner is not None else ThreadOwner("scheduler")
+        self._waiting: dict[int, tuple[RaftGroup, raft.HardState | None, int]] = {}
+        self._in_transaction: dict[int, tuple[RaftGroup, raft.HardState | None, int]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._waiting)
 
-    def defer(self, group: Group, ready: raft.Ready) -> None:
+    def defer(self, group: RaftGroup, ready: raft.Ready) -> None:
         previous = self._waiting.get(group.group_id)
         hard_state, applied = (previous[1], previous[2]) if previous and previous[0] is group else (None, 0)
         if ready.committed_entries:
@@ -48,7 +50,7 @@ class DeferredIndexes:
         if ready.hard_state is not None or applied:
             self._waiting[group.group_id] = (group, ready.hard_state or hard_state, applied)
 
-    def write(self, groups: dict[int, Group]) -> None:
+    def write(self, groups: dict[int, RaftGroup]) -> None:
         """Write what waits into the current transaction (of groups still hosted as they were)."""
         waiting, self._waiting = self._waiting, {}
         for group_id, (group, hard_state, applied) in waiting.items():

@@ -20,7 +20,7 @@ from multiraft.errors import MultiraftError, NotLeaderError, UnavailableError
 from multiraft.node.threads import SchedulerOwned, ThreadOwner, on_owner_thread
 
 if TYPE_CHECKING:
-    from multiraft.node.scheduler.scheduler import Completion, Group
+    from multiraft.node.replicas.raft_group import Completion, RaftGroup
 
 __all__ = ["LinearizableReads", "READ_TIMEOUT_S"]
 
@@ -47,7 +47,7 @@ class LinearizableReads(SchedulerOwned):
         self._confirmed: dict[int, list[_Read]] = {}  # group id -> reads waiting for the apply
 
     @on_owner_thread
-    def start(self, group: Group, serve: Callable[[], Any], completion: Completion) -> None:
+    def start(self, group: RaftGroup, serve: Callable[[], Any], completion: Completion) -> None:
         """Serve ``serve()`` to ``completion`` once it is linearizable; errors go to ``completion`` too."""
         context = b"read-%d" % next(self._ids)
         try:
@@ -58,7 +58,7 @@ class LinearizableReads(SchedulerOwned):
         self._unconfirmed[context] = _Read(group.group_id, serve, completion, time.monotonic() + self._timeout_s)
 
     @on_owner_thread
-    def after_apply(self, group: Group, read_states: Any) -> None:
+    def after_apply(self, group: RaftGroup, read_states: Any) -> None:
         """After a Ready was applied: take its confirmed reads, and serve those the apply has reached."""
         for state in read_states:
             read = self._unconfirmed.pop(state.context, None)

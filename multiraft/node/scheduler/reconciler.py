@@ -33,7 +33,9 @@ from collections.abc import Callable
 from multiraft import controller as ctl
 from multiraft import raft
 from multiraft.logging import get_logger
-from multiraft.node.scheduler.scheduler import Group, Scheduler
+from multiraft.node.replicas.raft_group import RaftGroup
+from multiraft.node.scheduler.scheduler import Scheduler
+from multiraft.node.threads import SchedulerOwned
 
 __all__ = ["Reconciler", "REMOVAL_GRACE_S", "FULL_PASS_S", "conf_change_towards"]
 
@@ -70,7 +72,7 @@ def conf_change_towards(
     return raft.ConfChange(tuple(changes))
 
 
-def _promotes_a_lost_log(group: Group, change: raft.ConfChange) -> int:
+def _promotes_a_lost_log(group: RaftGroup, change: raft.ConfChange) -> int:
     """The learner ``change`` would make a voter while it rebuilds a log it lost (0: none)."""
     learners = set(group.raw.conf_state.learners)
     promoted = [c.node_id for c in change.changes if c.type is raft.ConfChangeType.ADD_VOTER and c.node_id in learners]
@@ -80,7 +82,7 @@ def _promotes_a_lost_log(group: Group, change: raft.ConfChange) -> int:
     return next((n for n in promoted if (pr := progress.get(n)) is not None and pr.lost_log), 0)
 
 
-class Reconciler:
+class Reconciler(SchedulerOwned):
     """Runs every few hundred ms on the scheduler thread (``Scheduler.every``)."""
 
     def __init__(
@@ -89,9 +91,10 @@ class Reconciler:
         scheduler: Scheduler,
         state: Callable[[], ctl.ClusterState],
         controller_leader: Callable[[], int],
-        drop_local: Callable[[Group], None],
+        drop_local: Callable[[RaftGroup], None],
         publish_voters: Callable[[tuple[int, ...]], None] | None = None,
     ) -> None:
+        self.owner = scheduler.owner
         self.node_id = node_id
         self.scheduler = scheduler
         self._state = state
@@ -145,7 +148,7 @@ class Reconciler:
         for group_id in [g for g in self._unassigned_since if g not in groups]:
             del self._unassigned_since[group_id]
 
-    def _publish(self, group: Group) -> None:
+    def _publish(self, group: RaftGroup) -> None:
         """Tell the event loop who votes in the controller group (a drain is not over while its node does)."""
         conf = group.raw.conf_state
         voters = tuple(sorted(set(conf.voters) | set(conf.voters_outgoing)))
@@ -153,7 +156,7 @@ class Reconciler:
             self._published = voters
             self._publish_voters(voters)
 
-    def _reconcile_controller(self, group: Group, state: ctl.ClusterState) -> None:
+    def _reconcile_controller(self, group: RaftGroup, state: ctl.ClusterState) -> None:
         conf = group.raw.conf_state
         registered = {n.node_id for n in state.nodes.values() if n.state is not ctl.NodeState.REMOVED}
         voters = self._controller_voters(group, state)
@@ -161,7 +164,7 @@ class Reconciler:
         learners = tuple(sorted(n for n in registered | set(conf.learners) if n not in voters and n in registered))
         self._propose(group, voters, learners)
 
-    def _controller_voters(self, group: Group, state: ctl.ClusterState) -> tuple[int, ...]:
+    def _controller_voters(self, group: RaftGroup, state: ctl.ClusterState) -> tuple[int, ...]:
         """The voters as they are, or with the first one on a draining or removed node swapped for the most
         caught-up learner that is active and answering (none such: as they are, until one is)."""
         voters = tuple(group.raw.conf_state.voters)
@@ -184,7 +187,7 @@ class Reconciler:
         joining = max(candidates)[2]
         return tuple(sorted((set(voters) - {leaving[0]}) | {joining}))
 
-    def _propose(self, group: Group, voters: tuple[int, ...], learners: tuple[int, ...]) -> None:
+    def _propose(self, group: RaftGroup, voters: tuple[int, ...], learners: tuple[int, ...]) -> None:
         change = conf_change_towards(group.raw.conf_state, voters, learners)
         if change is None:
             return
@@ -211,7 +214,7 @@ class Reconciler:
         )
         self.scheduler.touch(group)
 
-    def _maybe_drop(self, group: Group, now: float) -> None:
+    def _maybe_drop(self, group: RaftGroup, now: float) -> None:
         since = self._unassigned_since.setdefault(group.group_id, now)
         if now - since < REMOVAL_GRACE_S or not self._controller_leader():
             return

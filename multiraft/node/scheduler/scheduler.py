@@ -14,6 +14,11 @@ Each round:
 7. send each Ready's ``persisted_messages`` (acks, votes), which may only follow the fsync;
 8. apply committed entries (offsets, high watermarks, answers to producers) and advance.
 
+The groups it drives are :class:`RaftGroup` objects (:mod:`multiraft.node.replicas.raft_group`), each with its
+replica as state machine. A replica proposes on its own group, which joins the next round through the
+:class:`Wakeups` it shares with this scheduler; the round applies what commits and runs the proposals'
+completions. The replicas never call back up into the scheduler.
+
 A round that does not fit (the disk, the LMDB map or the segment slots are full) is rolled back and each of
 its Readies is written on its own: those that fit go on, the others stay outstanding and are written again
 every ``_FULL_RETRY_S``, as a slow disk would delay them (Raft retransmits meanwhile, and the store reports
@@ -34,29 +39,35 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from multiraft import raft, trace
-from multiraft.errors import NotLeaderError, RecordTooLargeError, StorageFailureError, UnavailableError
+from multiraft.errors import StorageFailureError, UnavailableError
 from multiraft.logging import get_logger
-from multiraft.node.replicas.raft_log import RaftLogStorage
+from multiraft.node.replicas.raft_group import Completion, RaftGroup, StateMachine, Wakeups
 from multiraft.node.scheduler.deferred_indexes import DeferredIndexes, lazy
 from multiraft.node.scheduler.reads import LinearizableReads
 from multiraft.node.scheduler.term_guard import TermGuard
 from multiraft.node.scheduler.tracing import trace_persisted
-from multiraft.node.threads import ThreadOwner
+from multiraft.node.threads import SchedulerOwned, ThreadOwner
 from storage import CorruptionError, LogStore, StorageConfig, StorageError, StorageFullError
 
-__all__ = ["Scheduler", "Group", "StateMachine", "Completion", "Outbox", "DamageHandler", "damaged_index"]
+__all__ = [
+    "Scheduler",
+    "RaftGroup",
+    "StateMachine",
+    "Completion",
+    "Outbox",
+    "DamageHandler",
+    "Wakeups",
+    "damaged_index",
+]
 
 log = get_logger(__name__)
 
 _FULL_RETRY_S = 1.0  # how often Readies that did not fit are written again
 
-Completion = Callable[[Any, BaseException | None], None]
-"""Called on the scheduler thread with (result, error) when a proposal is applied or fails."""
-DamageHandler = Callable[["Group", int], None]
+DamageHandler = Callable[[RaftGroup, int], None]
 """(group, damaged index): repair a replica whose stored entry failed its check; the scheduler has already
 taken the group out (scheduler thread)."""
 
@@ -73,53 +84,13 @@ def damaged_index(exc: BaseException) -> int | None:
     return None
 
 
-class StateMachine(Protocol):
-    """What applies a group's committed entries; lives on the scheduler thread."""
-
-    def apply(self, group: Group, entries: Sequence[raft.Entry]) -> dict[int, Any]:
-        """Apply committed entries in order; return results for the indexes that have one."""
-        ...
-
-    def on_role_change(self, group: Group, soft_state: raft.SoftState) -> None: ...
-
-    def on_snapshot(self, group: Group, snapshot: raft.Snapshot) -> None: ...
-
-
 class Outbox(Protocol):
     """Where the scheduler hands messages for the network (implemented on the loop side)."""
 
     def send(self, batches: dict[int, list[tuple[int, raft.Message]]]) -> None: ...
 
 
-@dataclass
-class _Pending:
-    term: int
-    completion: Completion
-
-
-@dataclass
-class Group:
-    """One Raft group hosted by this node."""
-
-    group_id: int
-    raw: raft.RawNode
-    storage: RaftLogStorage
-    machine: StateMachine
-    pending: dict[int, _Pending] = field(default_factory=dict)
-    leader_id: int = 0
-    role: raft.Role = raft.Role.FOLLOWER
-
-    @property
-    def is_leader(self) -> bool:
-        return self.role is raft.Role.LEADER
-
-    def fail_pending(self, error: BaseException) -> None:
-        pending, self.pending = self.pending, {}
-        for item in pending.values():
-            item.completion(None, error)
-
-
-class Scheduler:
+class Scheduler(SchedulerOwned):
     """Owns the store and the groups; call :meth:`submit` from any thread to hand it work."""
 
     def __init__(
@@ -133,7 +104,6 @@ class Scheduler:
     ) -> None:
         self._store_opener = store_opener
         self._terms_dir = terms_dir  # where the TermGuard's file lives (None: no guard, in unit tests)
-        self._max_payload_bytes = max_payload_bytes  # what the store's append accepts
         self._tick_s = tick_ms / 1000
         self._outbox = outbox
         self._inbox: collections.deque[Callable[[], None]] = collections.deque()
@@ -144,19 +114,21 @@ class Scheduler:
         self._failure: BaseException | None = None
         self.store: LogStore | None = None
         self.term_guard: TermGuard | None = None  # the terms each group reached, kept outside the store
-        self.groups: dict[int, Group] = {}
-        self._awake: set[int] = set()  # groups to tick (not quiescent)
-        self._touched: set[int] = set()  # groups that may have a Ready
+        self.owner = ThreadOwner("scheduler")  # what lives here says so in its type (multiraft.node.threads)
+        self.groups: dict[int, RaftGroup] = {}
+        # Shared with every group it drives: a group that proposes joins them itself (RaftGroup.propose).
+        self.wakeups = Wakeups(self.owner, max_payload_bytes)  # max: what the store's append accepts
+        self._awake = self.wakeups.awake  # groups to tick (not quiescent)
+        self._touched = self.wakeups.touched  # groups that may have a Ready
         self._periodic: list[tuple[float, float, Callable[[], None]]] = []  # (interval, next due, action)
         self.rounds = 0
         self.syncs = 0
-        self._parked: list[tuple[Group, raft.Ready]] = []  # Readies that did not fit, outstanding in their group
-        self._deferred = DeferredIndexes()  # commit and applied indexes that wait for the next sync
+        self._parked: list[tuple[RaftGroup, raft.Ready]] = []  # Readies that did not fit, outstanding in their group
+        self._deferred = DeferredIndexes(self.owner)  # commit and applied indexes that wait for the next sync
         self._retry_at = 0.0
         self.storage_full = ""  # why the last write did not fit, while Readies wait for room ("" otherwise)
         # Set by the store: a group whose entries fail their check is handed over for repair, not fatal.
         self.on_damage: DamageHandler | None = None
-        self.owner = ThreadOwner("scheduler")  # what lives here says so in its type (multiraft.node.threads)
         self.reads = LinearizableReads(self.owner)
         self.every(0.25, self.reads.expire)
 
@@ -269,11 +241,12 @@ class Scheduler:
 
     # ----------------------------------------------------------------------------------------------- groups
 
-    def add_group(self, group: Group) -> None:
+    def add_group(self, group: RaftGroup) -> None:
+        group.join(self.wakeups)
         self.groups[group.group_id] = group
         self.touch(group)
 
-    def remove_group(self, group_id: int) -> Group | None:
+    def remove_group(self, group_id: int) -> RaftGroup | None:
         group = self.groups.pop(group_id, None)
         self._awake.discard(group_id)
         self._touched.discard(group_id)
@@ -281,7 +254,7 @@ class Scheduler:
             group.fail_pending(UnavailableError("the partition was removed from this node"))
         return group
 
-    def touch(self, group: Group) -> None:
+    def touch(self, group: RaftGroup) -> None:
         """The group got input: check it for a Ready this round and tick it while it is awake."""
         self._touched.add(group.group_id)
         self._awake.add(group.group_id)
@@ -301,43 +274,12 @@ class Scheduler:
                 continue
             self.touch(group)
 
-    def propose(
-        self,
-        group: Group,
-        payload: bytes | memoryview,
-        completion: Completion,
-        *,
-        kind: raft.EntryKind = raft.EntryKind.DATA,
-    ) -> int | None:
-        """Propose on the group's leader; ``completion`` runs when the entry is applied (or fails)."""
-        if len(payload) > self._max_payload_bytes:
-            # The store would refuse the entry at write time, which stops the node: refuse the request instead.
-            completion(
-                None,
-                RecordTooLargeError(
-                    f"an entry of {len(payload)} bytes exceeds what one log entry holds ({self._max_payload_bytes})",
-                    max_bytes=self._max_payload_bytes,
-                ),
-            )
-            return None
-        try:
-            index = group.raw.propose(payload, kind=kind, timestamp_ms=int(time.time() * 1000))
-        except raft.NotLeader as exc:
-            completion(None, self.not_leader(group, exc.leader_id))
-            return None
-        except raft.ProposalDropped as exc:
-            completion(None, UnavailableError(f"proposal dropped: {exc}"))
-            return None
-        group.pending[index] = _Pending(group.raw.term, completion)
-        self.touch(group)
-        return index
-
-    def read(self, group: Group, serve: Callable[[], Any], completion: Completion) -> None:
+    def read(self, group: RaftGroup, serve: Callable[[], Any], completion: Completion) -> None:
         """Serve ``serve()`` once a quorum confirmed this leader and the apply reached the read's index."""
         self.reads.start(group, serve, completion)
         self.touch(group)  # the ReadIndex broadcast and the ReadState come with the group's next Ready
 
-    def report_damage(self, group: Group, exc: BaseException) -> bool:
+    def report_damage(self, group: RaftGroup, exc: BaseException) -> bool:
         """Hand a group whose stored entry failed its check to the repair (before the next round); False if
         ``exc`` is no such damage or nothing repairs it."""
         index = damaged_index(exc)
@@ -351,10 +293,6 @@ class Scheduler:
         group.fail_pending(UnavailableError("the replica is repairing a damaged log"))
         self.submit(lambda: handler(group, index))
         return True
-
-    def not_leader(self, group: Group, leader_hint: int | None) -> NotLeaderError:
-        leader = leader_hint or group.leader_id or group.raw.leader_id
-        return NotLeaderError(f"node {group.raw.id} does not lead group {group.group_id}", leader_id=leader)
 
     # ------------------------------------------------------------------------------------------------ round
 
@@ -372,7 +310,7 @@ class Scheduler:
 
     def _round(self) -> None:
         groups = self.groups
-        readies: list[tuple[Group, raft.Ready]] = []
+        readies: list[tuple[RaftGroup, raft.Ready]] = []
         for group_id in self._touched:
             group = groups.get(group_id)
             try:
@@ -382,7 +320,7 @@ class Scheduler:
                 if group is None or not self.report_damage(group, exc):
                     raise
         self._touched.clear()
-        retried: list[tuple[Group, raft.Ready]] = []
+        retried: list[tuple[RaftGroup, raft.Ready]] = []
         if self._parked and time.monotonic() >= self._retry_at:
             retried = [(group, ready) for group, ready in self._parked if groups.get(group.group_id) is group]
             self._parked = []
@@ -438,8 +376,8 @@ class Scheduler:
             self._sync()
 
     def _persist_what_fits(
-        self, readies: list[tuple[Group, raft.Ready]], exc: BaseException, unsent: set[int]
-    ) -> list[tuple[Group, raft.Ready]]:
+        self, readies: list[tuple[RaftGroup, raft.Ready]], exc: BaseException, unsent: set[int]
+    ) -> list[tuple[RaftGroup, raft.Ready]]:
         """After a round that did not fit: roll it back, then write each Ready alone (synced); park those that
         still do not fit, outstanding, for a later round."""
         self._undo(readies)
@@ -459,12 +397,12 @@ class Scheduler:
                 written.append(pair)
         return written
 
-    def _undo(self, readies: list[tuple[Group, raft.Ready]]) -> None:
+    def _undo(self, readies: list[tuple[RaftGroup, raft.Ready]]) -> None:
         self._rollback()
         for group, _ in readies:
             group.storage.reload()
 
-    def _park(self, readies: list[tuple[Group, raft.Ready]], exc: BaseException, unsent: set[int]) -> None:
+    def _park(self, readies: list[tuple[RaftGroup, raft.Ready]], exc: BaseException, unsent: set[int]) -> None:
         # Messages not sent before the write may go before it is durable (only persisted_messages must wait).
         self._send([pair for pair in readies if id(pair[1]) in unsent], persisted=False)
         if not self.storage_full:
@@ -478,7 +416,7 @@ class Scheduler:
         self._parked.extend(readies)
         self._retry_at = time.monotonic() + _FULL_RETRY_S
 
-    def _send(self, readies: list[tuple[Group, raft.Ready]], *, persisted: bool, unpersisted: bool = False) -> None:
+    def _send(self, readies: list[tuple[RaftGroup, raft.Ready]], *, persisted: bool, unpersisted: bool = False) -> None:
         """Hand each Ready's ``messages`` (``persisted=False``) or ``persisted_messages`` to the outbox, or
         both in that order (``unpersisted=True`` too), as one batch per peer."""
         batches: dict[int, list[tuple[int, raft.Message]]] = {}
@@ -495,7 +433,7 @@ class Scheduler:
         if batches:
             self._outbox.send(batches)
 
-    def _persist(self, readies: list[tuple[Group, raft.Ready]], *, force_sync: bool = False) -> None:
+    def _persist(self, readies: list[tuple[RaftGroup, raft.Ready]], *, force_sync: bool = False) -> None:
         must_sync = force_sync or any(ready.must_sync for _, ready in readies)
         if not must_sync and all(lazy(ready) for _, ready in readies):
             for group, ready in readies:  # only commit and applied indexes: they wait for the next sync
@@ -545,7 +483,7 @@ class Scheduler:
                     raise
 
     def _storage_failed(
-        self, readies: list[tuple[Group, raft.Ready]], exc: StorageError | raft.RaftStorageError
+        self, readies: list[tuple[RaftGroup, raft.Ready]], exc: StorageError | raft.RaftStorageError
     ) -> None:
         # Nothing of the round is durable: drop it, answer the producers, and let Raft retry from its state.
         log.error("storage failed; the round is discarded", error=str(exc))
@@ -556,12 +494,12 @@ class Scheduler:
             group.raw.advance(ready)  # the core must not wait forever on this Ready
         raise exc
 
-    def _apply(self, group: Group, ready: raft.Ready) -> None:
+    def _apply(self, group: RaftGroup, ready: raft.Ready) -> None:
         if ready.soft_state is not None:
             previous = group.role
             group.leader_id, group.role = ready.soft_state.leader_id, ready.soft_state.role
             if previous is raft.Role.LEADER and group.role is not raft.Role.LEADER:
-                group.fail_pending(self.not_leader(group, group.leader_id))
+                group.fail_pending(group.not_leader(group.leader_id))
             group.machine.on_role_change(group, ready.soft_state)
         if ready.snapshot is not None:
             group.machine.on_snapshot(group, ready.snapshot)
@@ -577,7 +515,7 @@ class Scheduler:
             if waiting is None:
                 continue
             if waiting.term != entry.term:  # another leader's entry took this index: ours was lost
-                waiting.completion(None, self.not_leader(group, group.leader_id))
+                waiting.completion(None, group.not_leader(group.leader_id))
             else:
                 result = results.get(entry.index)
                 if isinstance(result, BaseException):

@@ -18,7 +18,8 @@ import math
 from typing import Protocol
 
 from multiraft import controller as ctl
-from multiraft.node.scheduler.scheduler import Group
+from multiraft.node.replicas.raft_group import RaftGroup
+from multiraft.node.threads import SchedulerOwned, ThreadOwner
 
 __all__ = ["Rounds", "StartupElections", "hold_ticks"]
 
@@ -26,9 +27,9 @@ __all__ = ["Rounds", "StartupElections", "hold_ticks"]
 class Rounds(Protocol):
     """What of the scheduler this needs: its groups, and a way to have a group looked at this round."""
 
-    groups: dict[int, Group]
+    groups: dict[int, RaftGroup]
 
-    def touch(self, group: Group) -> None: ...
+    def touch(self, group: RaftGroup) -> None: ...
 
 
 def hold_ticks(election_ticks: int, tick_ms: int, load_s: float) -> int:
@@ -38,17 +39,18 @@ def hold_ticks(election_ticks: int, tick_ms: int, load_s: float) -> int:
     return max(2 * election_ticks, math.ceil(load_s * 1000 / tick_ms))
 
 
-class StartupElections:
+class StartupElections(SchedulerOwned):
     """The replicas reopened at start that wait to learn their preferred leader."""
 
-    def __init__(self, node_id: int) -> None:
+    def __init__(self, node_id: int, owner: ThreadOwner | None = None) -> None:
+        self.owner = owner if owner is not None else ThreadOwner("scheduler")
         self._node_id = node_id
-        self._waiting: dict[int, Group] = {}
+        self._waiting: dict[int, RaftGroup] = {}
 
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def reopened(self, group: Group) -> None:
+    def reopened(self, group: RaftGroup) -> None:
         """A replica reopened from disk at start: it waits for :meth:`hold` and :meth:`on_state`."""
         self._waiting[group.group_id] = group
 
@@ -57,7 +59,7 @@ class StartupElections:
         for group in self._waiting.values():
             group.raw.delay_election(ticks)
 
-    def on_state(self, state: ctl.ClusterState, scheduler: Rounds) -> list[Group]:
+    def on_state(self, state: ctl.ClusterState, scheduler: Rounds) -> list[RaftGroup]:
         """The controller's state (perhaps replayed only in part): the waiting replicas it knows are decided;
         those this node is the preferred leader of stop holding off (returned) and campaign at their election
         timeout."""

@@ -38,8 +38,9 @@ from multiraft.node.cluster.directory import Directory
 from multiraft.node.replicas.controller import CONTROLLER_TOPIC, ControllerMachine
 from multiraft.node.replicas.offsets import OFFSETS_TOPIC, OffsetsMachine
 from multiraft.node.replicas.partition import PartitionMachine, PartitionView, forget_producers_after
+from multiraft.node.replicas.raft_group import Completion, RaftGroup
 from multiraft.node.replicas.raft_log import RaftLogStorage
-from multiraft.node.scheduler.scheduler import Completion, Group, Scheduler, damaged_index
+from multiraft.node.scheduler.scheduler import Scheduler, damaged_index
 from multiraft.node.scheduler.startup_elections import StartupElections, hold_ticks
 from multiraft.node.services.store_client import StoreClient
 from multiraft.node.threads import LoopHandoff, SchedulerOwned, on_owner_thread
@@ -86,7 +87,7 @@ class Store(SchedulerOwned):
         self._liveness = liveness
         self._room = room
         self._rng = random.Random()  # every group's election jitter; used only on this thread
-        self.controller_group: Group | None = None
+        self.controller_group: RaftGroup | None = None
         self.controller: ControllerMachine | None = None
         self.catchup_progress: CatchupHook | None = None  # set by the catch-up copier
         self.low_water = LowWater(config.min_free_disk_bytes, config.min_free_map_bytes, config.min_free_segments)
@@ -97,7 +98,9 @@ class Store(SchedulerOwned):
         self.repairs = 0  # replicas whose damaged suffix was cut off to be fetched again
         self._repair_attempts: dict[int, int] = {}
         scheduler.on_damage = self.repair_replica
-        self.startup = StartupElections(self.node_id)  # the replicas reopened at start, until their state is known
+        self.startup = StartupElections(
+            self.node_id, self.owner
+        )  # the replicas reopened at start, until their state is known
 
     # ------------------------------------------------------------------------------------ opening groups
 
@@ -130,7 +133,7 @@ class Store(SchedulerOwned):
             storage.set_hard_state(hard_state)
         machine = ControllerMachine(
             self.node_id,
-            scheduler,
+            self.owner,
             self._on_cluster_state,
             self._on_controller_leader,
             liveness=self._liveness,
@@ -138,7 +141,7 @@ class Store(SchedulerOwned):
         )
         # the cluster state is rebuilt from the snapshot, then replayed
         raw = self._raw_node_repairing(storage, storage.snapshot().meta.index)
-        group = Group(ctl.CONTROLLER_GROUP_ID, raw, storage, machine)
+        group = RaftGroup(ctl.CONTROLLER_GROUP_ID, raw, storage, machine)
         self.controller_group, self.controller = group, machine
         scheduler.add_group(group)
         if fresh and members and self.node_id == next(iter(members)):
@@ -158,9 +161,9 @@ class Store(SchedulerOwned):
         """The group's Raft storage, held to the terms recorded outside the store (see TermGuard)."""
         guard = self.scheduler.term_guard
         if guard is None:
-            return RaftLogStorage(log_)
+            return RaftLogStorage(log_, owner=self.owner)
         released = guard.released(group_id)
-        storage = RaftLogStorage(log_, term_floor=guard.floor(group_id), released=released)
+        storage = RaftLogStorage(log_, term_floor=guard.floor(group_id), released=released, owner=self.owner)
         if released:
             # Placed here again after a removal this node applied: a new replica. From now on a lost store is
             # a lost log again, so the mark goes before the replica stores anything.
@@ -207,7 +210,7 @@ class Store(SchedulerOwned):
         )
 
     @on_owner_thread
-    def repair_replica(self, group: Group, index: int) -> None:
+    def repair_replica(self, group: RaftGroup, index: int) -> None:
         """A stored entry of ``group`` failed its check (the scheduler took the group out): cut the damaged
         suffix and open the replica again as a follower that gets the entries back from the leader (a leader
         steps down this way too). The controller group's machine cannot replay in place: its log is cut and
@@ -261,7 +264,7 @@ class Store(SchedulerOwned):
         *,
         bootstrap: ctl.PartitionState | None,
         configs: ctl.TopicConfig | None,
-    ) -> Group:
+    ) -> RaftGroup:
         """Create or reopen one partition group (see :meth:`_open_partition`); a damaged entry read while it
         opens is cut off with the rest of the log after it, and the replica opens again."""
         for attempt in range(_REPAIR_ATTEMPTS + 1):
@@ -285,7 +288,7 @@ class Store(SchedulerOwned):
         *,
         bootstrap: ctl.PartitionState | None,
         configs: ctl.TopicConfig | None,
-    ) -> Group:
+    ) -> RaftGroup:
         """Create (with ``bootstrap``: as an initial replica) or reopen one partition group.
 
         A replica added later, or one whose creation this node missed, starts empty and gets a snapshot from
@@ -313,19 +316,19 @@ class Store(SchedulerOwned):
             storage.set_hard_state(hard_state)
         if plog.attribute(_GROUP_ATTRIBUTE) is None:
             plog.set_attribute(_GROUP_ATTRIBUTE, json.dumps({"group_id": group_id}).encode())
-        view = PartitionView(topic, partition, group_id, plog)
+        view = PartitionView(topic, partition, group_id, plog, self._directory.owner)
         view.damage_hook = self._damage_read_elsewhere
         machine: PartitionMachine | OffsetsMachine
         post = self._to_loop.post
         if topic == OFFSETS_TOPIC:
             # The offsets map is rebuilt from the snapshot and the commits after it, as the controller's is.
             applied = storage.snapshot().meta.index
-            machine = OffsetsMachine(topic, partition, group_id, scheduler, post, view, self.config.group_settings())
+            machine = OffsetsMachine(topic, partition, group_id, self.owner, post, view, self.config.group_settings())
         else:
             applied = storage.applied_index()
-            machine = PartitionMachine(topic, partition, group_id, plog, scheduler, post, view)
+            machine = PartitionMachine(topic, partition, group_id, plog, self.owner, post, view)
         raw = self._raw_node_repairing(storage, applied)
-        group = Group(group_id, raw, storage, machine)
+        group = RaftGroup(group_id, raw, storage, machine)
         scheduler.add_group(group)
         machine.start(group)
         post(lambda: self._directory.add_view(view))
@@ -431,7 +434,7 @@ class Store(SchedulerOwned):
         self._to_loop.post(lambda: self._directory.remove_view(view))
 
     @on_owner_thread
-    def drop_local_replica(self, group: Group) -> None:
+    def drop_local_replica(self, group: RaftGroup) -> None:
         """Remove a replica the controller moved off this node, and its log. When this replica applied its own
         removal, the group is released first (see TermGuard): placed here again, it is an ordinary new replica."""
         conf = group.raw.conf_state
@@ -463,7 +466,7 @@ class Store(SchedulerOwned):
     # ----------------------------------------------------------------------------------------- housekeeping
 
     @on_owner_thread
-    def housekeeping(self, leader_check: Callable[[Group], None] | None) -> None:
+    def housekeeping(self, leader_check: Callable[[RaftGroup], None] | None) -> None:
         """Every ``retention_check_ms``: retention and segment rolls on the partitions led here, and the
         catch-up copier's leader check."""
         now_ms = int(time.time() * 1000)
@@ -522,7 +525,7 @@ class Store(SchedulerOwned):
         if (leading := self._leading(view, completion)) is not None:
             leading[1].delete_records(leading[0], offset, completion)
 
-    def _leading(self, view: PartitionView, completion: Completion) -> tuple[Group, PartitionMachine] | None:
+    def _leading(self, view: PartitionView, completion: Completion) -> tuple[RaftGroup, PartitionMachine] | None:
         """The partition's group and machine when this replica leads it; else the completion is answered."""
         group = self.scheduler.groups.get(view.group_id)
         name = f"{view.topic}/{view.partition}"
@@ -576,7 +579,7 @@ class Store(SchedulerOwned):
         return out
 
     def _status(
-        self, group: Group, machine: PartitionMachine | OffsetsMachine, live: frozenset[int]
+        self, group: RaftGroup, machine: PartitionMachine | OffsetsMachine, live: frozenset[int]
     ) -> PartitionStatus:
         status = group.raw.status()
         me = self.node_id
