@@ -22,8 +22,9 @@ import structlog
 
 from ._conf_entries import conf_after, conf_as_of
 from ._log import RaftLog
+from ._quorum import VoteResult
 from ._readonly import ReadOnly, ReadState
-from ._tracker import Progress, ProgressState, ProgressTracker, VoteResult
+from ._tracker import Progress, ProgressState, ProgressTracker
 from .codec import encode_conf_change
 from .confchange import ConfChange, ConfState, apply_conf_change
 from .config import RaftConfig
