@@ -3,17 +3,33 @@
 Every topic-partition is its own Raft group, so thousands of RawNodes live in one process. The core does no I/O
 (no sockets, files, clocks, threads or global randomness): time is ticks, randomness comes from an injected
 seeded generator, storage sits behind the :class:`Storage` protocol, and payloads are opaque bytes that are never
-copied. The design follows etcd-io/raft (progress tracker, in-flight window, unstable log, Ready/advance); the
-code is our own.
+copied. It imports nothing of ours (``tests/test_layering.py``). The design follows etcd-io/raft (progress
+tracker, in-flight window, unstable log, Ready/advance); the code is our own.
 
-Modules:
+Owner: whoever drives a RawNode, one thread at a time (nothing here is thread-safe); in the node runtime, the
+scheduler thread (``multiraft.node.scheduler``).
+
+Public modules (their names are re-exported here):
 
 * :mod:`.rawnode`: :class:`RawNode`, :class:`Ready` (the handling order of its fields), quiescence rules.
 * :mod:`.messages`: :class:`Entry`, :class:`Message`, :class:`HardState`, :class:`Snapshot`.
-* :mod:`.confchange`: membership (joint consensus plus one-voter changes; why both), :func:`apply_conf_change`.
+* :mod:`.confchange`: configuration changes (joint consensus plus one-voter changes; why both),
+  :func:`apply_conf_change`.
 * :mod:`.storage`: the :class:`Storage` protocol, :class:`MemoryStorage`, :func:`bootstrap`.
 * :mod:`.codec`: the binary wire format (zero-copy payloads; :class:`DecodeError` on bad input).
 * :mod:`.config`: :class:`RaftConfig`. :mod:`.errors`: the error hierarchy.
+
+Private modules, behind RawNode. The state machine is one class that owns the objects with state of their own and
+calls them; none of them calls back:
+
+* :mod:`._raft`: ``Raft``, one replica's protocol: roles, ticks and CheckQuorum, elections, replication (leader
+  and follower sides), read-index, configuration changes, leadership transfer, recovery of a lost log,
+  quiescence.
+* :mod:`._log`: ``RaftLog``, storage plus the unstable tail, with the commit and apply indexes.
+* :mod:`._tracker`: ``ProgressTracker``, the tracked configuration and the leader's ``Progress`` per replica with
+  its in-flight window (flow control). :mod:`._quorum`: majority and joint-majority arithmetic.
+* :mod:`._readonly`: ``ReadOnly``, the leader's queue of read-index requests and their confirmations.
+* :mod:`._conf_entries`: the configuration read back from CONFIG entries (after one, as of an index).
 """
 
 from __future__ import annotations
@@ -96,7 +112,7 @@ __all__ = [
     "Snapshot",
     "SnapshotMeta",
     "entries_size",
-    # membership
+    # configuration
     "ConfState",
     "ConfChange",
     "ConfChangeSingle",

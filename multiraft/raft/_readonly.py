@@ -1,61 +1,92 @@
-"""Linearizable reads (ReadIndex): a leader confirms its leadership with a quorum of heartbeats, then answers."""
+"""Linearizable reads (ReadIndex, as etcd's readOnly): the leader's queue of read requests and their confirmations.
+
+A read is served at the leader's commit index once a quorum confirmed, after the request arrived, that this node
+still leads. The leader numbers each request (``seq``), carries the latest number in the context of a heartbeat,
+and each follower echoes it back: a request is confirmed once a quorum echoed a number at least its own. Before
+an entry of its term commits, a new leader's commit index may lag what earlier leaders committed, so requests
+wait for that first (``awaiting_commit``).
+
+:class:`ReadOnly` only keeps this state; the :class:`~multiraft.raft._raft.Raft` that owns it decides when a
+request is queued, computes the quorum, sends the heartbeats and answers the requests it releases.
+"""
 
 from __future__ import annotations
 
-from ._state import READ_INDEX, READ_INDEX_RESP, RaftState, ReadState, Role, _ReadRequest
-from .errors import NotLeader
-from .messages import Message
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-__all__ = ["ReadOnly"]
+__all__ = ["ReadOnly", "ReadRequest", "ReadState"]
 
 
-class ReadOnly(RaftState):
-    """Read-index requests: queued until the term's first commit, released once a quorum acknowledged them."""
+@dataclass(frozen=True, slots=True)
+class ReadState:
+    """A linearizable read may be served once the application has applied ``index``; ``context`` is the request's."""
 
-    def read_index(self, context: bytes) -> None:
-        if self.quiescent:
-            self.wake()
-        if self.role is Role.LEADER:
-            self._leader_read_index(self.id, context)
-        elif self.lead:
-            self.msgs.append(Message(type=READ_INDEX, to=self.lead, sender=self.id, context=context))
-        else:
-            raise NotLeader(None)
+    index: int
+    context: bytes
 
-    def _leader_read_index(self, requester: int, context: bytes) -> None:
-        if not self.committed_in_term:
-            # Our commit index may lag what earlier leaders committed until an entry of our term commits.
-            self.reads_awaiting_commit.append((requester, context))
-            return
-        if self.tracker.is_singleton() and self.id in self.tracker.voters:
-            # We are the whole quorum (a removed leader whose config has one other voter is not).
-            self._answer_read(requester, self.log.committed, context)
-            return
-        self.read_seq += 1
-        self.pending_reads.append(_ReadRequest(self.read_seq, self.log.committed, requester, context))
-        self.read_bcast_pending = True
-        self.needs_flush = True
 
-    def _answer_read(self, requester: int, index: int, context: bytes) -> None:
-        if requester == self.id:
-            self.read_states.append(ReadState(index, context))
-        else:
-            self.msgs.append(
-                Message(
-                    type=READ_INDEX_RESP, to=requester, sender=self.id, term=self.term, index=index, context=context
-                )
-            )
+@dataclass(slots=True)
+class ReadRequest:
+    """A read-index request waiting for a quorum: served at ``index`` once the heartbeats of ``seq`` are echoed."""
 
-    def _release_confirmed_reads(self) -> None:
-        acks = self.read_acks
-        self_id = self.id
-        seq = self.read_seq
-        confirmed = self.tracker.quorum_index(lambda node_id: seq if node_id == self_id else acks.get(node_id, 0))
-        pending = self.pending_reads
+    seq: int
+    index: int
+    requester: int
+    context: bytes
+
+
+class ReadOnly:
+    """One leader's read-index requests: queued, numbered, confirmed by a quorum's echoes, released in order."""
+
+    __slots__ = ("acks", "awaiting_commit", "bcast_pending", "pending", "seq")
+
+    def __init__(self) -> None:
+        # Never reset: a number echoed in an earlier term must not confirm a request of a later one.
+        self.seq = 0
+        self.acks: dict[int, int] = {}  # node -> highest seq it echoed
+        self.pending: list[ReadRequest] = []  # few at a time; a deque costs 600 bytes per idle group
+        self.awaiting_commit: list[tuple[int, bytes]] = []  # (requester, context) until the term's first commit
+        self.bcast_pending = False  # a heartbeat carrying ``seq`` is owed
+
+    def reset(self) -> None:
+        """Drop every request and echo (the role or term changed: requesters time out and retry)."""
+        self.acks = {}
+        self.pending = []
+        self.awaiting_commit = []
+        self.bcast_pending = False
+
+    def has_requests(self) -> bool:
+        """True while a request waits (for the term's first commit, for a heartbeat or for a quorum)."""
+        return bool(self.pending or self.awaiting_commit or self.bcast_pending)
+
+    def add_request(self, index: int, requester: int, context: bytes) -> None:
+        """Queue a request to be served at ``index``; a heartbeat carrying its number is now owed."""
+        self.seq += 1
+        self.pending.append(ReadRequest(self.seq, index, requester, context))
+        self.bcast_pending = True
+
+    def take_awaiting_commit(self) -> list[tuple[int, bytes]]:
+        """The requests that waited for the term's first commit, in arrival order; the wait is over."""
+        waiting, self.awaiting_commit = self.awaiting_commit, []
+        return waiting
+
+    def recv_ack(self, sender: int, context: bytes) -> bool:
+        """Record the number ``sender`` echoed (an 8-byte heartbeat context); True if it is a new, higher one."""
+        seq = int.from_bytes(context, "big")
+        if seq > self.acks.get(sender, 0):
+            self.acks[sender] = seq
+            return True
+        return False
+
+    def release(self, confirmed: int) -> Sequence[ReadRequest]:
+        """Remove and return, in order, the requests numbered up to ``confirmed`` (a quorum echoed it)."""
+        pending = self.pending
         released = 0
         while released < len(pending) and pending[released].seq <= confirmed:
-            request = pending[released]
-            self._answer_read(request.requester, request.index, request.context)
             released += 1
-        if released:
-            del pending[:released]
+        if not released:
+            return ()
+        requests = pending[:released]
+        del pending[:released]
+        return requests

@@ -1,4 +1,4 @@
-"""What a leader knows about each replica (Progress), the in-flight window, and quorum arithmetic.
+"""What a leader knows about each replica (Progress), the in-flight window, and the configuration it tracks.
 
 Flow control (as etcd's tracker): a follower is in one of three states.
 
@@ -13,22 +13,18 @@ Flow control (as etcd's tracker): a follower is in one of three states.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable
 from enum import IntEnum
 
-__all__ = ["ProgressState", "Inflights", "Progress", "ProgressTracker", "majority_index", "VoteResult"]
+from ._quorum import VoteResult, joint_vote, majority_index
+
+__all__ = ["ProgressState", "Inflights", "Progress", "ProgressTracker"]
 
 
 class ProgressState(IntEnum):
     PROBE = 0
     REPLICATE = 1
     SNAPSHOT = 2
-
-
-class VoteResult(IntEnum):
-    PENDING = 0
-    WON = 1
-    LOST = 2
 
 
 class Inflights:
@@ -159,38 +155,6 @@ class Progress:
         return True
 
 
-def majority_index(voters: Collection[int], value: Callable[[int], int]) -> int:
-    """The largest value that a majority of ``voters`` has reached (0 for an empty config: no constraint)."""
-    n = len(voters)
-    if n == 0:
-        return 1 << 63  # an empty half of a non-joint config never holds anything back
-    if n == 1:
-        for v in voters:
-            return value(v)
-    values = sorted([value(v) for v in voters], reverse=True)
-    return values[n // 2]
-
-
-def _majority_vote(voters: Collection[int], votes: Mapping[int, bool]) -> VoteResult:
-    if not voters:
-        return VoteResult.WON
-    granted = rejected = 0
-    for v in voters:
-        vote = votes.get(v)
-        if vote is None:
-            continue
-        if vote:
-            granted += 1
-        else:
-            rejected += 1
-    quorum = len(voters) // 2 + 1
-    if granted >= quorum:
-        return VoteResult.WON
-    if granted + (len(voters) - granted - rejected) >= quorum:
-        return VoteResult.PENDING
-    return VoteResult.LOST
-
-
 class ProgressTracker:
     """The configuration (voters, learners, joint state) and one Progress per replica."""
 
@@ -253,24 +217,13 @@ class ProgressTracker:
         self.votes = {}
 
     def tally_votes(self) -> VoteResult:
-        return self._joint_vote(self.votes)
+        return joint_vote(self.voters, self.voters_outgoing, self.votes)
 
     def quorum_active(self, self_id: int) -> bool:
         """True if a quorum of voters was heard from recently (the leader always counts itself)."""
         progress = self.progress
         votes = {node_id: (node_id == self_id or pr.recent_active) for node_id, pr in progress.items()}
-        return self._joint_vote(votes) is VoteResult.WON
-
-    def _joint_vote(self, votes: Mapping[int, bool]) -> VoteResult:
-        incoming = _majority_vote(self.voters, votes)
-        if not self.voters_outgoing:
-            return incoming
-        outgoing = _majority_vote(self.voters_outgoing, votes)
-        if incoming is VoteResult.LOST or outgoing is VoteResult.LOST:
-            return VoteResult.LOST
-        if incoming is VoteResult.WON and outgoing is VoteResult.WON:
-            return VoteResult.WON
-        return VoteResult.PENDING
+        return joint_vote(self.voters, self.voters_outgoing, votes) is VoteResult.WON
 
     def set_config(
         self,

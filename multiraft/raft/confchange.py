@@ -1,6 +1,6 @@
-"""Group membership: the configuration (:class:`ConfState`) and the changes that move it (:class:`ConfChange`).
+"""A group's configuration (:class:`ConfState`: voters and learners) and the changes that move it (:class:`ConfChange`).
 
-Membership changes use **joint consensus** (Raft thesis §4.3, as etcd's ConfChangeV2), with the one-voter case
+Configuration changes use **joint consensus** (Raft thesis §4.3, as etcd's ConfChangeV2), with the one-voter case
 applied directly:
 
 * A change that adds, removes or demotes **at most one voter** is applied as a *simple* change: any two
@@ -63,7 +63,7 @@ def _ids(values: Iterable[int]) -> tuple[int, ...]:
 
 @dataclass(frozen=True, slots=True)
 class ConfState:
-    """The membership of a group; every id tuple is sorted and without duplicates.
+    """The configuration of a group (its voters and learners); every id tuple is sorted and without duplicates.
 
     ``voters_outgoing`` is non-empty only in a joint configuration; ``learners_next`` holds voters being demoted
     to learners, who become learners when the joint configuration is left; ``auto_leave`` says the leader leaves
@@ -125,7 +125,7 @@ class ConfChangeTransition(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class ConfChangeSingle:
-    """One membership operation on one node."""
+    """One operation of a configuration change, on one node."""
 
     type: ConfChangeType
     node_id: int
@@ -133,7 +133,7 @@ class ConfChangeSingle:
 
 @dataclass(frozen=True, slots=True)
 class ConfChange:
-    """A membership change: several operations applied atomically. No operations means "leave joint".
+    """A configuration change: several operations applied atomically. No operations means "leave joint".
 
     ``context`` is opaque to the core (the runtime may carry the new node's address in it).
     """

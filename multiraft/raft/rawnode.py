@@ -38,7 +38,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ._raft import Raft, RandomSource, ReadState, Role, conf_after
+from ._conf_entries import conf_after
+from ._raft import Raft, RandomSource, Role
+from ._readonly import ReadState
 from ._tracker import ProgressState
 from .confchange import ConfChange, ConfState
 from .config import RaftConfig
@@ -181,7 +183,7 @@ class RawNode:
         return self._raft.propose(payload, kind, timestamp_ms)
 
     def propose_conf_change(self, change: ConfChange, *, timestamp_ms: int = 0) -> int:
-        """Propose a membership change; returns its index. See :mod:`multiraft.raft.confchange`.
+        """Propose a configuration change; returns its index. See :mod:`multiraft.raft.confchange`.
 
         Raises :class:`ConfChangePending` while an earlier change is not applied, and
         :class:`InvalidConfChangeError` if the change does not apply to the current configuration.

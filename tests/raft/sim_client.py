@@ -37,7 +37,7 @@ class _Proposal:
 
 
 class SimClient:
-    """Proposals, membership changes, leadership transfers and linearizable reads, drawn from the simulation's
+    """Proposals, configuration changes, leadership transfers and linearizable reads, drawn from the simulation's
     generator in the simulation's order (one seed, one schedule); the writes it saw acknowledged (``acked``) and
     the reads it awaits, each checked against what was committed when it was requested."""
 
@@ -66,8 +66,8 @@ class SimClient:
                     leader.id, sim.incarnation[leader.id], index, node.term, payload
                 )
                 sim.after_step(leader)
-        if p.membership and rng.random() < p.membership:
-            self.change_membership(leader)
+        if p.conf_change and rng.random() < p.conf_change:
+            self.change_configuration(leader)
         if p.transfer and rng.random() < p.transfer:
             voters = sorted(node.conf_state.voters)
             try:
@@ -86,7 +86,7 @@ class SimClient:
                 return
             self.reads[context] = sim.checker.max_committed
 
-    def change_membership(self, leader: ReplicaHost) -> None:
+    def change_configuration(self, leader: ReplicaHost) -> None:
         sim = self.sim
         rng = sim.rng
         conf = leader.node.conf_state
@@ -130,9 +130,9 @@ class SimClient:
             leader.node.propose_conf_change(change)
         except (ConfChangePending, InvalidConfChangeError, ProposalDropped, NotLeader):
             return
-        sim.note(f"membership {what}: {change}")
+        sim.note(f"conf change {what}: {change}")
         self.removed.update(c.node_id for c in change.changes if c.type is ConfChangeType.REMOVE_NODE)
-        sim.stats[f"membership {what}"] += 1
+        sim.stats[f"conf change {what}"] += 1
         for single in change.changes:
             if single.node_id not in sim.hosts:
                 sim.add_node(single.node_id)
@@ -151,8 +151,8 @@ class SimClient:
             leader.node.propose_conf_change(ConfChange.add_learner(node_id))
         except (ConfChangePending, InvalidConfChangeError, ProposalDropped, NotLeader):
             return True
-        sim.note(f"membership place back {node_id}")
-        sim.stats["membership place back"] += 1
+        sim.note(f"conf change place back {node_id}")
+        sim.stats["conf change place back"] += 1
         self.removed.discard(node_id)
         sim.place_back(node_id)
         return True

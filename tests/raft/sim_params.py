@@ -83,7 +83,7 @@ class SimParams:
     partition: float
     heal: float
     propose: float
-    membership: float
+    conf_change: float
     transfer: float
     read: float
     snapshot: float
@@ -114,7 +114,7 @@ class SimParams:
             partition=0.0 if calm else rng.choice((0.0, 0.01, 0.04)),
             heal=rng.choice((0.05, 0.2)),
             propose=rng.choice((0.2, 0.5, 1.0)),
-            membership=rng.choice((0.0, 0.0, 0.03, 0.08)),
+            conf_change=rng.choice((0.0, 0.0, 0.03, 0.08)),
             transfer=rng.choice((0.0, 0.01, 0.03)),
             read=rng.choice((0.0, 0.05, 0.2)),
             snapshot=rng.choice((0.0, 0.02, 0.1)),

@@ -9,7 +9,7 @@ node had taken from ready() but not yet persisted, and whatever it persisted wit
 the log, committed entries included (a damaged disk cut back to its last good entry: the node restarts with
 ``recover_until`` set to its former last entry, as the runtime's repair does, until its durable log is back);
 restarts from durable storage (each node's ``Disk``, in ``sim_params.py``: :class:`CrashableMemoryStorage` here,
-real LMDB files in ``tests/node``); snapshots and log compaction; membership changes (learners, promotions,
+real LMDB files in ``tests/node``); snapshots and log compaction; configuration changes (learners, promotions,
 removals including the leader's, joint replacements); leadership transfers; linearizable reads. The simulated
 runtime calls ``wake()`` on groups whose leader crashed or became unreachable, as the node runtime will do when
 SWIM reports it,
@@ -168,7 +168,7 @@ class Simulation:
         self.note(f"start {node_id} (incarnation {self.incarnation[node_id]})")
 
     def add_node(self, node_id: int) -> None:
-        """A node a membership change adds: it starts on an empty disk."""
+        """A node a configuration change adds: it starts on an empty disk."""
         self.disks[node_id] = self.new_disk(node_id, None)
         self._start(node_id)
 
@@ -261,7 +261,7 @@ class Simulation:
 
     def _may_lose_disk(self, node_id: int) -> bool:
         """As :meth:`_may_damage`, and every replica counts three voters or more: a group of two cannot elect
-        while one of them rebuilds a lost disk (see :meth:`SimClient.change_membership`)."""
+        while one of them rebuilds a lost disk (see :meth:`SimClient.change_configuration`)."""
         smallest = min(len(host.node.conf_state.voters) for host in self.hosts.values())
         return self._may_damage(node_id) and smallest >= 3
 

@@ -1,4 +1,4 @@
-"""Membership changes (Raft thesis §4 / paper §6): learners, simple changes, joint consensus, removing the leader."""
+"""Configuration changes (Raft thesis §4 / paper §6): learners, simple changes, joint consensus, removing the leader."""
 
 from __future__ import annotations
 
