@@ -93,6 +93,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "multiraft.controller": ("multiraft.controller",),
     "multiraft.groups": ("multiraft.groups",),
     "spark_connector": ("multiraft.client",),
+    # membership declares its config fields with storage's leaf helper (it imports nothing of ours).
+    "membership": ("storage.config_fields",),
     # The client shares the record-batch format with storage and uses none of the engine (light to import).
     "rpc.client": ("storage.batch", "storage.errors"),
     "multiraft.client": ("storage.batch", "storage.errors"),
