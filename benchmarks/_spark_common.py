@@ -1,5 +1,4 @@
-"""What the Spark benchmarks share: one local SparkSession, shuffled timed repetitions against a baseline
-case, and the report."""
+"""What the Spark benchmarks share: shuffled timed repetitions against a baseline case, and the report."""
 
 from __future__ import annotations
 
@@ -11,30 +10,6 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
-
-SPARK_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
-    "spark.python.worker.reuse": "true",
-}
-
-
-def start_spark(app_name: str) -> Any:
-    """A ``local[2]`` SparkSession, UI off, with the ``multiraft`` data source registered."""
-    from pyspark.sql import SparkSession
-
-    import spark_connector
-
-    builder = SparkSession.builder.master("local[2]").appName(app_name)
-    for key, value in SPARK_CONF.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    spark_connector.register(spark)
-    return spark
 
 
 def _stat(pid: int | str) -> list[str] | None:

@@ -36,12 +36,12 @@ from typing import Any
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from _spark_common import repeat, report, start_spark, summarise, timed
+from _spark_common import repeat, report, summarise, timed
 
 from multiraft import Admin, Consumer, Producer, TopicPartition
 from multiraft.tools.launcher import cluster_down, cluster_up
+from spark_connector import local_session
 
 PARTITIONS = 6
 
@@ -70,7 +70,7 @@ def main() -> None:
     spark = None
     topics = (f"bench-{i}" for i in range(1_000_000))
     try:
-        spark = start_spark("spark-sink-bench")
+        spark = local_session("spark-sink-bench", quick_jit=False)  # full JIT: measure compiled code
 
         # Distinct values of exactly --value-bytes bytes (the row number, padded).
         df = (

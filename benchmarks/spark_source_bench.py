@@ -39,12 +39,12 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from _spark_common import process_cpu, repeat, report, start_spark, summarise, timed
+from _spark_common import process_cpu, repeat, report, summarise, timed
 
 from multiraft import Admin, Producer
 from multiraft.tools.launcher import cluster_down, cluster_up
+from spark_connector import local_session
 
 TOPIC = "bench"
 PARTITIONS = 6
@@ -88,7 +88,7 @@ def main() -> None:
             admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
         produce_s = timed(lambda: produce(info.bootstrap, args.rows, args.value_bytes, args.seed))
 
-        spark = start_spark("spark-source-bench")
+        spark = local_session("spark-source-bench", quick_jit=False)  # full JIT: measure compiled code
 
         def source(reader: Any) -> Any:
             reader = reader.format("multiraft").option("bootstrap", info.bootstrap).option("subscribe", TOPIC)

@@ -35,6 +35,8 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _disk import fdatasync_p50_ms  # benchmarks/, this script's folder
+
 from multiraft.logging import configure_logging
 from storage import Entry, EntryKind, LogStore, StorageConfig, decode_batches, encode_batch
 
@@ -47,23 +49,6 @@ def write_bytes() -> int:
         if line.startswith("write_bytes:"):
             return int(line.split()[1])
     return 0
-
-
-def fdatasync_latency_ms(directory: Path, samples: int = 200) -> float:
-    path = directory / "fsync-probe"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    block = os.urandom(4096)
-    timings = []
-    try:
-        for _ in range(samples):
-            os.pwrite(fd, block, 0)
-            started = time.perf_counter()
-            os.fdatasync(fd)
-            timings.append(time.perf_counter() - started)
-    finally:
-        os.close(fd)
-        path.unlink()
-    return statistics.median(timings) * 1000
 
 
 def make_batches(batch_bytes: int, count: int) -> list[bytes]:
@@ -367,7 +352,7 @@ def machine(directory: Path) -> dict[str, Any]:
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "python": platform.python_version(),
         "lmdb": ".".join(map(str, lmdb.version())),
-        "fdatasync_4k_p50_ms": round(fdatasync_latency_ms(directory), 3),
+        "fdatasync_4k_p50_ms": round(fdatasync_p50_ms(directory), 3),
         "date": time.strftime("%Y-%m-%d"),
     }
 

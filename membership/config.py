@@ -9,10 +9,11 @@ runtime, the virtual clock in simulations).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from membership.errors import MembershipConfigError
+from storage.config_fields import setting
 
 __all__ = ["MembershipConfig"]
 
@@ -21,132 +22,128 @@ MiB = 1024 * 1024
 _MAX_DATAGRAM = 65507
 
 
-def _setting(default: Any, unit: str, doc: str) -> Any:
-    return field(default=default, metadata={"unit": unit, "doc": doc})
-
-
 @dataclass(frozen=True, slots=True)
 class MembershipConfig:
     """How a member probes, suspects, gossips and synchronises. Defaults are the LAN profile."""
 
-    cluster_name: str = _setting(
+    cluster_name: str = setting(
         "multiraft",
         "text",
         "Packets and push-pull states tagged with another cluster's name are dropped, so two clusters can "
         "share hosts and ports safely. Default 'multiraft'.",
     )
-    probe_interval: float = _setting(
+    probe_interval: float = setting(
         1.0,
         "seconds",
         "One member is probed per interval, round-robin over a shuffled list. Stretched by local health "
         "awareness when this node is slow. Default 1.0.",
     )
-    probe_timeout: float = _setting(
+    probe_timeout: float = setting(
         0.5,
         "seconds",
         "Wait this long for a direct ack before asking indirect_checks members to probe. Must be below "
         "probe_interval; also how long a helper waits before it sends a nack. Default 0.5.",
     )
-    indirect_checks: int = _setting(
+    indirect_checks: int = setting(
         3, "members", "Members asked to probe a target that missed its direct ack. Default 3."
     )
-    suspicion_mult: int = _setting(
+    suspicion_mult: int = setting(
         4,
         "probe intervals",
         "Minimum suspicion timeout = suspicion_mult * max(1, log10(N)) * probe_interval, reached once "
         "suspicion_mult - 2 members independently confirm the suspicion (Lifeguard). Default 4.",
     )
-    suspicion_max_timeout_mult: int = _setting(
+    suspicion_max_timeout_mult: int = setting(
         6,
         "multiple of the minimum",
         "A suspicion nobody confirms times out after this multiple of the minimum timeout. Default 6.",
     )
-    awareness_max_multiplier: int = _setting(
+    awareness_max_multiplier: int = setting(
         8,
         "multiple",
         "Local health awareness (Lifeguard): a node that misses acks and nacks stretches its own probe "
         "interval and timeout by up to this factor. 1 turns it off. Default 8.",
     )
-    retransmit_mult: int = _setting(
+    retransmit_mult: int = setting(
         4,
         "transmissions",
         "Each gossip message is sent retransmit_mult * ceil(log10(N + 1)) times. Default 4.",
     )
-    gossip_interval: float = _setting(
+    gossip_interval: float = setting(
         0.2,
         "seconds",
         "While gossip is queued, send it to gossip_nodes random members this often, besides piggybacking "
         "it on probes and acks. Default 0.2.",
     )
-    gossip_nodes: int = _setting(
+    gossip_nodes: int = setting(
         3, "members", "Members gossiped to per gossip_interval; 0 leaves only piggybacking. Default 3."
     )
-    gossip_to_the_dead_time: float = _setting(
+    gossip_to_the_dead_time: float = setting(
         30.0,
         "seconds",
         "Dead members still get gossip this long (so a wrongly killed node learns and refutes); left "
         "members are forgotten after it. Default 30.",
     )
-    reconnect_interval: float = _setting(
+    reconnect_interval: float = setting(
         30.0,
         "seconds",
         "This often, push-pull with one random dead member (as Serf's reconnect), so the two sides of a "
         "healed partition find each other again. 0 turns it off. Default 30.",
     )
-    reconnect_timeout: float = _setting(
+    reconnect_timeout: float = setting(
         86400.0,
         "seconds",
         "Dead members are remembered, and retried, this long before they are forgotten (with reconnect off: "
         "gossip_to_the_dead_time). Default 86400 (24 h).",
     )
-    push_pull_interval: float = _setting(
+    push_pull_interval: float = setting(
         30.0,
         "seconds",
         "Full-state TCP sync with one random member this often; scaled up beyond 32 members. 0 turns the "
         "periodic sync off (joins still use it). Default 30.",
     )
-    divergence_sync_delay: float = _setting(
+    divergence_sync_delay: float = setting(
         3.0,
         "seconds",
         "Every packet says how many live members its sender knows. A node that keeps hearing larger counts "
         "than its own for this long missed some gossip, and push-pulls with that sender (at most once per "
         "delay) instead of waiting for the periodic sync. 0 turns it off. Default 3.",
     )
-    max_incarnation_jump: int = _setting(
+    max_incarnation_jump: int = setting(
         1024,
         "incarnations",
         "News about a member relayed by a third party may move its incarnation at most this far ahead of "
         "the one held here; larger jumps are dropped as implausible (a member's own news is not bounded). "
         "Default 1024.",
     )
-    max_packet_bytes: int = _setting(
+    max_packet_bytes: int = setting(
         1400,
         "bytes",
         "Largest UDP datagram sent or accepted; piggybacked gossip fills packets up to it (a keyring adds 29 "
         "bytes: version, nonce, tag). Must fit the path MTU. At least 1200, so the largest alive message "
         "(about 1140 bytes) always fits. Default 1400.",
     )
-    max_push_pull_bytes: int = _setting(
+    max_push_pull_bytes: int = setting(
         16 * MiB,
         "bytes",
         "Largest push-pull state sent or accepted over TCP (about 80 bytes per member). Default 16 MiB.",
     )
-    tcp_timeout: float = _setting(
+    tcp_timeout: float = setting(
         10.0, "seconds", "Deadline for one TCP push-pull exchange, connect included. Default 10."
     )
-    gossip_verify_incoming: bool = _setting(
+    gossip_verify_incoming: bool = setting(
         True,
         "bool",
         "With a keyring: drop every datagram and push-pull message that is not sealed with one of its keys. "
         "False also accepts plain text, for a rolling migration to encryption (as memberlist). Default True.",
     )
-    gossip_verify_outgoing: bool = _setting(
+    gossip_verify_outgoing: bool = setting(
         True,
         "bool",
         "With a keyring: seal everything sent with the primary key. False sends plain text, for the first "
         "step of a rolling migration to encryption. Default True.",
     )
-    leave_timeout: float = _setting(
+    leave_timeout: float = setting(
         5.0,
         "seconds",
         "leave() waits at most this long for the leave message to be gossiped out. Default 5.",

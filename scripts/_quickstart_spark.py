@@ -24,7 +24,6 @@ from _quickstart_events import EVENT_SCHEMA_DDL
 
 __all__ = [
     "TRANSIENT_ERRORS",
-    "SPARK_CONF",
     "activate",
     "ParquetCheck",
     "QueryProgress",
@@ -40,17 +39,6 @@ __all__ = [
 # Python worker a fixed 10 s to connect back to the JVM, which a loaded 2-core machine can miss. A query that
 # fails so is restarted from its checkpoint (which keeps its output exactly once).
 TRANSIENT_ERRORS = ("Python worker failed to connect back", "Timed out while waiting for the Python worker")
-
-# The settings of tests/spark/_helpers.py: what keeps Spark light on a 2-core machine.
-SPARK_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.python.worker.reuse": "true",
-    "spark.sql.streaming.stopTimeout": "10s",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-}
 
 
 @contextlib.contextmanager
@@ -74,28 +62,18 @@ def output_to(log_path: Path) -> Iterator[None]:
 
 
 def start_session(workdir: Path) -> Any:
-    """A local SparkSession whose JVM (and the Python workers it starts) write their output to workdir/spark.log.
+    """The connector's local SparkSession (:func:`spark_connector.local_session`), whose JVM (and the Python
+    workers it starts) write their output to workdir/spark.log.
 
     The JVM inherits file descriptors 1 and 2 when it is launched, so they point at the log while the session
     starts: Spark's start-up banner and warnings, and the workers' log lines, stay off the console. The console
     of the quickstart writes to a duplicate of the terminal taken before (see quickstart.py), so the progress
     bar keeps running meanwhile.
     """
-    from pyspark.sql import SparkSession
+    from spark_connector import local_session
 
-    # The Python workers must run the venv's interpreter, where multiraft and the connector are installed;
-    # without this PySpark starts whatever `python3` is on PATH.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    # Everything is on loopback; without this Spark binds the driver to the host's external address.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.master("local[2]").appName("multiraft-quickstart")
-    for key, value in SPARK_CONF.items():
-        builder = builder.config(key, value)
     with output_to(workdir / "spark.log"):
-        spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+        return local_session("multiraft-quickstart")
 
 
 def activate(spark: Any) -> Any:

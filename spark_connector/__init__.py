@@ -14,8 +14,9 @@ from typing import Any
 
 from spark_connector._datasource import MultiraftDataSource
 from spark_connector.errors import DataLossError
+from spark_connector.session import local_session
 
-__all__ = ["MultiraftDataSource", "DataLossError", "register"]
+__all__ = ["MultiraftDataSource", "DataLossError", "register", "local_session"]
 
 
 def register(spark: Any) -> None:

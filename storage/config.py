@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from storage._format import ENTRY_HEADER_SIZE
+from storage.config_fields import setting
 from storage.errors import StorageConfigError
 
 __all__ = ["StorageConfig", "describe_fields"]
@@ -16,39 +17,35 @@ GiB = 1024 * MiB
 DAY_MS = 24 * 3600 * 1000
 
 
-def _setting(default: Any, unit: str, doc: str) -> Any:
-    return field(default=default, metadata={"unit": unit, "doc": doc})
-
-
 @dataclass(frozen=True, slots=True)
 class StorageConfig:
     """How a node's log store lays out and protects its data."""
 
-    segment_bytes: int = _setting(
+    segment_bytes: int = setting(
         1 * GiB, "bytes", "A segment rolls before an entry would take it past this size. Default 1 GiB."
     )
-    segment_ms: int = _setting(
+    segment_ms: int = setting(
         7 * DAY_MS,
         "milliseconds",
         "A segment rolls at the first entry whose timestamp is this much later than the segment's first "
         "timestamp. Decided from entry timestamps only, so every replica rolls at the same entry. Default 7 days.",
     )
-    max_entry_bytes: int = _setting(
+    max_entry_bytes: int = setting(
         16 * MiB, "bytes", "Largest entry (header plus payload) append() accepts. Default 16 MiB."
     )
-    map_size_bytes: int = _setting(
+    map_size_bytes: int = setting(
         1024 * GiB,
         "bytes",
         "LMDB map size: the most the store file may grow to. Address space only; the file grows as it is "
         "written. Default 1 TiB.",
     )
-    max_segments: int = _setting(
+    max_segments: int = setting(
         65536,
         "segments",
         "Most segments that may exist at once across every log in the store (each uses two LMDB named "
         "databases). Default 65536.",
     )
-    verify_on_open: bool = _setting(
+    verify_on_open: bool = setting(
         False,
         "flag",
         "Walk every LMDB page with the offline structural verifier before opening. Slow on large stores; "

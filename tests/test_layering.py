@@ -119,8 +119,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "multiraft.tools": ("multiraft.tools",),
     "multiraft.controller": ("multiraft.controller", "storage.binary"),
     "multiraft.consumer_groups": ("multiraft.consumer_groups",),
-    # The bottom floor's shared binary primitives: membership imports nothing else of ours.
-    "membership": ("storage.binary",),
+    # The bottom floor's leaves: the shared binary primitives and the config field helper; membership
+    # imports nothing else of ours.
+    "membership": ("storage.binary", "storage.config_fields"),
     "multiraft.node.vocabulary": (
         "multiraft.node.vocabulary",
         "multiraft.controller",

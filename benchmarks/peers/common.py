@@ -34,6 +34,10 @@ from typing import Any, TypeVar
 
 import psutil
 
+# benchmarks/, for what every benchmark shares (the disk probe).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _disk import fdatasync_p50_ms
+
 T = TypeVar("T")
 
 MB = 1_000_000  # MB/s figures use decimal megabytes, as in the research notes
@@ -469,24 +473,6 @@ def summarize_workload(runs: list[dict[str, Any]], params: dict[str, Any]) -> di
 
 
 # ---------------------------------------------------------------------------------------------------- machine
-
-
-def fdatasync_p50_ms(directory: Path, samples: int = 200) -> float:
-    """Median time of a 4 KiB pwrite + fdatasync in ``directory`` (the disk the servers write to)."""
-    path = directory / "fdatasync-probe"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    block = os.urandom(4096)
-    timings = []
-    try:
-        for _ in range(samples):
-            os.pwrite(fd, block, 0)
-            started = time.perf_counter()
-            os.fdatasync(fd)
-            timings.append(time.perf_counter() - started)
-    finally:
-        os.close(fd)
-        path.unlink(missing_ok=True)
-    return round(statistics.median(timings) * 1000, 4)
 
 
 def machine_facts(directory: Path) -> dict[str, Any]:

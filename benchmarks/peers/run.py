@@ -39,11 +39,13 @@ from common import (
     distribution_version,
     ensure_debian_packages,
     ensure_python_packages,
-    fdatasync_p50_ms,
     install_signal_handlers,
     machine_facts,
     summarize_workload,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _disk import fdatasync_p50_ms  # benchmarks/, after sys.path
 
 SYSTEMS = ("nats", "redis")
 WORKLOADS = ("produce", "consume", "latency")

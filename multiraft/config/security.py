@@ -7,20 +7,15 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from multiraft.errors import ConfigError
+from storage.config_fields import setting
 
 __all__ = ["SecuritySettings", "setting", "is_loopback", "AUTH_METHODS", "TLS_CLIENT_AUTH"]
 
 AUTH_METHODS = ("scram-sha-256", "mtls")
 TLS_CLIENT_AUTH = ("none", "requested", "required")
-
-
-def setting(default: Any, unit: str, doc: str) -> Any:
-    """A configuration field with its unit and meaning (``docs/configuration.md`` is generated from them)."""
-    return field(default=default, metadata={"unit": unit, "doc": doc})
 
 
 @dataclass(frozen=True)

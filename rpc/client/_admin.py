@@ -120,9 +120,12 @@ class MoveInfo:
 
 @dataclass(frozen=True, slots=True)
 class DrainStatus:
+    """What is still on a draining node, as the node reports it."""
+
     replicas_left: int
     leaders_left: int
     safe_to_stop: bool
+    """The node's verdict (nothing left on it), not recomputed here."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ import pytest
 from multiraft import consumer_groups as g
 from multiraft.node.services import (
     ClusterDescription,
-    DrainStatus,
+    DrainProgress,
     FetchResult,
     GroupDescriptionResult,
     NodeDescription,
@@ -148,9 +148,9 @@ class FaultyServices:
         self._step("describe_cluster")
         return ClusterDescription("cluster-1", 1, (NODE,), ((1, 1, 1),), (), 1)
 
-    async def drain_node(self, node_id: int, *, force: bool = False) -> DrainStatus:
+    async def drain_node(self, node_id: int, *, force: bool = False) -> DrainProgress:
         self._step("drain_node")
-        return DrainStatus(0, 0)
+        return DrainProgress(0, 0)
 
     async def undrain_node(self, node_id: int) -> None:
         self._step("undrain_node")

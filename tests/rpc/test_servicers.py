@@ -29,7 +29,7 @@ from multiraft.errors import (
     UnknownTopicError,
 )
 from multiraft.node.services import (
-    DrainStatus,
+    DrainProgress,
     FetchResult,
     NodeDescription,
     PartitionDescription,
@@ -104,14 +104,14 @@ class FakeAdmin:
     controller_leader: int = 0
     nodes: list[NodeDescription] = field(default_factory=list)
     topics: list[TopicDescription] = field(default_factory=list)
-    drain: DrainStatus = field(default_factory=lambda: DrainStatus(0, 0))
+    drain: DrainProgress = field(default_factory=lambda: DrainProgress(0, 0))
     calls: list[tuple[Any, ...]] = field(default_factory=list)
 
     def metadata(self, topics: Iterable[str]) -> tuple[list[NodeDescription], list[TopicDescription]]:
         self.calls.append(("metadata", list(topics)))
         return self.nodes, self.topics
 
-    async def drain_node(self, node_id: int, *, force: bool = False) -> DrainStatus:
+    async def drain_node(self, node_id: int, *, force: bool = False) -> DrainProgress:
         self.calls.append(("drain_node", node_id, force) if force else ("drain_node", node_id))
         return self.drain
 
@@ -474,7 +474,7 @@ def test_a_node_id_below_one_is_an_invalid_argument_and_never_reaches_the_servic
 
 
 def test_drain_undrain_and_remove_of_a_valid_node_reach_the_service() -> None:
-    admin = FakeAdmin(drain=DrainStatus(replicas_left=3, leaders_left=1))
+    admin = FakeAdmin(drain=DrainProgress(replicas_left=3, leaders_left=1))
 
     async def scenario() -> pb.DrainNodeResponse:
         async with serving(admin=admin) as stubs:

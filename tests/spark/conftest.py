@@ -5,15 +5,13 @@ Spark tests are marked ``spark``; they need Java 17. The session is started once
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 from collections.abc import Iterator
 
 import pytest
 
+from spark_connector import local_session
 from tests.integration._helpers import cluster, cluster_factory, shared_cluster  # noqa: F401
-from tests.spark._helpers import local_session
 
 pytestmark = pytest.mark.spark
 
@@ -28,8 +26,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def spark() -> Iterator[object]:
     if shutil.which("java") is None:
         pytest.skip("Spark tests need Java 17 on PATH")
-    # Spark's Python workers run PYSPARK_PYTHON (default: python3 on PATH), which must see this venv's packages.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = local_session("multiraft-tests")
     try:
         yield session

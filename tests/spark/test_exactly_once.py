@@ -129,7 +129,7 @@ def _run_driver(argv: list[str]) -> None:
     parser.add_argument("--max-offsets", type=int, required=True)
     args = parser.parse_args(argv)
 
-    from tests.spark._helpers import local_session
+    from spark_connector import local_session
 
     spark = local_session("multiraft-exactly-once")
     query = (

@@ -181,16 +181,10 @@ def test_stream_replayed_batch_after_lost_commit_writes_nothing_twice(
 _KILLED_DRIVER = textwrap.dedent(
     """
     import sys, time
-    from pyspark.sql import SparkSession
-    import spark_connector
-    from tests.spark._helpers import SPARK_CONF
+    from spark_connector import local_session
 
     source, checkpoint, bootstrap, topic, id_file = sys.argv[1:]
-    builder = SparkSession.builder.master("local[2]").appName("sink-killed-driver")
-    for key, value in {**SPARK_CONF, "spark.sql.execution.arrow.maxRecordsPerBatch": "250"}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark_connector.register(spark)
+    spark = local_session("sink-killed-driver", conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "250"})
 
     def slow(batches):
         for batch in batches:

@@ -6,7 +6,7 @@ from multiraft.node.services.data import DataLimits, DataService
 from multiraft.node.services.offsets import OffsetsService, OffsetsSettings
 from multiraft.node.services.results import (
     ClusterDescription,
-    DrainStatus,
+    DrainProgress,
     FetchResult,
     GroupListings,
     NodeDescription,
@@ -32,7 +32,7 @@ __all__ = [
     "TopicDescription",
     "NodeDescription",
     "ClusterDescription",
-    "DrainStatus",
+    "DrainProgress",
     "GroupListings",
     "UnansweredPartition",
 ]

@@ -31,7 +31,7 @@ from multiraft.node.protocols import (
 from multiraft.node.services._waits import wait_for_topic
 from multiraft.node.services.results import (
     ClusterDescription,
-    DrainStatus,
+    DrainProgress,
     NodeDescription,
     PartitionDescription,
     TopicDescription,
@@ -272,7 +272,7 @@ class AdminService:
             moves_error,
         )
 
-    async def drain_node(self, node_id: int, *, force: bool = False) -> DrainStatus:
+    async def drain_node(self, node_id: int, *, force: bool = False) -> DrainProgress:
         """Mark the node draining (idempotent) and report what is left on it; the controller leader's
         rebalancing moves its replicas, and preferred leadership, to other nodes. Refused (DRAIN_REFUSED)
         when fewer active nodes would remain than a topic's replication factor, unless ``force``."""
@@ -288,7 +288,7 @@ class AdminService:
         # A controller voter counts as a replica until another node has taken its vote (reconfigure.py):
         # stopping it before would cost the metadata a voter, and two such drains its quorum.
         voting = 1 if node_id in self._cluster.controller_voters else 0
-        return DrainStatus(replicas_left=len(partitions) + voting, leaders_left=led)
+        return DrainProgress(replicas_left=len(partitions) + voting, leaders_left=led)
 
     async def undrain_node(self, node_id: int) -> None:
         """Make a draining node active again (idempotent; Redpanda's recommission): it may receive replicas

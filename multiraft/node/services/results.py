@@ -1,4 +1,12 @@
-"""What the services answer: plain values, independent of any wire format (gRPC today, Kafka later)."""
+"""What the services answer: plain values, independent of any wire format (gRPC today, Kafka later).
+
+These are the server's face of the wire; the client library has its own public values on the other face
+(``rpc.client._admin``: ``TopicInfo``, ``ClusterInfo``, ``DrainStatus``...), built from the wire messages. The
+two may not share a module (the client does not import the node runtime) and need not share fields: a
+server value carries what the node knows (peer addresses, capacity, move group ids), a client value what the
+wire tells a user. The names differ (``*Description`` here, ``*Info`` there) so that a reader never mistakes one
+for the other.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +24,7 @@ __all__ = [
     "TopicDescription",
     "NodeDescription",
     "ClusterDescription",
-    "DrainStatus",
+    "DrainProgress",
     "UnansweredPartition",
     "GroupListings",
 ]
@@ -85,7 +93,10 @@ class ClusterDescription:
 
 
 @dataclass(frozen=True, slots=True)
-class DrainStatus:
+class DrainProgress:
+    """What is still on a draining node. The node decides ``safe_to_stop`` from it; the client's
+    ``DrainStatus`` carries that verdict as the wire delivers it."""
+
     replicas_left: int
     leaders_left: int
 
