@@ -1,6 +1,7 @@
 """The consumer-group keys of a node's configuration (Kafka's ``group.*`` broker settings).
 
-:class:`GroupConfig` is a base of :class:`multiraft.config.node.NodeConfig`; :meth:`GroupConfig.group_settings`
+:class:`ConsumerGroupConfig` is a base of :class:`multiraft.config.node.NodeConfig`;
+:meth:`ConsumerGroupConfig.group_settings`
 hands the values to the coordinators (:class:`multiraft.consumer_groups.GroupSettings`) the node hosts.
 """
 
@@ -12,13 +13,13 @@ from multiraft.config.security import setting
 from multiraft.consumer_groups import GroupSettings
 from multiraft.errors import ConfigError
 
-__all__ = ["GroupConfig"]
+__all__ = ["ConsumerGroupConfig"]
 
 _MAX_TIMEOUT_MS = 2**31 - 1  # the wire carries session timeouts as int32
 
 
 @dataclass(frozen=True)
-class GroupConfig:
+class ConsumerGroupConfig:
     """Consumer-group coordinator keys."""
 
     group_min_session_timeout_ms: int = setting(

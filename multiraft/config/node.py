@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Self
 
-from multiraft.config.consumer_groups import GroupConfig
+from multiraft.config.consumer_groups import ConsumerGroupConfig
 from multiraft.config.env import DEBUG_PREFIX, ENV_PREFIX, IGNORED_VARIABLES
 from multiraft.config.placement import PlacementConfig
 from multiraft.config.security import SecuritySettings, setting
@@ -491,7 +491,7 @@ class _NodeSettings:
 
 
 @dataclass(frozen=True)
-class NodeConfig(SecuritySettings, GroupConfig, PlacementConfig, _NodeSettings):
+class NodeConfig(SecuritySettings, ConsumerGroupConfig, PlacementConfig, _NodeSettings):
     """Everything a node needs to start. Only ``node_id`` and ``data_dir`` have no usable default."""
 
     def validate(self) -> Self:

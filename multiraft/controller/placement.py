@@ -358,7 +358,7 @@ def plan_repair(
 
     Targets are live ACTIVE ``candidates`` outside the partition and off the hosts of its live members, in an
     unused rack where one remains, least loaded first. Live learners count as replacements already under way.
-    Partitions whose live voters are not a majority are skipped: their group cannot change membership (see
+    Partitions whose live voters are not a majority are skipped: their Raft group cannot change its configuration (see
     :func:`partitions_without_quorum`).
     When no target is left, the partition is repaired as far as possible. Targets stay within ``room``.
 

@@ -59,8 +59,13 @@ from multiraft.node.services import (
     OffsetsService,
     OffsetsSettings,
 )
-from multiraft.node.services.consumer_groups import GroupsService, GroupsSettings
-from multiraft.node.services.local_consumer_groups import GROUP_TICK_S, LocalGroups, offsets_group_ids, tick_group_hosts
+from multiraft.node.services.consumer_groups import ConsumerGroupsService, ConsumerGroupsSettings
+from multiraft.node.services.local_consumer_groups import (
+    GROUP_TICK_S,
+    LocalConsumerGroups,
+    offsets_group_ids,
+    tick_group_hosts,
+)
 from multiraft.node.services.security import NodeSecurity, SecuritySettings
 from multiraft.node.threads import LoopHandoff, LoopOwned, SchedulerHandoff, ThreadOwner
 from multiraft.node.vocabulary.capacity import NodeCapacity
@@ -79,7 +84,7 @@ __all__ = ["Node", "NodeServices", "FrontDoor"]
 log = get_logger(__name__)
 
 _GIL_SWITCH_INTERVAL_S = 0.0001
-_RECONCILE_S = 0.2  # how often partition leaders make Raft memberships follow the controller's assignments
+_RECONCILE_S = 0.2  # how often partition leaders make Raft configurations follow the controller's assignments
 _REGISTER_TIMEOUT_S = 5.0
 
 
@@ -91,7 +96,7 @@ class NodeServices:
     offsets: OffsetsService
     admin: AdminService
     security: NodeSecurity
-    groups: GroupsService
+    groups: ConsumerGroupsService
 
 
 class FrontDoor(Protocol):
@@ -306,10 +311,10 @@ class Node(LoopOwned):
             controller,
             transport,
         )
-        groups = GroupsService(
-            GroupsSettings(config.group_initial_rebalance_delay_ms),
+        groups = ConsumerGroupsService(
+            ConsumerGroupsSettings(config.group_initial_rebalance_delay_ms),
             offsets.router,
-            LocalGroups(scheduler, SchedulerHandoff(scheduler, loop)),
+            LocalConsumerGroups(scheduler, SchedulerHandoff(scheduler, loop)),
             transport,
         )
         self._services = NodeServices(

@@ -1,5 +1,5 @@
 """The gRPC servicer of ``service Groups``: translations between protobuf messages and the coordinator's
-values (:mod:`multiraft.consumer_groups`), served by :class:`multiraft.node.services.GroupsService`.
+values (:mod:`multiraft.consumer_groups`), served by :class:`multiraft.node.services.ConsumerGroupsService`.
 
 Proto -> coordinator: an empty ``group_instance_id``, ``rack`` or ``protocol_*`` means none; an empty
 ``protocol_type`` of a join means "consumer". Refusals end the call with their status (``rpc.proto.status``), as
@@ -21,9 +21,9 @@ from rpc.server.limits import RequestLimits
 from rpc.server.servicers import _mapped
 
 if TYPE_CHECKING:
-    from multiraft.node.services import GroupDescriptionResult, GroupsService
+    from multiraft.node.services import ConsumerGroupDescription, ConsumerGroupsService
 
-__all__ = ["GroupsServicer", "subscription_from_pb", "subscription_pb", "partitions_pb"]
+__all__ = ["ConsumerGroupsServicer", "subscription_from_pb", "subscription_pb", "partitions_pb"]
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -56,7 +56,7 @@ def subscription_pb(s: g.Subscription) -> pb.GroupSubscription:
     )
 
 
-def _description_pb(result: GroupDescriptionResult) -> pb.GroupDescription:
+def _description_pb(result: ConsumerGroupDescription) -> pb.GroupDescription:
     if result.error is not None or result.description is None:
         error = to_proto_error(result.error) if result.error is not None else None
         return pb.GroupDescription(group=result.group, error=error, state=g.GroupState.DEAD.value)
@@ -89,8 +89,8 @@ def _client_host(context: Context) -> str:
     return str(peer or "")
 
 
-class GroupsServicer(pb_grpc.GroupsServicer):
-    def __init__(self, groups: GroupsService, limits: RequestLimits | None = None) -> None:
+class ConsumerGroupsServicer(pb_grpc.GroupsServicer):
+    def __init__(self, groups: ConsumerGroupsService, limits: RequestLimits | None = None) -> None:
         self._groups = groups
         self._limits = limits or RequestLimits()
 

@@ -19,7 +19,7 @@ from multiraft.logging import get_logger
 from multiraft.node import Node, NodeServices
 from rpc.proto import multiraft_pb2, multiraft_pb2_grpc
 from rpc.server.auth import ClientAuth
-from rpc.server.consumer_groups_servicer import GroupsServicer
+from rpc.server.consumer_groups_servicer import ConsumerGroupsServicer
 from rpc.server.limits import RequestLimits, UndecodableRequests
 from rpc.server.security_servicer import SecurityServicer
 from rpc.server.servicers import AdminServicer, LogServicer
@@ -76,7 +76,7 @@ class GrpcFrontDoor:
         multiraft_pb2_grpc.add_LogServicer_to_server(LogServicer(services.data, services.offsets, limits), server)
         admin = AdminServicer(services.admin, services.offsets, limits, services.groups)
         multiraft_pb2_grpc.add_AdminServicer_to_server(admin, server)
-        multiraft_pb2_grpc.add_GroupsServicer_to_server(GroupsServicer(services.groups, limits), server)
+        multiraft_pb2_grpc.add_GroupsServicer_to_server(ConsumerGroupsServicer(services.groups, limits), server)
         multiraft_pb2_grpc.add_SecurityServicer_to_server(SecurityServicer(services.security, limits), server)
         self._auth.attach(services.security)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

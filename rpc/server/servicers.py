@@ -31,9 +31,9 @@ from rpc.server.limits import RequestLimits, Undecodable, check_request
 if TYPE_CHECKING:
     from multiraft.node.services import (
         AdminService,
+        ConsumerGroupsService,
         DataService,
         FetchResult,
-        GroupsService,
         NodeDescription,
         OffsetsService,
         ProduceAck,
@@ -316,7 +316,7 @@ class AdminServicer(pb_grpc.AdminServicer):
         admin: AdminService,
         offsets: OffsetsService,
         limits: RequestLimits | None = None,
-        groups: GroupsService | None = None,
+        groups: ConsumerGroupsService | None = None,
     ) -> None:
         self._admin = admin
         self._offsets = offsets

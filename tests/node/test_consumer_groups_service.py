@@ -14,10 +14,10 @@ from multiraft.node.peer.consumer_group_messages import decode_groups_request, e
 from multiraft.node.peer.messages import STATUS_ERROR, STATUS_OK, RequestKind, encode_error
 from multiraft.node.replicas.offsets import OFFSETS_TOPIC, group_partition
 from multiraft.node.services import (
-    GroupDescriptionResult,
-    GroupListings,
-    GroupsService,
-    GroupsSettings,
+    ConsumerGroupDescription,
+    ConsumerGroupListings,
+    ConsumerGroupsService,
+    ConsumerGroupsSettings,
     OffsetsService,
     OffsetsSettings,
 )
@@ -51,11 +51,11 @@ class NoLocalGroups:
         raise AssertionError("the coordinator is remote")
 
 
-def _service(peers: TimedPeers) -> tuple[GroupsService, Any, OffsetsRouter]:
+def _service(peers: TimedPeers) -> tuple[ConsumerGroupsService, Any, OffsetsRouter]:
     found = directory(cluster_with_topic())
     offsets = OffsetsService(OffsetsSettings(3, 3), found, found, FakeStore(), FakeController(found), peers)
-    settings = GroupsSettings(initial_rebalance_delay_ms=3_000)
-    return GroupsService(settings, offsets.router, NoLocalGroups(), peers), found, offsets.router  # type: ignore[arg-type]
+    settings = ConsumerGroupsSettings(initial_rebalance_delay_ms=3_000)
+    return ConsumerGroupsService(settings, offsets.router, NoLocalGroups(), peers), found, offsets.router  # type: ignore[arg-type]
 
 
 async def _remote_coordinator(found: Any, router: OffsetsRouter, leader: int = 2) -> None:
@@ -155,7 +155,7 @@ class NotHostedHere:
 
 async def _wedged_service(
     leaders: dict[int, int], down: set[int], admin_read_s: float = 0.3
-) -> tuple[GroupsService, PartitionPeers, list[int]]:
+) -> tuple[ConsumerGroupsService, PartitionPeers, list[int]]:
     """A service on node 1 whose offsets partitions (by index) are led as ``leaders`` says (missing: no
     leader known); ``admin_read_s`` short, so the test does not wait out the real bound."""
     found = directory(cluster_with_topic())
@@ -165,7 +165,9 @@ async def _wedged_service(
     await offsets.router.ensure_topic()
     group_ids = offsets.router.group_ids()
     found.learn_leaders([LeaderAnnouncement(group_ids[p], node, 4) for p, node in leaders.items()])
-    service = GroupsService(GroupsSettings(initial_rebalance_delay_ms=0), offsets.router, NotHostedHere(), peers)  # type: ignore[arg-type]
+    service = ConsumerGroupsService(
+        ConsumerGroupsSettings(initial_rebalance_delay_ms=0), offsets.router, NotHostedHere(), peers
+    )  # type: ignore[arg-type]
     return service, peers, group_ids
 
 
@@ -174,7 +176,7 @@ def _group_in(partition: int) -> str:
 
 
 def test_a_listing_names_the_partition_without_a_leader_and_lists_the_groups_of_the_others() -> None:
-    async def scenario() -> tuple[GroupListings, list[int]]:
+    async def scenario() -> tuple[ConsumerGroupListings, list[int]]:
         service, _, group_ids = await _wedged_service({0: 2, 2: 2}, down=set())
         return await service.listings(), group_ids
 
@@ -188,7 +190,7 @@ def test_a_listing_names_the_partition_without_a_leader_and_lists_the_groups_of_
 
 
 def test_a_listing_names_the_partition_whose_known_leader_does_not_answer() -> None:
-    async def scenario() -> tuple[GroupListings, PartitionPeers, list[int]]:
+    async def scenario() -> tuple[ConsumerGroupListings, PartitionPeers, list[int]]:
         service, peers, group_ids = await _wedged_service({0: 2, 1: 3, 2: 2}, down={3})
         return await service.listings(), peers, group_ids
 
@@ -204,7 +206,7 @@ def test_a_listing_names_the_partition_whose_known_leader_does_not_answer() -> N
 def test_describing_a_group_of_a_leaderless_partition_fails_alone_with_the_partition_named() -> None:
     stuck, fine = _group_in(1), _group_in(2)
 
-    async def scenario() -> list[GroupDescriptionResult]:
+    async def scenario() -> list[ConsumerGroupDescription]:
         service, _, _ = await _wedged_service({0: 2, 2: 2}, down=set())
         return await service.describe([stuck, fine])
 

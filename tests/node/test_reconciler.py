@@ -1,4 +1,4 @@
-"""The reconciler turns the controller's assignments into Raft membership changes, one change at a time.
+"""The reconciler turns the controller's assignments into Raft configuration changes, one change at a time.
 
 On a partition's leader it proposes the one ConfChange towards the assignment (add a learner, promote it,
 remove a replica) and retries on the next pass when Raft refuses; the controller group gets every registered,

@@ -19,9 +19,9 @@ import pytest
 from multiraft import consumer_groups as g
 from multiraft.node.services import (
     ClusterDescription,
+    ConsumerGroupDescription,
     DrainProgress,
     FetchResult,
-    GroupDescriptionResult,
     NodeDescription,
     PartitionDescription,
     ProduceAck,
@@ -107,10 +107,10 @@ class FaultyServices:
     async def leave(self, group: str, request: Any) -> None:
         self._step("leave")
 
-    async def describe(self, groups: list[str]) -> list[GroupDescriptionResult]:
+    async def describe(self, groups: list[str]) -> list[ConsumerGroupDescription]:
         self._step("describe")
         record = g.GroupMetadataRecord("g", 1, g.GroupState.EMPTY, "consumer", None, "", (), 0)
-        return [GroupDescriptionResult(name, record, 1) for name in groups]
+        return [ConsumerGroupDescription(name, record, 1) for name in groups]
 
     async def delete(self, groups: list[str]) -> list[Any]:
         self._step("delete")

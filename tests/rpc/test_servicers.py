@@ -40,7 +40,7 @@ from multiraft.node.services import (
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.proto.status import from_proto_error, from_rpc_error
-from rpc.server.consumer_groups_servicer import GroupsServicer
+from rpc.server.consumer_groups_servicer import ConsumerGroupsServicer
 from rpc.server.security_servicer import SecurityServicer
 from rpc.server.servicers import AdminServicer, LogServicer
 
@@ -155,7 +155,7 @@ async def serving(
     if security is not None:
         pb_grpc.add_SecurityServicer_to_server(SecurityServicer(security), server)
     if groups is not None:
-        pb_grpc.add_GroupsServicer_to_server(GroupsServicer(groups), server)
+        pb_grpc.add_GroupsServicer_to_server(ConsumerGroupsServicer(groups), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:

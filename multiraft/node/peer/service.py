@@ -32,7 +32,7 @@ from multiraft.node.peer.messages import (
     encode_strings,
 )
 from multiraft.node.protocols import StoreHandle
-from multiraft.node.services.consumer_groups import GroupsService
+from multiraft.node.services.consumer_groups import ConsumerGroupsService
 from multiraft.node.services.offsets import OffsetsService
 from multiraft.node.vocabulary.offsets import CommittedOffset, OffsetRow, OffsetsFetch, OffsetsList
 from multiraft.node.vocabulary.status import MoveReport
@@ -62,7 +62,7 @@ class PeerService:
         directory: Directory,
         moves: Callable[[], list[MoveReport]],
         catchup: _Catchup,
-        groups: GroupsService | None = None,
+        groups: ConsumerGroupsService | None = None,
     ) -> None:
         self._controller = controller
         self._store = store

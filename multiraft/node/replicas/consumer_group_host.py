@@ -54,7 +54,7 @@ from multiraft.node.vocabulary.consumer_groups import (
     GroupSync,
 )
 
-__all__ = ["GroupHost", "GroupReplica", "new_member_id", "monotonic_ms"]
+__all__ = ["ConsumerGroupHost", "ConsumerGroupsReplica", "new_member_id", "monotonic_ms"]
 
 log = get_logger(__name__)
 
@@ -70,7 +70,7 @@ def new_member_id(client_id: str) -> str:
     return f"{client_id or 'member'}-{uuid.uuid4()}"
 
 
-class GroupReplica(Protocol):
+class ConsumerGroupsReplica(Protocol):
     """What the host reads of its partition's replicated state (the OffsetsMachine)."""
 
     @property
@@ -117,13 +117,13 @@ def _answer(completion: Completion, reply: g.Reply | None) -> None:
         completion(None, None)
 
 
-class GroupHost(SchedulerOwned):
+class ConsumerGroupHost(SchedulerOwned):
     """The coordinators of one ``__consumer_offsets`` partition while this node leads it."""
 
     def __init__(
         self,
         owner: ThreadOwner,
-        replica: GroupReplica,
+        replica: ConsumerGroupsReplica,
         settings: g.GroupSettings,
         member_ids: g.MemberIdFactory = new_member_id,
         clock: Clock = monotonic_ms,

@@ -28,7 +28,7 @@ from multiraft import consumer_groups as g
 from multiraft import raft
 from multiraft.errors import MultiraftError, NotLeaderError, UnavailableError
 from multiraft.logging import get_logger
-from multiraft.node.replicas.consumer_group_host import GroupHost
+from multiraft.node.replicas.consumer_group_host import ConsumerGroupHost
 from multiraft.node.replicas.partition import PartitionView
 from multiraft.node.replicas.raft_group import Completion, RaftGroup
 from multiraft.node.threads import SchedulerOwned, ThreadOwner
@@ -84,13 +84,13 @@ class OffsetsMachine(SchedulerOwned):
     group_settings: g.GroupSettings = field(default_factory=g.GroupSettings)
     groups: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
     records: g.GroupRecords = field(default_factory=g.GroupRecords)
-    host: GroupHost = field(init=False)
+    host: ConsumerGroupHost = field(init=False)
     _applied_index: int = 0
     _snapshot_index: int = 0
     _current: bool = False  # leader that has applied an entry of its own term
 
     def __post_init__(self) -> None:
-        self.host = GroupHost(self.owner, self, self.group_settings)
+        self.host = ConsumerGroupHost(self.owner, self, self.group_settings)
 
     @property
     def current(self) -> bool:

@@ -1,8 +1,8 @@
-"""Making Raft group memberships follow the controller's assignments (scheduler thread).
+"""Making Raft configurations follow the controller's assignments (scheduler thread).
 
 The controller changes a partition's replicas one step at a time (``SetPartitionReplicas``: add a learner,
 promote it, remove the replica it replaces). Applying that command changes metadata only; this module turns
-it into Raft membership changes:
+it into Raft configuration changes:
 
 * On the leader of each partition group, :func:`reconcile_groups` compares the group's configuration with
   the assignment and proposes one ``ConfChange`` towards it (learners added, learners promoted, replicas
@@ -196,7 +196,7 @@ class Reconciler(SchedulerOwned):
             # It would be a voter that votes for nobody until its log is back (the leader hands over so that
             # it comes back): promoted now, it could leave the group without a quorum that can elect.
             log.debug(
-                "membership change waits for a learner rebuilding a lost log", group=group.group_id, node=rebuilding
+                "configuration change waits for a learner rebuilding a lost log", group=group.group_id, node=rebuilding
             )
             self._unsettled.add(group.group_id)
             return
@@ -205,10 +205,10 @@ class Reconciler(SchedulerOwned):
         except raft.RaftError as exc:
             # ConfChangePending (the previous change is not applied yet), a leadership transfer in progress,
             # or a leader that is being removed: the next pass tries again.
-            log.debug("membership change not proposed yet", group=group.group_id, error=type(exc).__name__)
+            log.debug("configuration change not proposed yet", group=group.group_id, error=type(exc).__name__)
             return
         log.info(
-            "proposed a membership change",
+            "proposed a configuration change",
             group=group.group_id,
             changes=[(c.type.name, c.node_id) for c in change.changes],
         )

@@ -1,14 +1,18 @@
 """The node's services, on the event loop: what every front door (gRPC today) serves clients with."""
 
 from multiraft.node.services.admin import AdminService, AdminSettings
-from multiraft.node.services.consumer_groups import GroupDescriptionResult, GroupsService, GroupsSettings
+from multiraft.node.services.consumer_groups import (
+    ConsumerGroupDescription,
+    ConsumerGroupsService,
+    ConsumerGroupsSettings,
+)
 from multiraft.node.services.data import DataLimits, DataService
 from multiraft.node.services.offsets import OffsetsService, OffsetsSettings
 from multiraft.node.services.results import (
     ClusterDescription,
+    ConsumerGroupListings,
     DrainProgress,
     FetchResult,
-    GroupListings,
     NodeDescription,
     PartitionDescription,
     ProduceAck,
@@ -21,9 +25,9 @@ __all__ = [
     "DataLimits",
     "OffsetsService",
     "OffsetsSettings",
-    "GroupsService",
-    "GroupsSettings",
-    "GroupDescriptionResult",
+    "ConsumerGroupsService",
+    "ConsumerGroupsSettings",
+    "ConsumerGroupDescription",
     "AdminService",
     "AdminSettings",
     "ProduceAck",
@@ -33,6 +37,6 @@ __all__ = [
     "NodeDescription",
     "ClusterDescription",
     "DrainProgress",
-    "GroupListings",
+    "ConsumerGroupListings",
     "UnansweredPartition",
 ]

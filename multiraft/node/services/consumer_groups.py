@@ -19,10 +19,10 @@ from multiraft import consumer_groups as g
 from multiraft.errors import InvalidArgumentError, MultiraftError
 from multiraft.node.peer.call import ask_groups
 from multiraft.node.protocols import PeerCaller
-from multiraft.node.services.local_consumer_groups import LocalGroups
+from multiraft.node.services.local_consumer_groups import LocalConsumerGroups
 from multiraft.node.services.offsets import check_group_name
 from multiraft.node.services.offsets_routing import ATTEMPT_S, REQUEST_TIMEOUT_S, OffsetsRouter
-from multiraft.node.services.results import GroupListings, UnansweredPartition
+from multiraft.node.services.results import ConsumerGroupListings, UnansweredPartition
 from multiraft.node.vocabulary.consumer_groups import (
     GroupDelete,
     GroupDescribe,
@@ -37,7 +37,13 @@ from multiraft.node.vocabulary.consumer_groups import (
     GroupSync,
 )
 
-__all__ = ["GroupsService", "GroupsSettings", "GroupDescriptionResult", "LONG_POLL_MARGIN_S", "MAX_USER_DATA_BYTES"]
+__all__ = [
+    "ConsumerGroupsService",
+    "ConsumerGroupsSettings",
+    "ConsumerGroupDescription",
+    "LONG_POLL_MARGIN_S",
+    "MAX_USER_DATA_BYTES",
+]
 
 MAX_USER_DATA_BYTES = 64 * 1024  # every member's is in each group record: keep a record within one log entry
 LONG_POLL_MARGIN_S = 2.0  # a long poll's attempt outlasts the coordinator's own bound by this much
@@ -46,12 +52,12 @@ _SYNC_WAIT_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)
-class GroupsSettings:
+class ConsumerGroupsSettings:
     initial_rebalance_delay_ms: int  # NodeConfig.group_initial_rebalance_delay_ms
 
 
 @dataclass(frozen=True, slots=True)
-class GroupDescriptionResult:
+class ConsumerGroupDescription:
     """One group's description, or why it could not be described; ``coordinator`` is the node that runs it."""
 
     group: str
@@ -60,10 +66,12 @@ class GroupDescriptionResult:
     error: MultiraftError | None = None
 
 
-class GroupsService:
+class ConsumerGroupsService:
     """Consumer-group calls, each forwarded to its group's coordinator."""
 
-    def __init__(self, settings: GroupsSettings, router: OffsetsRouter, local: LocalGroups, peers: PeerCaller) -> None:
+    def __init__(
+        self, settings: ConsumerGroupsSettings, router: OffsetsRouter, local: LocalConsumerGroups, peers: PeerCaller
+    ) -> None:
         self._settings = settings
         self._router = router
         self._local = local
@@ -92,17 +100,17 @@ class GroupsService:
     async def leave(self, group: str, request: g.LeaveRequest) -> None:
         await self._call(group, GroupLeave(group, request))
 
-    async def describe(self, groups: Sequence[str]) -> list[GroupDescriptionResult]:
-        async def one(group: str) -> GroupDescriptionResult:
+    async def describe(self, groups: Sequence[str]) -> list[ConsumerGroupDescription]:
+        async def one(group: str) -> ConsumerGroupDescription:
             try:
                 check_group_name(group)
                 group_id = await self._router.group_id_of(group)
                 record: g.GroupMetadataRecord = await self._partition_call(
                     group_id, GroupDescribe(group), ATTEMPT_S, total_s=self._router.admin_total_s
                 )
-                return GroupDescriptionResult(group, record, self._router.leader_of(group_id))
+                return ConsumerGroupDescription(group, record, self._router.leader_of(group_id))
             except MultiraftError as exc:
-                return GroupDescriptionResult(group, None, 0, exc)
+                return ConsumerGroupDescription(group, None, 0, exc)
 
         return list(await asyncio.gather(*(one(group) for group in groups)))
 
@@ -118,7 +126,7 @@ class GroupsService:
 
         return list(await asyncio.gather(*(one(group) for group in groups)))
 
-    async def listings(self) -> GroupListings:
+    async def listings(self) -> ConsumerGroupListings:
         """Every group with committed offsets or a group record, sorted by name, of the partitions that
         answered within the router's ``admin_total_s``; the others are named with their error, not waited out."""
         operation = GroupsList()
@@ -131,7 +139,9 @@ class GroupsService:
 
         answers = await self._router.fan_out(listed)
         rows = sorted((row for a in answers for row in a.value or ()), key=lambda row: row.group)
-        return GroupListings(rows, [UnansweredPartition(a.partition, a.error) for a in answers if a.error is not None])
+        return ConsumerGroupListings(
+            rows, [UnansweredPartition(a.partition, a.error) for a in answers if a.error is not None]
+        )
 
     async def serve(self, request: GroupsRequest) -> GroupsAnswer:
         """A peer's request for a coordinator hosted here: the coordinator's answer."""

@@ -16,7 +16,7 @@ from multiraft.node.scheduler.scheduler import Completion, Scheduler
 from multiraft.node.threads import SchedulerHandoff
 from multiraft.node.vocabulary.consumer_groups import GroupDescribe, GroupOperation, GroupsList
 
-__all__ = ["LocalGroups", "tick_group_hosts", "offsets_group_ids", "GROUP_TICK_S"]
+__all__ = ["LocalConsumerGroups", "tick_group_hosts", "offsets_group_ids", "GROUP_TICK_S"]
 
 log = get_logger(__name__)
 
@@ -62,7 +62,7 @@ def tick_group_hosts(scheduler: Scheduler, group_ids: Iterable[int]) -> None:
             group.machine.host.tick(group)
 
 
-class LocalGroups:
+class LocalConsumerGroups:
     """Runs group operations on this node's coordinators and awaits their answer (a long poll for joins)."""
 
     def __init__(self, scheduler: Scheduler, handoff: SchedulerHandoff) -> None:

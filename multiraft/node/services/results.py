@@ -26,7 +26,7 @@ __all__ = [
     "ClusterDescription",
     "DrainProgress",
     "UnansweredPartition",
-    "GroupListings",
+    "ConsumerGroupListings",
 ]
 
 
@@ -114,7 +114,7 @@ class UnansweredPartition:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupListings:
+class ConsumerGroupListings:
     """The groups of the partitions that answered (by name) and the partitions that did not: a listing is
     partial, not failed, when some partition has no leader (as ``rpk group list`` shows it)."""
 
