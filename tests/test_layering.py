@@ -58,6 +58,11 @@ def _face() -> tuple[str, ...]:
 
 _FACE = _face()
 
+# The node runtime's rooms from the bottom floor up (each folder's __init__ says what lives there): the
+# replicas and the scheduler that drives them (scheduler thread), then the event loop's peer transport,
+# catch-up, the cluster's view and the services the front doors call.
+NODE_ROOMS = ("replicas", "scheduler", "peer", "catchup", "cluster", "services")
+
 # The peer wire's codec modules.
 _PEER_CODEC = (
     "multiraft.node.peer.messages",
@@ -84,10 +89,17 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "multiraft.node": ("rpc", "spark_connector", "tests", "benchmarks"),
     # The node's vocabulary is plain values every room may import: no codec, no storage, no room of the node.
     "multiraft.node.vocabulary": (*_PURE, "struct"),
-    # The rooms speak the vocabulary; only the peer room (and catch-up's wire parts) encode it.
-    **{f"multiraft.node.{room}": _PEER_CODEC for room in ("cluster", "replicas", "scheduler", "services")},
-    # Replicas are below the scheduler: it drives them; they propose through the Raft group they are handed.
-    "multiraft.node.replicas": (*_PEER_CODEC, "multiraft.node.scheduler"),
+    # The node's rooms, bottom to top (NODE_ROOMS): each may import the rooms below it, never one above it nor
+    # node.py, which wires them. The rooms speak the vocabulary; only the peer room (and catch-up's wire
+    # parts) encode it.
+    **{
+        f"multiraft.node.{room}": (
+            *(f"multiraft.node.{above}" for above in NODE_ROOMS[i + 1 :]),
+            "multiraft.node.node",
+            *(_PEER_CODEC if room in ("cluster", "replicas", "scheduler", "services") else ()),
+        )
+        for i, room in enumerate(NODE_ROOMS)
+    },
     "rpc": ("spark_connector", "tests", "benchmarks", "multiraft.tools"),
     # The client library must stay importable without the node runtime, and light: no storage engine.
     "rpc.client": (
@@ -129,6 +141,10 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "multiraft.errors",
     ),
     "spark_connector": (*_FACE,),
+    # The peer wire's front door (decodes a peer's request, calls the service, encodes the answer) and the
+    # leadership broadcast sit above the peer room by what they call, yet speak its wire.
+    "multiraft.node.services.peer_requests": _PEER_CODEC,
+    "multiraft.node.cluster.leader_broadcast": _PEER_CODEC,
     # The client shares the record-batch format with storage and uses none of the engine (light to import).
     "rpc.client": ("storage.batch", "storage.errors"),
     # The debug switch's module defines the cuts file the nemesis writes.
@@ -192,7 +208,7 @@ def _violations(path: Path, module: str | None = None) -> list[str]:
     if not layers:
         return []
     forbidden = [rule for layer in layers for rule in FORBIDDEN[layer]]
-    allowed = [module, *(a for layer in layers for a in ALLOWED.get(layer, ()))]
+    allowed = [module, *(a for key, names in ALLOWED.items() if _matches(module, key) for a in names)]
     found: list[str] = []
     reported_lines: set[int] = set()
     for lineno, name in _imports(path, module):
@@ -413,3 +429,25 @@ def test_nothing_below_the_tools_imports_them(tmp_path: Path) -> None:
     ):
         assert len(_violations(probe, module)) == 1
     assert _violations(probe, "multiraft.tools.nemesis._layering_probe") == []
+
+
+@pytest.mark.parametrize(
+    ("room", "above"),
+    [
+        ("replicas", "scheduler"),
+        ("scheduler", "cluster"),
+        ("scheduler", "services"),
+        ("peer", "cluster"),
+        ("cluster", "services"),
+        ("catchup", "services"),
+        ("services", "node"),
+    ],
+)
+def test_a_node_room_may_not_import_a_room_above_it(tmp_path: Path, room: str, above: str) -> None:
+    probe = tmp_path / "_layering_probe.py"
+    probe.write_text(f"from multiraft.node.{above} import x\nfrom multiraft.node.vocabulary import status\n")
+    module = f"multiraft.node.{room}._layering_probe"
+    assert _violations(probe, module) == [
+        f"_layering_probe.py:1: {module} (multiraft.node.{room}) imports multiraft.node.{above}"
+    ]
+    assert _violations(probe, f"multiraft.node.{above}._layering_probe") == []  # downward is fine

@@ -34,22 +34,22 @@ from multiraft.config.node import NodeConfig
 from multiraft.errors import MultiraftError, UnavailableError
 from multiraft.logging import get_logger
 from multiraft.node.catchup import CatchupManager
-from multiraft.node.cluster.capacity import CapacityMonitor, RoomLedger
+from multiraft.node.cluster.capacity import CapacityMonitor
 from multiraft.node.cluster.controller_client import RemoteController
 from multiraft.node.cluster.directory import Directory
+from multiraft.node.cluster.leader_broadcast import LeaderBroadcaster
 from multiraft.node.cluster.rebalancer import OwnController, Rebalancer, RebalanceSettings
 from multiraft.node.cluster.status import MoveReporter, StatusCollector, move_report
 from multiraft.node.cluster.swim import NodeMembership
 from multiraft.node.debug import CUTS_FILE, DEBUG_GC_MS, DEBUG_ISOLATION, Isolation, record_gc_pauses
-from multiraft.node.peer.leader_broadcast import LeaderBroadcaster
-from multiraft.node.peer.service import PeerService, error_answer
 from multiraft.node.peer.transport import PeerTransport
+from multiraft.node.replicas.capacity import RoomLedger
 from multiraft.node.replicas.raft_log import record_lost_suffixes
 from multiraft.node.scheduler.reconciler import Reconciler
 from multiraft.node.scheduler.scheduler import Scheduler
 from multiraft.node.scheduler.scrubber import SLICE_S as SCRUB_SLICE_S
 from multiraft.node.scheduler.scrubber import Scrubber
-from multiraft.node.scheduler.store import Store, StoreClient
+from multiraft.node.scheduler.store import Store
 from multiraft.node.scheduler.tracing import trace_peer_messages
 from multiraft.node.services import (
     AdminService,
@@ -66,7 +66,9 @@ from multiraft.node.services.local_consumer_groups import (
     offsets_group_ids,
     tick_group_hosts,
 )
+from multiraft.node.services.peer_requests import PeerService, error_answer
 from multiraft.node.services.security import NodeSecurity, SecuritySettings
+from multiraft.node.services.store_client import StoreClient
 from multiraft.node.threads import LoopHandoff, LoopOwned, SchedulerHandoff, ThreadOwner
 from multiraft.node.vocabulary.capacity import NodeCapacity
 from multiraft.security.tls import peer_tls

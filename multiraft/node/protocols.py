@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from multiraft import controller as ctl
 from multiraft.errors import NotLeaderError
 from multiraft.node.replicas.partition import PartitionView
+from multiraft.node.threads import ThreadOwner
 from multiraft.node.vocabulary.capacity import NodeCapacity
 from multiraft.node.vocabulary.controller import ControllerBody, ControllerOutcome
 from multiraft.node.vocabulary.offsets import OffsetsCommit, OffsetsFetch, OffsetsList
@@ -33,6 +34,7 @@ __all__ = [
     "PeerCaller",
     "PartitionStatusSource",
     "MoveSource",
+    "ViewDirectory",
 ]
 
 
@@ -139,3 +141,18 @@ class MoveSource(Protocol):
     async def moves(self) -> list[MoveReport]:
         """Replica moves in flight, as the controller leader tracks them."""
         ...
+
+
+class ViewDirectory(Protocol):
+    """What the store publishes to the loop's directory (each call posted to the event loop): the views of
+    the partitions it opens or closes, the controller's state as applied here, and the controller leader."""
+
+    owner: ThreadOwner
+
+    def add_view(self, view: PartitionView) -> None: ...
+
+    def remove_view(self, view: PartitionView) -> None: ...
+
+    def set_cluster(self, state: ctl.ClusterState) -> None: ...
+
+    def set_controller_leader(self, leader_id: int) -> None: ...

@@ -6,8 +6,9 @@ view of the cluster (:class:`~multiraft.node.cluster.directory.Directory`). A cl
 deriving from :class:`SchedulerOwned` or :class:`LoopOwned`, and its methods that must run there are marked
 :func:`on_owner_thread`. In debug mode (the default; ``python -O`` or ``MULTIRAFT_CHECK_THREADS=0`` turns it
 off) a call from another thread raises :class:`WrongThreadError` at once, instead of racing silently.
-Every class of the scheduler rooms (``scheduler``, ``replicas``) that holds mutable state derives from one of
-them (``tests/node/test_threads.py`` checks it); a dataclass takes its ``owner`` as a field, and a part built
+Every class of the node's rooms that holds mutable state derives from one of them, or from
+:class:`ThreadShared` for the few both threads use (``tests/node/test_threads.py`` checks it); a dataclass takes
+its ``owner`` as a field, and a part built
 inside its owner takes the owner's. An owner checks nothing until its thread binds it, so unit tests build and
 drive these objects on the test thread.
 
@@ -32,6 +33,7 @@ __all__ = [
     "ThreadOwner",
     "SchedulerOwned",
     "LoopOwned",
+    "ThreadShared",
     "on_owner_thread",
     "SchedulerHandoff",
     "LoopHandoff",
@@ -77,6 +79,14 @@ class SchedulerOwned(_Owned):
 
 class LoopOwned(_Owned):
     """Base of objects that live on the node's asyncio event loop (network, services, the loop's views)."""
+
+    # Unbound, so it checks nothing: a class whose methods are checked sets its own (the Directory's).
+    owner = ThreadOwner("event loop")
+
+
+class ThreadShared:
+    """Base of the few objects both threads use; each says in its docstring how they share it (behind its own
+    lock, fields split by thread, or values replaced whole, never changed in place)."""
 
 
 OwnedT = TypeVar("OwnedT", bound=_Owned)

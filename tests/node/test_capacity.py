@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from multiraft import controller as ctl
 from multiraft.config.node import NodeConfig
 from multiraft.errors import InsufficientStorageError
-from multiraft.node.cluster.capacity import UNREPORTED, LowWater, RoomLedger, shortage
 from multiraft.node.cluster.directory import Directory
 from multiraft.node.peer.messages import decode_capacity, encode_capacity
+from multiraft.node.replicas.capacity import UNREPORTED, LowWater, RoomLedger, shortage
 from multiraft.node.replicas.controller import ControllerMachine
 from multiraft.node.scheduler.scheduler import Scheduler
 from multiraft.node.scheduler.store import Store

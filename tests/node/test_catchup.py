@@ -18,7 +18,6 @@ from multiraft.node.catchup import (
     CatchupProgress,
     _Job,
     install_segments,
-    snapshot_peers,
 )
 from multiraft.node.replicas.partition import PartitionView
 from multiraft.node.replicas.raft_log import (
@@ -29,6 +28,7 @@ from multiraft.node.replicas.raft_log import (
     encode_manifest,
 )
 from multiraft.node.scheduler.scheduler import Scheduler
+from multiraft.node.scheduler.snapshot_peers import snapshot_peers
 from storage import LogStore, SegmentedLog, SegmentFileReceiver, StorageConfig, encode_batch
 
 GROUP = 7

@@ -29,8 +29,8 @@ from multiraft.node.peer.messages import (
     encode_controller_outcome,
     encode_controller_request,
 )
-from multiraft.node.peer.service import PeerService
 from multiraft.node.replicas.offsets import OFFSETS_TOPIC
+from multiraft.node.services.peer_requests import PeerService
 from multiraft.node.vocabulary.controller import (
     ControllerBody,
     ControllerOutcome,

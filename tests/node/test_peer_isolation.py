@@ -25,7 +25,7 @@ from multiraft.node.peer.messages import (
     encode_leaders,
     encode_offsets_request,
 )
-from multiraft.node.peer.service import PeerService
+from multiraft.node.services.peer_requests import PeerService
 from multiraft.node.vocabulary.capacity import NodeCapacity
 from multiraft.node.vocabulary.consumer_groups import GroupsList, GroupsRequest
 from multiraft.node.vocabulary.controller import ControllerOutcome, ControllerRequest

@@ -19,6 +19,7 @@ from multiraft.node.threads import (
     SchedulerHandoff,
     SchedulerOwned,
     ThreadOwner,
+    ThreadShared,
     WrongThreadError,
     on_owner_thread,
 )
@@ -326,7 +327,12 @@ _HELD_BY_AN_OWNER = {
     "multiraft.node.replicas.raft_group._Pending",
     "multiraft.node.scheduler.reads._Read",
     "multiraft.node.scheduler.scrubber.ScrubStats",
+    "multiraft.node.cluster.directory._LeaderCache",
+    "multiraft.node.cluster.rebalancer.MoveProgress",
+    "multiraft.node.catchup._follower._Job",
 }
+# Holders of constants, no state at all (plain classes rather than enums: read on the transport's hot path).
+_CONSTANTS = {"multiraft.node.peer.frames.FrameType", "multiraft.node.peer.link.DirectOutcome"}
 
 
 def _classes_with_state(package: str) -> list[type]:
@@ -354,12 +360,15 @@ def _classes_with_state(package: str) -> list[type]:
     return found
 
 
-@pytest.mark.parametrize("package", ["multiraft.node.scheduler", "multiraft.node.replicas"])
-def test_every_class_with_state_in_the_scheduler_rooms_names_its_owning_thread_in_its_type(package: str) -> None:
+@pytest.mark.parametrize(
+    "package",
+    [f"multiraft.node.{room}" for room in ("scheduler", "replicas", "peer", "catchup", "cluster", "services")],
+)
+def test_every_class_with_state_in_the_node_rooms_names_its_owning_thread_in_its_type(package: str) -> None:
     unmarked = [
         f"{cls.__module__}.{cls.__qualname__}"
         for cls in _classes_with_state(package)
-        if not issubclass(cls, SchedulerOwned | LoopOwned)
-        and f"{cls.__module__}.{cls.__qualname__}" not in _HELD_BY_AN_OWNER
+        if not issubclass(cls, SchedulerOwned | LoopOwned | ThreadShared)
+        and f"{cls.__module__}.{cls.__qualname__}" not in _HELD_BY_AN_OWNER | _CONSTANTS
     ]
     assert unmarked == []

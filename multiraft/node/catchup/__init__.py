@@ -23,11 +23,11 @@ the controller promotes it).
 Leader bookkeeping. A replica left in Raft's SNAPSHOT state that has fetched nothing for
 ``snapshot_idle_s`` is reported to the core as a failed snapshot (etcd's ReportSnapshot), so the leader
 sends the snapshot again; the copier resumes from what it already holds. The leader reports a copy (partition
-status "copy", move progress) for exactly the replicas that still need the snapshot (:func:`snapshot_peers`,
+status "copy", move progress) for exactly the replicas that still need the snapshot (``scheduler.snapshot_peers``,
 :meth:`CatchupManager.leader_progress`); the rebalancer promotes none of them, and judges the others by lag.
 
 Modules: :mod:`._leader` (the leader's side), :mod:`._follower` (the copier), :mod:`._shared` (progress,
-counters, the chunk's wire format, ``install_segments``, ``snapshot_peers``, where the work runs); this
+counters, the chunk's wire format, ``install_segments``, where the work runs); this
 module's :class:`CatchupManager` is the one object the node holds.
 """
 
@@ -57,7 +57,6 @@ from ._shared import (
     CatchupRuntime,
     CatchupStats,
     install_segments,
-    snapshot_peers,
 )
 
 __all__ = [
@@ -68,7 +67,6 @@ __all__ = [
     "CATCHUP_REQUEST_KINDS",
     "CHUNK_BYTES",
     "install_segments",
-    "snapshot_peers",
 ]
 
 

@@ -20,6 +20,7 @@ from multiraft.node.peer.messages import decode_error
 from multiraft.node.replicas.partition import PartitionMachine, PartitionView
 from multiraft.node.replicas.raft_log import SegmentRef, SnapshotManifest, decode_manifest
 from multiraft.node.scheduler.scheduler import RaftGroup, Scheduler
+from multiraft.node.threads import LoopOwned
 from storage import ChunkChecksumError, SegmentFileError, SegmentFileReceiver, StorageError
 
 from ._shared import (
@@ -83,7 +84,7 @@ def manifest_to_copy(message: raft.Message) -> SnapshotManifest | None:
     return manifest if manifest.files else None
 
 
-class CatchupFollower:
+class CatchupFollower(LoopOwned):
     """Catch-up as a replica: one copy job per partition group, each copying the files its held snapshot
     lists and then installing it; jobs survive a restart in ``<data_dir>/catchup/import/<group>/``."""
 

@@ -19,6 +19,7 @@ from multiraft.node.peer.messages import encode_error
 from multiraft.node.replicas.partition import PartitionMachine, PartitionView
 from multiraft.node.replicas.raft_log import SegmentRef, SnapshotManifest
 from multiraft.node.scheduler.scheduler import RaftGroup
+from multiraft.node.threads import LoopOwned, ThreadShared
 from storage import SegmentedLog, SegmentFileError, StorageError, read_segment_file_chunk
 
 from ._shared import (
@@ -45,7 +46,7 @@ _Wanted = tuple[int, int, int, int, int]
 
 
 @dataclass
-class ExportedSegment:
+class ExportedSegment(LoopOwned):
     """A sealed segment exported as a file for copiers; ``used`` (monotonic) keeps it from expiring."""
 
     path: Path
@@ -54,9 +55,13 @@ class ExportedSegment:
     used: float
 
 
-class CatchupLeader:
+class CatchupLeader(ThreadShared):
     """Catch-up as the leader of partition groups: decides who needs a catch-up snapshot, makes it, and
-    serves the segment files its copiers fetch."""
+    serves the segment files its copiers fetch.
+
+    Shared, fields split by thread: what decides and holds snapshots (``_preparing``, ``_pending_since``,
+    ``_held``, ``leader_check``, ``check_rejection``) runs on the scheduler thread; serving chunks
+    (``_served_at``, ``_sending``, ``exports``, ``serve_chunk``) on the event loop."""
 
     def __init__(
         self,
@@ -106,7 +111,7 @@ class CatchupLeader:
         (bytes copied, bytes total) as its copier reported them in its latest chunk request, or (0, 0) before
         its first one or when that is older than ``_SENDING_IDLE_S`` (scheduler thread).
 
-        Listed: ``catching_up`` (from :func:`snapshot_peers`: the Raft core has a snapshot in flight to them or
+        Listed: ``catching_up`` (from ``snapshot_peers``: the Raft core has a snapshot in flight to them or
         they lack compacted entries) and the replicas a catch-up snapshot is being prepared for. Nobody else,
         however recent their last fetch: once the core has the snapshot acknowledged the copy is over, and the
         rebalancer judges the replica by its lag (it promotes no learner that is listed here).

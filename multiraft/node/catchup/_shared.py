@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from multiraft import raft
 from multiraft.node.peer.messages import (
     STATUS_ERROR,
     STATUS_OK,
@@ -22,7 +21,7 @@ from multiraft.node.peer.messages import (
 )
 from multiraft.node.replicas.raft_log import SegmentRef, SnapshotManifest
 from multiraft.node.scheduler.scheduler import Scheduler
-from multiraft.node.threads import SchedulerHandoff
+from multiraft.node.threads import LoopOwned, SchedulerHandoff
 from multiraft.node.vocabulary.catchup import SegmentChunkRequest
 from storage import SegmentedLog, SegmentFileError
 
@@ -42,7 +41,6 @@ __all__ = [
     "decode_chunk_reply",
     "kept_prefix",
     "install_segments",
-    "snapshot_peers",
     "CatchupRuntime",
 ]
 
@@ -56,7 +54,7 @@ Call = Callable[[int, int, bytes, float], Coroutine[Any, Any, tuple[int, bytes]]
 
 
 @dataclass
-class CatchupProgress:
+class CatchupProgress(LoopOwned):
     """One partition replica copying segments here (follower side); read on the event loop."""
 
     topic: str
@@ -92,7 +90,7 @@ class CatchupProgress:
 
 
 @dataclass
-class CatchupStats:
+class CatchupStats(LoopOwned):
     """Counters of one node, both roles."""
 
     snapshots_prepared: int = 0
@@ -163,21 +161,10 @@ def install_segments(plog: SegmentedLog, manifest: SnapshotManifest, *, staged: 
         plog.import_segment(path)
 
 
-def snapshot_peers(status: raft.Status, first_index: int) -> set[int]:
-    """The replicas a leader (``status`` of its core, ``first_index`` of its Raft storage) can bring up to date
-    only with a snapshot: one is in flight to them (Raft's SNAPSHOT state), or they lack entries its Raft log
-    has compacted (between a snapshot reported failed and the core sending it again)."""
-    return {
-        peer
-        for peer, progress in status.progress.items()
-        if peer != status.id and (progress.pending_snapshot or progress.match + 1 < first_index)
-    }
-
-
 # ------------------------------------------------------------------------------ where the work runs
 
 
-class CatchupRuntime:
+class CatchupRuntime(LoopOwned):
     """Where catch-up work runs: tasks on the node's event loop (all tracked, so one ``stop`` ends both
     sides' work) and closures handed to the scheduler thread."""
 

@@ -5,7 +5,7 @@ topics. :class:`RemoteController` runs a request locally when this node leads th
 it to the leader over the peer transport otherwise, and retries while leadership moves, within a deadline.
 A node that does not know the leader yet (it joined through the seeds) sends the request to any live peer,
 which passes it on once (``forwarded``). :meth:`RemoteController.serve` is the peer side of the same; it
-serves only what a peer may ask for (:mod:`multiraft.node.services.controller_policy`), at every hop.
+serves only what a peer may ask for (:mod:`multiraft.node.cluster.controller_policy`), at every hop.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from typing import Protocol
 
 from multiraft import controller as ctl
 from multiraft.errors import MultiraftError, NotLeaderError, RequestTimeoutError, UnavailableError
+from multiraft.node.cluster.controller_policy import authorize_request, check_peer_request, requester
 from multiraft.node.peer.call import ask_controller
 from multiraft.node.protocols import PeerCaller
-from multiraft.node.services.controller_policy import authorize_request, check_peer_request, requester
+from multiraft.node.threads import LoopOwned
 from multiraft.node.vocabulary.controller import ControllerBody, ControllerOutcome, ControllerRequest
 from multiraft.security import CURRENT_PRINCIPAL, Authorizer
 
@@ -45,7 +46,7 @@ LocalController = Callable[[ControllerRequest, float], Awaitable[object]]
 """Runs a request on this node's controller replica (it answers NotLeaderError unless it leads)."""
 
 
-class RemoteController:
+class RemoteController(LoopOwned):
     """The node's ``ControllerClient`` (see the module docstring)."""
 
     def __init__(

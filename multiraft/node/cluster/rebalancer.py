@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 from multiraft import controller as ctl
 from multiraft.errors import MultiraftError, NotLeaderError
 from multiraft.logging import get_logger
-from multiraft.node.cluster.capacity import RoomLedger
 from multiraft.node.protocols import ClusterView, ControllerClient, Liveness, PartitionStatusSource
+from multiraft.node.replicas.capacity import RoomLedger
+from multiraft.node.threads import LoopOwned
 from multiraft.node.vocabulary.controller import ControllerBody, ControllerOutcome, ControllerRequest
 from multiraft.node.vocabulary.status import PartitionStatus
 
@@ -109,7 +110,7 @@ class RebalanceSettings:
     move_stall_s: float = MOVE_STALL_S
 
 
-class OwnController:
+class OwnController(LoopOwned):
     """The rebalancer's ``ControllerClient``: runs a command on this node's own controller replica, which
     answers NotLeaderError unless its Raft group leads. Never forwarded: a peer may not ask the leader for
     ``SetPartitionReplicas``, and a node that no longer leads must not act for the one that does."""
@@ -125,7 +126,7 @@ class _NotLeadingError(Exception):
     """This node stopped leading the controller (or lost and regained it) since the round began."""
 
 
-class Rebalancer:
+class Rebalancer(LoopOwned):
     """See the module docstring. ``run()`` is a task of the node; it acts only on the controller leader."""
 
     def __init__(

@@ -17,6 +17,7 @@ from multiraft.errors import UnavailableError
 from multiraft.node.cluster.rebalancer import MoveProgress
 from multiraft.node.peer.call import ask_moves, ask_partition_statuses
 from multiraft.node.protocols import PeerCaller, StoreHandle
+from multiraft.node.threads import LoopOwned
 from multiraft.node.vocabulary.status import MoveReport, PartitionStatus
 
 __all__ = ["StatusCollector", "MoveReporter", "move_report"]
@@ -24,7 +25,7 @@ __all__ = ["StatusCollector", "MoveReporter", "move_report"]
 _ASK_TIMEOUT_S = 2.0
 
 
-class StatusCollector:
+class StatusCollector(LoopOwned):
     """The node's ``PartitionStatusSource``."""
 
     def __init__(self, node_id: int, leader_of: Callable[[int], int], store: StoreHandle, peers: PeerCaller) -> None:
@@ -70,7 +71,7 @@ def move_report(move: MoveProgress) -> MoveReport:
     )
 
 
-class MoveReporter:
+class MoveReporter(LoopOwned):
     """The node's ``MoveSource``: the controller leader's moves, from here or from it."""
 
     def __init__(

@@ -41,6 +41,7 @@ from membership import MembershipError as _MembershipError
 from multiraft.config.node import NodeConfig, parse_address
 from multiraft.errors import ConfigError
 from multiraft.logging import get_logger
+from multiraft.node.threads import LoopOwned
 
 __all__ = ["NodeMembership", "LIVENESS_STATES", "KEYRING_POLL_S"]
 
@@ -52,7 +53,7 @@ KEYRING_POLL_S = 2.0
 """How often the gossip keyring file is checked for changes, in seconds."""
 
 
-class NodeMembership:
+class NodeMembership(LoopOwned):
     """Start, join (retrying the seeds until one answers), answer liveness questions, leave on stop."""
 
     def __init__(

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from multiraft.logging import get_logger
+from multiraft.node.threads import ThreadShared
 from multiraft.raft import DecodeError, Message, MessageType, decode_message, encode_message_buffers
 
 __all__ = [
@@ -73,7 +74,10 @@ RequestHandler = Callable[[int, int, bytes], Awaitable[tuple[int, bytes]]]
 
 
 @dataclass
-class TransportStats:
+class TransportStats(ThreadShared):
+    """The transport's counters. Shared: the loop and the scheduler thread's direct writes (under a link's
+    lock) both add to them; they are read for diagnostics only."""
+
     frames_out: int = 0
     frames_in: int = 0
     bytes_out: int = 0

@@ -28,6 +28,7 @@ import socket
 import threading
 
 from multiraft.node.peer.frames import Frame
+from multiraft.node.threads import ThreadShared
 
 __all__ = ["PeerLink", "Rest", "DirectOutcome", "MAX_PARTS"]
 
@@ -43,8 +44,10 @@ class DirectOutcome:
     FAILED = 2  # the socket failed: the frames are lost and the connection is being dropped
 
 
-class PeerLink:
-    """Our outbound connection to one peer (``writer``, on the loop) and what waits to be written on it."""
+class PeerLink(ThreadShared):
+    """Our outbound connection to one peer (``writer``, on the loop) and what waits to be written on it.
+
+    Shared: both threads write on it, each holding ``lock``."""
 
     def __init__(self, node_id: int, address: str, backoff_s: float) -> None:
         self.node_id = node_id

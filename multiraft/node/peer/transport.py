@@ -69,6 +69,7 @@ from multiraft.node.peer.frames import (
     write_response,
 )
 from multiraft.node.peer.link import DirectOutcome, PeerLink
+from multiraft.node.threads import LoopOwned
 from multiraft.raft import Message
 from multiraft.security.tls import PeerTls, peer_node_names
 
@@ -84,7 +85,7 @@ _STATUS_BUSY = 255  # not a peer_messages status: the caller decodes it as Unava
 _BUSY = b"busy: max_peer_requests_per_connection or max_frame_bytes of requests in service"
 
 
-class PeerTransport:
+class PeerTransport(LoopOwned):
     """Runs in the event loop; ``send`` is called on the loop, :meth:`post` on any other thread (the scheduler's,
     which writes on plain TCP connections itself: :mod:`multiraft.node.peer.link`).
 

@@ -38,8 +38,8 @@ from multiraft.errors import (
     UnavailableError,
 )
 from multiraft.logging import get_logger
+from multiraft.node.replicas.consumer_group_errors import client_error
 from multiraft.node.replicas.raft_group import Completion, RaftGroup
-from multiraft.node.services.consumer_group_errors import client_error
 from multiraft.node.threads import SchedulerOwned, ThreadOwner, on_owner_thread
 from multiraft.node.vocabulary.consumer_groups import (
     GroupDelete,

@@ -22,7 +22,7 @@ from multiraft import controller as ctl
 from multiraft import raft
 from multiraft.errors import MultiraftError, NotLeaderError, error_for_reason
 from multiraft.logging import get_logger
-from multiraft.node.cluster.capacity import RoomLedger
+from multiraft.node.replicas.capacity import RoomLedger
 from multiraft.node.replicas.raft_group import Completion, RaftGroup
 from multiraft.node.threads import SchedulerOwned, ThreadOwner, on_owner_thread
 from multiraft.node.vocabulary.controller import (

@@ -32,17 +32,16 @@ from multiraft.errors import (
     UnavailableError,
 )
 from multiraft.logging import get_logger
-from multiraft.node.catchup import snapshot_peers
-from multiraft.node.cluster.capacity import LowWater, RoomLedger, shortage
-from multiraft.node.cluster.directory import Directory
+from multiraft.node.protocols import ViewDirectory
+from multiraft.node.replicas.capacity import LowWater, RoomLedger, shortage
 from multiraft.node.replicas.controller import CONTROLLER_TOPIC, ControllerMachine
 from multiraft.node.replicas.offsets import OFFSETS_TOPIC, OffsetsMachine
 from multiraft.node.replicas.partition import PartitionMachine, PartitionView, forget_producers_after
 from multiraft.node.replicas.raft_group import Completion, RaftGroup
 from multiraft.node.replicas.raft_log import RaftLogStorage
 from multiraft.node.scheduler.scheduler import Scheduler, damaged_index
+from multiraft.node.scheduler.snapshot_peers import snapshot_peers
 from multiraft.node.scheduler.startup_elections import StartupElections, hold_ticks
-from multiraft.node.services.store_client import StoreClient
 from multiraft.node.threads import LoopHandoff, SchedulerOwned, on_owner_thread
 from multiraft.node.vocabulary.capacity import NodeCapacity
 from multiraft.node.vocabulary.controller import ControllerRequest
@@ -52,7 +51,7 @@ from multiraft.node.vocabulary.status import PartitionStatus
 from storage import CorruptionError, SegmentedLog, StorageError, StorageFullError, StoreCapacity
 from storage.batch import BatchHeader
 
-__all__ = ["Store", "StoreClient", "LiveIds", "CatchupHook"]
+__all__ = ["Store", "LiveIds", "CatchupHook"]
 
 log = get_logger(__name__)
 
@@ -73,7 +72,7 @@ class Store(SchedulerOwned):
         self,
         config: NodeConfig,
         scheduler: Scheduler,
-        directory: Directory,
+        directory: ViewDirectory,
         to_loop: LoopHandoff,
         liveness: LiveIds,
         room: RoomLedger | None = None,

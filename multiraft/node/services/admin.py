@@ -36,6 +36,7 @@ from multiraft.node.services.results import (
     PartitionDescription,
     TopicDescription,
 )
+from multiraft.node.threads import LoopOwned
 from multiraft.node.vocabulary.controller import CreatePartitionsRequest, CreateTopicRequest, NodeStateRequest
 from multiraft.node.vocabulary.status import PartitionStatus
 
@@ -56,7 +57,7 @@ class AdminSettings:
     max_topic_partitions: int
 
 
-class AdminService:
+class AdminService(LoopOwned):
     """Topic administration and cluster description."""
 
     def __init__(

@@ -23,6 +23,7 @@ from multiraft.node.services.local_consumer_groups import LocalConsumerGroups
 from multiraft.node.services.offsets import check_group_name
 from multiraft.node.services.offsets_routing import ATTEMPT_S, REQUEST_TIMEOUT_S, OffsetsRouter
 from multiraft.node.services.results import ConsumerGroupListings, UnansweredPartition
+from multiraft.node.threads import LoopOwned
 from multiraft.node.vocabulary.consumer_groups import (
     GroupDelete,
     GroupDescribe,
@@ -66,7 +67,7 @@ class ConsumerGroupDescription:
     error: MultiraftError | None = None
 
 
-class ConsumerGroupsService:
+class ConsumerGroupsService(LoopOwned):
     """Consumer-group calls, each forwarded to its group's coordinator."""
 
     def __init__(

@@ -35,6 +35,7 @@ from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirect
 from multiraft.node.replicas.partition import PartitionView
 from multiraft.node.replicas.producers import check_granted
 from multiraft.node.services.results import FetchResult, ProduceAck
+from multiraft.node.threads import LoopOwned
 from multiraft.node.vocabulary.partitions import ProduceResult
 from multiraft.security import CURRENT_PRINCIPAL
 from storage import StorageConfig
@@ -73,7 +74,7 @@ def _outcome_unknown(view: PartitionView, exc: Exception) -> UnavailableError:
     )
 
 
-class DataService:
+class DataService(LoopOwned):
     """Produce, fetch, subscribe, list offsets, init producer."""
 
     def __init__(

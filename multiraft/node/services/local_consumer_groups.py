@@ -13,7 +13,7 @@ from multiraft.errors import MultiraftError, NotLeaderError, RequestTimeoutError
 from multiraft.logging import get_logger
 from multiraft.node.replicas.offsets import OFFSETS_TOPIC, OffsetsMachine
 from multiraft.node.scheduler.scheduler import Completion, Scheduler
-from multiraft.node.threads import SchedulerHandoff
+from multiraft.node.threads import LoopOwned, SchedulerHandoff
 from multiraft.node.vocabulary.consumer_groups import GroupDescribe, GroupOperation, GroupsList
 
 __all__ = ["LocalConsumerGroups", "tick_group_hosts", "offsets_group_ids", "GROUP_TICK_S"]
@@ -62,7 +62,7 @@ def tick_group_hosts(scheduler: Scheduler, group_ids: Iterable[int]) -> None:
             group.machine.host.tick(group)
 
 
-class LocalConsumerGroups:
+class LocalConsumerGroups(LoopOwned):
     """Runs group operations on this node's coordinators and awaits their answer (a long poll for joins)."""
 
     def __init__(self, scheduler: Scheduler, handoff: SchedulerHandoff) -> None:

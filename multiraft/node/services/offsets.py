@@ -19,6 +19,7 @@ from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirect
 from multiraft.node.replicas.offsets import encode_commit
 from multiraft.node.services.offsets_routing import ADMIN_TOTAL_S, REQUEST_TIMEOUT_S, OffsetsRouter, RoutingSettings
 from multiraft.node.services.results import UnansweredPartition
+from multiraft.node.threads import LoopOwned
 from multiraft.node.vocabulary.offsets import (
     CommittedOffset,
     OffsetRow,
@@ -47,7 +48,7 @@ class OffsetsSettings:
     admin_read_s: float = ADMIN_TOTAL_S  # seconds a describe, list or fetch waits for a partition's leader
 
 
-class OffsetsService:
+class OffsetsService(LoopOwned):
     """Commit, fetch and list consumer-group offsets."""
 
     def __init__(

@@ -34,6 +34,7 @@ from multiraft.errors import (
 from multiraft.node.protocols import ClusterView, ControllerClient, LeaderDirectory, PeerCaller
 from multiraft.node.replicas.offsets import OFFSETS_TOPIC, group_partition
 from multiraft.node.services._waits import wait_for_topic
+from multiraft.node.threads import LoopOwned
 from multiraft.node.vocabulary.controller import CreateTopicRequest
 
 __all__ = ["OffsetsRouter", "RoutingSettings", "PartAnswer", "REQUEST_TIMEOUT_S", "ATTEMPT_S", "ADMIN_TOTAL_S"]
@@ -68,7 +69,7 @@ class RoutingSettings:
     admin_total_s: float = ADMIN_TOTAL_S  # seconds an operator's read waits for a partition's leader
 
 
-class OffsetsRouter:
+class OffsetsRouter(LoopOwned):
     """Finds (and creates) the ``__consumer_offsets`` partition of a group and calls its leader."""
 
     def __init__(

@@ -9,7 +9,7 @@
   a super user (``super_users``) to create the other users and the ACLs.
 * **Authorization.** :meth:`authorizer` is the ACL authorizer over the applied state (rebuilt when the ACLs
   change); the controller leader also checks every client change a peer forwards against the original
-  principal (:func:`multiraft.node.services.controller_policy.authorize_request`).
+  principal (:func:`multiraft.node.cluster.controller_policy.authorize_request`).
 * **Administration.** Users and ACLs are changed through the controller leader like topics.
 """
 
@@ -27,6 +27,7 @@ from multiraft import controller as ctl
 from multiraft.errors import AuthenticationFailedError, MultiraftError, UnavailableError
 from multiraft.logging import get_logger
 from multiraft.node.protocols import ClusterView, ControllerClient
+from multiraft.node.threads import LoopOwned
 from multiraft.security import (
     Authorizer,
     ScramServer,
@@ -60,7 +61,7 @@ class SecuritySettings:
     super_users: tuple[str, ...] = ()
 
 
-class NodeSecurity:
+class NodeSecurity(LoopOwned):
     """See the module docstring."""
 
     def __init__(self, settings: SecuritySettings, cluster: ClusterView, controller: ControllerClient) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import RequestTimeoutError
 from multiraft.node.replicas.partition import PartitionView
-from multiraft.node.threads import SchedulerHandoff
+from multiraft.node.threads import LoopOwned, SchedulerHandoff
 from multiraft.node.vocabulary.capacity import NodeCapacity
 from multiraft.node.vocabulary.controller import ControllerRequest
 from multiraft.node.vocabulary.offsets import OffsetsCommit, OffsetsFetch, OffsetsList
@@ -26,7 +26,7 @@ __all__ = ["StoreClient"]
 _REQUEST_TIMEOUT_S = 15.0
 
 
-class StoreClient:
+class StoreClient(LoopOwned):
     """The event loop's handle on the store (a ``StoreHandle``): each call is handed to the scheduler."""
 
     def __init__(self, store: Store, handoff: SchedulerHandoff) -> None:

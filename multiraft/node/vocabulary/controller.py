@@ -3,7 +3,7 @@
 A controller request carries either a controller command already decided by the sender or a request only
 the controller leader can decide: a :class:`CreateTopicRequest` or :class:`CreatePartitionsRequest`
 (placement) or a :class:`NodeStateRequest` (drain, undrain, remove). Which of them a peer may send is decided
-by :mod:`multiraft.node.services.controller_policy`.
+by :mod:`multiraft.node.cluster.controller_policy`.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from multiraft.node.peer.messages import (
 from multiraft.node.protocols import StoreHandle
 from multiraft.node.services.consumer_groups import ConsumerGroupsService
 from multiraft.node.services.offsets import OffsetsService
+from multiraft.node.threads import LoopOwned
 from multiraft.node.vocabulary.offsets import CommittedOffset, OffsetRow, OffsetsFetch, OffsetsList
 from multiraft.node.vocabulary.status import MoveReport
 
@@ -51,7 +52,7 @@ class _Catchup(Protocol):
     async def serve(self, from_node: int, kind: int, body: bytes) -> tuple[int, bytes]: ...
 
 
-class PeerService:
+class PeerService(LoopOwned):
     """Serves every REQUEST kind a peer may send (``RequestKind``)."""
 
     def __init__(

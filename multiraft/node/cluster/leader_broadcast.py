@@ -13,6 +13,7 @@ import time
 from multiraft.node.cluster.directory import Directory
 from multiraft.node.peer.messages import RequestKind, encode_leaders
 from multiraft.node.peer.transport import PeerTransport
+from multiraft.node.threads import LoopOwned
 from multiraft.node.vocabulary.status import LeaderAnnouncement
 
 __all__ = ["LeaderBroadcaster"]
@@ -22,7 +23,7 @@ _FULL_BROADCAST_S = 5.0
 _CALL_TIMEOUT_S = 2.0
 
 
-class LeaderBroadcaster:
+class LeaderBroadcaster(LoopOwned):
     def __init__(self, directory: Directory, transport: PeerTransport) -> None:
         self._directory = directory
         self._transport = transport
