@@ -106,7 +106,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "multiraft.node",
         "multiraft.controller",
         "multiraft.raft",
-        "rpc.server.servicers",
+        "rpc.server",
         "membership",
         "storage",
     ),
@@ -265,10 +265,10 @@ def test_the_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
 def test_the_node_runtime_may_not_import_the_servicers_or_the_server(tmp_path: Path) -> None:
     probe = tmp_path / "_layering_probe.py"
     probe.write_text(
-        "from rpc.server.servicers import LogServicer\nimport rpc.server.front_door\nfrom storage import LogStore\n"
+        "from rpc.server.log_servicer import LogServicer\nimport rpc.server.front_door\nfrom storage import LogStore\n"
     )
     assert _violations(probe, "multiraft.node._layering_probe") == [
-        "_layering_probe.py:1: multiraft.node._layering_probe (multiraft.node) imports rpc.server.servicers",
+        "_layering_probe.py:1: multiraft.node._layering_probe (multiraft.node) imports rpc.server.log_servicer",
         "_layering_probe.py:2: multiraft.node._layering_probe (multiraft.node) imports rpc.server.front_door",
     ]
     assert _violations(probe, "multiraft.tools.cli._layering_probe") == []  # the CLI wires node and front door
@@ -323,7 +323,8 @@ def test_the_runtime_the_rebalancer_and_the_servicers_form_no_import_cycle() -> 
     for start in (
         "multiraft.node.node",
         "multiraft.node.cluster.rebalancer",
-        "rpc.server.servicers",
+        "rpc.server.log_servicer",
+        "rpc.server.admin_servicer",
         "rpc.server.front_door",
     ):
         seen, todo = set(), [start]

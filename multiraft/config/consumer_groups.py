@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from multiraft.config.security import setting
 from multiraft.consumer_groups import GroupSettings
 from multiraft.errors import ConfigError
+from storage.config_fields import setting
 
 __all__ = ["ConsumerGroupConfig"]
 

@@ -26,9 +26,10 @@ from typing import Any, Self
 from multiraft.config.consumer_groups import ConsumerGroupConfig
 from multiraft.config.env import DEBUG_PREFIX, ENV_PREFIX, IGNORED_VARIABLES
 from multiraft.config.placement import PlacementConfig
-from multiraft.config.security import SecuritySettings, setting
+from multiraft.config.security import SecuritySettings
 from multiraft.errors import ConfigError
 from storage import ENTRY_OVERHEAD_BYTES, StorageConfig
+from storage.config_fields import setting
 
 __all__ = ["NodeConfig", "load_config", "parse_address", "config_reference", "MAX_STORABLE_BATCH_BYTES"]
 

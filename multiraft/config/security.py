@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from multiraft.errors import ConfigError
 from storage.config_fields import setting
 
-__all__ = ["SecuritySettings", "setting", "is_loopback", "AUTH_METHODS", "TLS_CLIENT_AUTH"]
+__all__ = ["SecuritySettings", "is_loopback", "AUTH_METHODS", "TLS_CLIENT_AUTH"]
 
 AUTH_METHODS = ("scram-sha-256", "mtls")
 TLS_CLIENT_AUTH = ("none", "requested", "required")

@@ -22,7 +22,8 @@ from multiraft.config.node import NodeConfig
 from multiraft.controller import AclOperation, ResourceType
 from multiraft.errors import AuthenticationFailedError, AuthorizationFailedError, MultiraftError
 from multiraft.node.services.security import MTLS_METHOD, NodeSecurity
-from multiraft.security import ANONYMOUS, CLUSTER, CURRENT_PRINCIPAL, Authorizer, Resource, user_principal
+from multiraft.security.authorizer import ANONYMOUS, CLUSTER, Authorizer, Resource, user_principal
+from multiraft.security.principal import CURRENT_PRINCIPAL
 from rpc.proto.status import to_status
 from rpc.server.limits import Undecodable
 

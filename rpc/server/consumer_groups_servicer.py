@@ -3,7 +3,7 @@ values (:mod:`multiraft.consumer_groups`), served by :class:`multiraft.node.serv
 
 Proto -> coordinator: an empty ``group_instance_id``, ``rack`` or ``protocol_*`` means none; an empty
 ``protocol_type`` of a join means "consumer". Refusals end the call with their status (``rpc.proto.status``), as
-every servicer's do (:func:`rpc.server.servicers._mapped`).
+every servicer's do (:func:`rpc.server.handlers.mapped`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from multiraft import consumer_groups as g
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.proto.status import to_proto_error
+from rpc.server.handlers import mapped
 from rpc.server.limits import RequestLimits
-from rpc.server.servicers import _mapped
 
 if TYPE_CHECKING:
     from multiraft.node.services import ConsumerGroupDescription, ConsumerGroupsService
@@ -94,7 +94,7 @@ class ConsumerGroupsServicer(pb_grpc.GroupsServicer):
         self._groups = groups
         self._limits = limits or RequestLimits()
 
-    @_mapped
+    @mapped
     async def JoinGroup(  # noqa: N802 - gRPC method names
         self, request: pb.JoinGroupRequest, context: Context
     ) -> pb.JoinGroupResponse:
@@ -127,7 +127,7 @@ class ConsumerGroupsServicer(pb_grpc.GroupsServicer):
             ],
         )
 
-    @_mapped
+    @mapped
     async def SyncGroup(  # noqa: N802
         self, request: pb.SyncGroupRequest, context: Context
     ) -> pb.SyncGroupResponse:
@@ -147,7 +147,7 @@ class ConsumerGroupsServicer(pb_grpc.GroupsServicer):
             assignment=partitions_pb(reply.assignment),
         )
 
-    @_mapped
+    @mapped
     async def Heartbeat(  # noqa: N802
         self, request: pb.GroupHeartbeatRequest, context: Context
     ) -> pb.GroupHeartbeatResponse:
@@ -155,7 +155,7 @@ class ConsumerGroupsServicer(pb_grpc.GroupsServicer):
         await self._groups.heartbeat(request.group, beat)
         return pb.GroupHeartbeatResponse()
 
-    @_mapped
+    @mapped
     async def LeaveGroup(  # noqa: N802
         self, request: pb.LeaveGroupRequest, context: Context
     ) -> pb.LeaveGroupResponse:
@@ -164,14 +164,14 @@ class ConsumerGroupsServicer(pb_grpc.GroupsServicer):
         )
         return pb.LeaveGroupResponse()
 
-    @_mapped
+    @mapped
     async def DescribeGroups(  # noqa: N802
         self, request: pb.DescribeGroupsRequest, context: Context
     ) -> pb.DescribeGroupsResponse:
         results = await self._groups.describe(list(request.groups))
         return pb.DescribeGroupsResponse(groups=[_description_pb(r) for r in results])
 
-    @_mapped
+    @mapped
     async def DeleteGroups(  # noqa: N802
         self, request: pb.DeleteGroupsRequest, context: Context
     ) -> pb.DeleteGroupsResponse:

@@ -18,11 +18,12 @@ from multiraft.config.node import NodeConfig
 from multiraft.logging import get_logger
 from multiraft.node import Node, NodeServices
 from rpc.proto import multiraft_pb2, multiraft_pb2_grpc
+from rpc.server.admin_servicer import AdminServicer
 from rpc.server.auth import ClientAuth
 from rpc.server.consumer_groups_servicer import ConsumerGroupsServicer
 from rpc.server.limits import RequestLimits, UndecodableRequests
+from rpc.server.log_servicer import LogServicer
 from rpc.server.security_servicer import SecurityServicer
-from rpc.server.servicers import AdminServicer, LogServicer
 from rpc.server.tls import client_port_credentials
 
 __all__ = ["GrpcFrontDoor", "run_node"]

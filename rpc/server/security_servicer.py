@@ -11,11 +11,12 @@ import grpc
 from multiraft import controller as ctl
 from multiraft.errors import AuthenticationFailedError, InvalidArgumentError
 from multiraft.node.services.security import NodeSecurity
-from multiraft.security import MECHANISM, user_principal
+from multiraft.security.authorizer import user_principal
+from multiraft.security.scram import MECHANISM
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
+from rpc.server.handlers import mapped
 from rpc.server.limits import RequestLimits
-from rpc.server.servicers import _mapped
 
 __all__ = ["SecurityServicer", "binding_from_pb", "binding_pb"]
 
@@ -80,7 +81,7 @@ class SecurityServicer(pb_grpc.SecurityServicer):
         self._security = security
         self._limits = limits or RequestLimits()
 
-    @_mapped
+    @mapped
     async def Authenticate(  # noqa: N802 - gRPC method names
         self, request: pb.AuthenticateRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AuthenticateResponse:
@@ -98,7 +99,7 @@ class SecurityServicer(pb_grpc.SecurityServicer):
             principal=user_principal(user),
         )
 
-    @_mapped
+    @mapped
     async def UpsertUser(  # noqa: N802
         self, request: pb.UpsertUserRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.UpsertUserResponse:
@@ -107,28 +108,28 @@ class SecurityServicer(pb_grpc.SecurityServicer):
         await self._security.upsert_user(request.name, credential, create_only=request.create_only)
         return pb.UpsertUserResponse()
 
-    @_mapped
+    @mapped
     async def DeleteUser(  # noqa: N802
         self, request: pb.DeleteUserRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteUserResponse:
         await self._security.delete_user(request.name)
         return pb.DeleteUserResponse()
 
-    @_mapped
+    @mapped
     async def ListUsers(  # noqa: N802
         self, request: pb.ListUsersRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListUsersResponse:
         users = [pb.UserInfo(name=n, mechanism=MECHANISM, iterations=i) for n, i in self._security.list_users()]
         return pb.ListUsersResponse(users=users)
 
-    @_mapped
+    @mapped
     async def CreateAcls(  # noqa: N802
         self, request: pb.CreateAclsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreateAclsResponse:
         await self._security.create_acls([binding_from_pb(b) for b in request.bindings])
         return pb.CreateAclsResponse()
 
-    @_mapped
+    @mapped
     async def DeleteAcls(  # noqa: N802
         self, request: pb.DeleteAclsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteAclsResponse:
@@ -137,7 +138,7 @@ class SecurityServicer(pb_grpc.SecurityServicer):
         deleted = await self._security.delete_acls([_filter_from_pb(f) for f in request.filters])
         return pb.DeleteAclsResponse(deleted=[binding_pb(b) for b in deleted])
 
-    @_mapped
+    @mapped
     async def DescribeAcls(  # noqa: N802
         self, request: pb.DescribeAclsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeAclsResponse:

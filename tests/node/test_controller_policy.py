@@ -39,7 +39,7 @@ from multiraft.node.vocabulary.controller import (
     CreateTopicRequest,
     NodeStateRequest,
 )
-from multiraft.security import Authorizer
+from multiraft.security.authorizer import Authorizer
 from tests.controller._helpers import cluster, create_topic, node, run
 from tests.controller.strategies import any_commands, small_commands
 

@@ -12,7 +12,7 @@ import pytest
 from multiraft import controller as ctl
 from multiraft.errors import AuthenticationFailedError
 from multiraft.node.services.security import NodeSecurity, SecuritySettings
-from multiraft.security import Resource
+from multiraft.security.authorizer import Resource
 from multiraft.security.scram import ScramClient, scram_credential
 
 KEY = b"k" * 32

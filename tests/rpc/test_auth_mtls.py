@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from multiraft.config.node import NodeConfig
-from multiraft.security import CURRENT_PRINCIPAL
+from multiraft.security.principal import CURRENT_PRINCIPAL
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto.status import from_rpc_error
 from rpc.server.auth import ClientAuth

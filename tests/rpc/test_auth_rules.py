@@ -10,7 +10,7 @@ import pytest
 from multiraft.config.node import NodeConfig
 from multiraft.controller import AclBinding, AclOperation, AclPermission, PatternType, ResourceType
 from multiraft.errors import AuthenticationFailedError
-from multiraft.security import Authorizer
+from multiraft.security.authorizer import Authorizer
 from rpc.proto import multiraft_pb2 as pb
 from rpc.server.auth import _RULES, AUTHENTICATE_METHOD, ClientAuth, bearer_token
 

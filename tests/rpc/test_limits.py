@@ -19,8 +19,9 @@ from multiraft.node.services import ProduceAck
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.proto.status import from_proto_error, from_rpc_error
+from rpc.server.admin_servicer import AdminServicer
 from rpc.server.limits import RequestLimits, check_request
-from rpc.server.servicers import AdminServicer, LogServicer
+from rpc.server.log_servicer import LogServicer
 from tests.rpc.test_isolation import FaultyServices
 from tests.rpc.test_servicers import TIMEOUT_S, run
 

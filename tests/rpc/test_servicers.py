@@ -40,9 +40,10 @@ from multiraft.node.services import (
 from rpc.proto import multiraft_pb2 as pb
 from rpc.proto import multiraft_pb2_grpc as pb_grpc
 from rpc.proto.status import from_proto_error, from_rpc_error
+from rpc.server.admin_servicer import AdminServicer
 from rpc.server.consumer_groups_servicer import ConsumerGroupsServicer
+from rpc.server.log_servicer import LogServicer
 from rpc.server.security_servicer import SecurityServicer
-from rpc.server.servicers import AdminServicer, LogServicer
 
 TIMEOUT_S = 10.0
 

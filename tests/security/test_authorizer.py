@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from multiraft.controller import AclBinding, AclOperation, AclPermission, PatternType, ResourceType
 from multiraft.errors import AuthorizationFailedError
-from multiraft.security import CLUSTER, Authorizer, Resource
+from multiraft.security.authorizer import CLUSTER, Authorizer, Resource
 
 ALLOW, DENY = AclPermission.ALLOW, AclPermission.DENY
 TOPIC = ResourceType.TOPIC

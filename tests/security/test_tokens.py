@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from multiraft.errors import AuthenticationFailedError
-from multiraft.security import Token, issue_token, verify_token
+from multiraft.security.tokens import Token, issue_token, verify_token
 
 KEY = b"k" * 32
 

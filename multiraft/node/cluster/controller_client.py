@@ -22,7 +22,8 @@ from multiraft.node.peer.call import ask_controller
 from multiraft.node.protocols import PeerCaller
 from multiraft.node.threads import LoopOwned
 from multiraft.node.vocabulary.controller import ControllerBody, ControllerOutcome, ControllerRequest
-from multiraft.security import CURRENT_PRINCIPAL, Authorizer
+from multiraft.security.authorizer import Authorizer
+from multiraft.security.principal import CURRENT_PRINCIPAL
 
 __all__ = ["RemoteController", "CONTROLLER_TIMEOUT_S"]
 

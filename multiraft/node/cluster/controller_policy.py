@@ -41,7 +41,7 @@ from multiraft.node.vocabulary.controller import (
     CreateTopicRequest,
     NodeStateRequest,
 )
-from multiraft.security import CLUSTER, Authorizer, Resource
+from multiraft.security.authorizer import CLUSTER, Authorizer, Resource
 
 __all__ = ["requester", "check_peer_request", "authorize_request", "client_operation"]
 

@@ -37,7 +37,7 @@ from multiraft.node.replicas.producers import check_granted
 from multiraft.node.services.results import FetchResult, ProduceAck
 from multiraft.node.threads import LoopOwned
 from multiraft.node.vocabulary.partitions import ProduceResult
-from multiraft.security import CURRENT_PRINCIPAL
+from multiraft.security.principal import CURRENT_PRINCIPAL
 from storage import StorageConfig
 from storage.batch import BatchHeader, check_batch
 from storage.errors import BatchFormatError, BeforeLogStartError, CorruptionError, StorageError

@@ -28,15 +28,9 @@ from multiraft.errors import AuthenticationFailedError, MultiraftError, Unavaila
 from multiraft.logging import get_logger
 from multiraft.node.protocols import ClusterView, ControllerClient
 from multiraft.node.threads import LoopOwned
-from multiraft.security import (
-    Authorizer,
-    ScramServer,
-    Token,
-    issue_token,
-    scram_credential,
-    user_principal,
-    verify_token,
-)
+from multiraft.security.authorizer import Authorizer, user_principal
+from multiraft.security.scram import ScramServer, scram_credential
+from multiraft.security.tokens import Token, issue_token, verify_token
 
 __all__ = ["SecuritySettings", "NodeSecurity", "SCRAM_METHOD", "MTLS_METHOD", "BOOTSTRAP_USER_VARIABLE"]
 
