@@ -479,13 +479,3 @@ def cluster_status(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-# ----------------------------------------------------------------------------------------------------- CLI
-
-
-if __name__ == "__main__":  # scripts/cluster; the command line lives with the CLI, which imports this module
-    from importlib import import_module
-
-    sys.argv[1:1] = ["cluster"]  # the CLI's own error handling: one line, no traceback
-    import_module("multiraft.tools.cli").main()
