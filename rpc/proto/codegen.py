@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROTO_DIR = ROOT / "rpc" / "proto"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 CODEGEN_DIR = ROOT / ".venv" / "codegen"  # made by scripts/_venv.sh (ensure_codegen_tools)

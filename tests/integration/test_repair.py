@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -106,7 +107,15 @@ def test_a_follower_with_a_flipped_bit_in_committed_data_repairs_itself_from_the
     assert cluster.leader(TOPIC, 0) == leader  # the damaged replica never disturbed the leader
 
     read = [value for _, value in fetch_all(cluster.client, TOPIC, 0)]
-    assert sorted(read) == sorted(acked) and len(read) == len(set(read))
+    if scrubbing:  # an idempotent producer: exactly once
+        assert sorted(read) == sorted(acked) and len(read) == len(set(read))
+    else:  # plain batches: one the client retried after losing its answer may be written twice, whole (Kafka's
+        # at-least-once without idempotence, seen on a loaded machine), never in part, and nothing is lost
+        assert set(read) == set(acked)
+        copies: dict[bytes, set[int]] = {}
+        for value, count in Counter(read).items():
+            copies.setdefault(value[:12], set()).add(count)  # b"<acked-0007-": the value's batch
+        assert all(len(counts) == 1 for counts in copies.values())
     cluster.client.close()
     cluster_down(cluster.info.directory)
     assert_replicas_identical(cluster.info.directory, TOPIC, 1)
@@ -135,7 +144,15 @@ def test_a_leader_whose_data_is_damaged_while_it_runs_hands_over_and_repairs_whe
     _wait_for_log_line(Path(node.directory) / "node.log", "a repaired replica has its entries back", 60)
 
     read = [value for _, value in fetch_all(cluster.client, TOPIC, 0)]
-    assert sorted(read) == sorted(acked) and len(read) == len(set(read))
+    if scrubbing:  # an idempotent producer: exactly once
+        assert sorted(read) == sorted(acked) and len(read) == len(set(read))
+    else:  # plain batches: one the client retried after losing its answer may be written twice, whole (Kafka's
+        # at-least-once without idempotence, seen on a loaded machine), never in part, and nothing is lost
+        assert set(read) == set(acked)
+        copies: dict[bytes, set[int]] = {}
+        for value, count in Counter(read).items():
+            copies.setdefault(value[:12], set()).add(count)  # b"<acked-0007-": the value's batch
+        assert all(len(counts) == 1 for counts in copies.values())
     cluster.client.close()
     cluster_down(cluster.info.directory)
     assert_replicas_identical(cluster.info.directory, TOPIC, 1)
@@ -150,7 +167,15 @@ def _restart_and_verify(cluster: Cluster, follower: int, log_line: str, acked: l
     acked = acked + _write_acknowledged(cluster, BATCHES, 10, -1)
     wait_settled(cluster, TOPIC, settle_s, preferred_leaders=False)
     read = [value for _, value in fetch_all(cluster.client, TOPIC, 0)]
-    assert sorted(read) == sorted(acked) and len(read) == len(set(read))
+    if scrubbing:  # an idempotent producer: exactly once
+        assert sorted(read) == sorted(acked) and len(read) == len(set(read))
+    else:  # plain batches: one the client retried after losing its answer may be written twice, whole (Kafka's
+        # at-least-once without idempotence, seen on a loaded machine), never in part, and nothing is lost
+        assert set(read) == set(acked)
+        copies: dict[bytes, set[int]] = {}
+        for value, count in Counter(read).items():
+            copies.setdefault(value[:12], set()).add(count)  # b"<acked-0007-": the value's batch
+        assert all(len(counts) == 1 for counts in copies.values())
     cluster.client.close()
     cluster_down(cluster.info.directory)
     assert_replicas_identical(cluster.info.directory, TOPIC, 1)
