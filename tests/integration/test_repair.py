@@ -144,15 +144,7 @@ def test_a_leader_whose_data_is_damaged_while_it_runs_hands_over_and_repairs_whe
     _wait_for_log_line(Path(node.directory) / "node.log", "a repaired replica has its entries back", 60)
 
     read = [value for _, value in fetch_all(cluster.client, TOPIC, 0)]
-    if scrubbing:  # an idempotent producer: exactly once
-        assert sorted(read) == sorted(acked) and len(read) == len(set(read))
-    else:  # plain batches: one the client retried after losing its answer may be written twice, whole (Kafka's
-        # at-least-once without idempotence, seen on a loaded machine), never in part, and nothing is lost
-        assert set(read) == set(acked)
-        copies: dict[bytes, set[int]] = {}
-        for value, count in Counter(read).items():
-            copies.setdefault(value[:12], set()).add(count)  # b"<acked-0007-": the value's batch
-        assert all(len(counts) == 1 for counts in copies.values())
+    assert sorted(read) == sorted(acked) and len(read) == len(set(read))
     cluster.client.close()
     cluster_down(cluster.info.directory)
     assert_replicas_identical(cluster.info.directory, TOPIC, 1)
@@ -167,15 +159,7 @@ def _restart_and_verify(cluster: Cluster, follower: int, log_line: str, acked: l
     acked = acked + _write_acknowledged(cluster, BATCHES, 10, -1)
     wait_settled(cluster, TOPIC, settle_s, preferred_leaders=False)
     read = [value for _, value in fetch_all(cluster.client, TOPIC, 0)]
-    if scrubbing:  # an idempotent producer: exactly once
-        assert sorted(read) == sorted(acked) and len(read) == len(set(read))
-    else:  # plain batches: one the client retried after losing its answer may be written twice, whole (Kafka's
-        # at-least-once without idempotence, seen on a loaded machine), never in part, and nothing is lost
-        assert set(read) == set(acked)
-        copies: dict[bytes, set[int]] = {}
-        for value, count in Counter(read).items():
-            copies.setdefault(value[:12], set()).add(count)  # b"<acked-0007-": the value's batch
-        assert all(len(counts) == 1 for counts in copies.values())
+    assert sorted(read) == sorted(acked) and len(read) == len(set(read))
     cluster.client.close()
     cluster_down(cluster.info.directory)
     assert_replicas_identical(cluster.info.directory, TOPIC, 1)
