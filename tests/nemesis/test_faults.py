@@ -70,6 +70,24 @@ def test_a_cut_that_cannot_reach_one_node_is_recorded_and_lifted_from_the_nodes_
         assert (_cuts(cluster, node_id)["drop_to"], _cuts(cluster, node_id)["drop_from"]) == ([], [])
 
 
+def test_a_heal_that_cannot_lift_a_cut_on_one_node_is_recorded_and_lifts_it_on_the_others(
+    tmp_path: Path, history: History, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = _cluster(tmp_path / "cluster")
+    nemesis = _nemesis(cluster, history, monkeypatch)
+    assert nemesis.inject("partition-halves") is not None
+    cuts_file = Path(cluster.nodes[1].directory) / "data" / CUTS_FILE
+    cuts_file.unlink()
+    cuts_file.mkdir()  # node 1's cuts file can no longer be replaced
+
+    nemesis.heal()
+
+    heals = [e for e in load_history(history.path) if e.f == "heal" and e.type != "invoke"]
+    assert [(e.type, e.value["kind"]) for e in heals] == [("fail", "partition-halves")]
+    for node_id in (2, 3, 4, 5):
+        assert (_cuts(cluster, node_id)["drop_to"], _cuts(cluster, node_id)["drop_from"]) == ([], [])
+
+
 @pytest.mark.skipif(disk_faults_possible() is not None, reason="needs root to mount a small tmpfs")
 def test_a_disk_full_fault_whose_last_chunk_half_fits_is_injected_and_its_filler_freed_by_the_heal(
     tmp_path: Path, history: History, monkeypatch: pytest.MonkeyPatch

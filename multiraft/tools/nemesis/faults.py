@@ -149,7 +149,9 @@ class Nemesis:
                 self._finish_churn_rejoin(fault)
         except (MultiraftError, OSError, RuntimeError, TimeoutError) as exc:
             # A heal that cannot be done is recorded; the run goes on (the nodes are still restarted below).
-            self.history.record("nemesis", "fail", "heal", kind=fault.kind, error=repr(exc))
+            undone = repr(exc)
+        else:
+            undone = ""
         error = ""
         for _ in range(2):  # a node that stopped itself (e.g. on a full disk) may die after the first look
             try:
@@ -158,8 +160,12 @@ class Nemesis:
             except (RuntimeError, TimeoutError) as exc:
                 error = str(exc)[-2_000:]
                 continue
-            self.history.record("nemesis", "ok", "heal", kind=fault.kind)
+            if undone:
+                self.history.record("nemesis", "fail", "heal", kind=fault.kind, error=undone)
+            else:
+                self.history.record("nemesis", "ok", "heal", kind=fault.kind)
             return
+        error = f"{undone}; {error}" if undone else error
         # A node that cannot come back is a finding, not a harness crash.
         self.history.record("nemesis", "fail", "heal", kind=fault.kind, error=error)
 
