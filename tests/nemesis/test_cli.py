@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from multiraft.tools.cli import app
-from multiraft.tools.nemesis import History
+from multiraft.tools.nemesis import CheckResult, History, RunResult, RunSettings
 
 _runner = CliRunner()
 
@@ -41,3 +42,21 @@ def test_an_unknown_fault_kind_is_refused_before_any_cluster_starts(tmp_path: Pa
     assert result.exit_code == 2
     assert "meteor" in result.output
     assert not any(tmp_path.iterdir())
+
+
+def test_a_run_that_aborts_is_counted_failed_with_why_and_the_batch_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def run_once(settings: RunSettings, directory: Path) -> RunResult:
+        if settings.seed == 23052:
+            raise OSError(28, "No space left on device")
+        return RunResult(settings, directory, CheckResult(final_read_complete=True, recovery_s=0.5), 1.0)
+
+    monkeypatch.setattr("multiraft.tools.cli._nemesis.run_once", run_once)
+    result = _runner.invoke(app, ["nemesis", "--runs", "3", "--seed", "23051", "--faults", "kill", "--markdown",
+                                  "--dir", str(tmp_path)])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    output = "".join(result.output.split())  # the console wraps long lines
+    assert "seed23053:ok" in output, "the runs after the aborted one still run"
+    assert "seed23052:FAILED:harness_errors:1" in output and "Nospaceleftondevice" in output
+    assert "|3|1|" in output, "the table is printed, the aborted run counted failed"

@@ -159,6 +159,37 @@ def test_a_draining_node_has_its_replicas_moved_to_the_others() -> None:
     asyncio.run(scenario())
 
 
+def test_a_move_towards_a_node_that_starts_draining_is_aborted_and_its_learner_dropped() -> None:
+    # Seed 23052 (five nodes): moves onto node 3 were kept while node 3 drained, and its drain never ended.
+    async def scenario() -> None:
+        reb, found, _, _ = rebalancer(four_nodes_with(1), node_3_dead())
+        await reb.round()
+        assert found.cluster.partition("t", 0).learners == (4,)
+        found.set_cluster(run(found.cluster, ctl.SetNodeState(4, ctl.NodeState.DRAINING)))
+        await reb.round()
+        assert found.cluster.partition("t", 0).learners == (), "no replica is added to a draining node"
+        assert all(m.move.to_node != 4 for m in reb.snapshot())
+
+    asyncio.run(scenario())
+
+
+def test_a_new_controller_leader_drops_a_learner_left_on_a_draining_node_instead_of_adopting_it() -> None:
+    async def scenario() -> None:
+        state = four_nodes_with(1)
+        p = state.partition("t", 0)
+        # The previous controller leader had added node 4 as a learner; then node 4 was drained.
+        state = run(state, ctl.SetPartitionReplicas("t", 0, p.replicas, (4,), p.preferred_leader, p.replicas, ()))
+        state = run(state, ctl.SetNodeState(4, ctl.NodeState.DRAINING))
+        reb, found, stat, _ = rebalancer(state, FakeLiveness())
+        stat.statuses[p.group_id] = status(p.group_id, lag={4: 0}, acked=(1, 2, 3, 4), entries=10)
+        await reb.round()
+        p = found.cluster.partition("t", 0)
+        assert (p.replicas, p.learners) == ((1, 2, 3), ()), "node 4 is neither promoted nor kept as a learner"
+        assert all(m.move.to_node != 4 for m in reb.snapshot())
+
+    asyncio.run(scenario())
+
+
 STALL = RebalanceSettings(100, 1_000, max_concurrent_moves=1, move_stall_s=60.0)
 
 

@@ -7,7 +7,9 @@ Every ``rebalance_interval_ms`` the node that leads the controller group:
    replica it replaces is removed. Each step is a conditional ``SetPartitionReplicas``, so a step planned
    from a stale view fails (ASSIGNMENT_CHANGED) instead of undoing someone else's change;
 2. picks up moves it did not start (a learner left by a previous controller leader, or a partition with more
-   voters than its replication factor after a move was cut short) and finishes them;
+   voters than its replication factor after a move was cut short) and finishes them, except a learner on a
+   node that has died or is draining, which is dropped: a draining node is given no new replica, and a move
+   towards a node that starts draining is aborted while its replica is still a learner;
 3. plans new moves while fewer than ``max_concurrent_moves`` are in flight, at most one per partition:
    first replacements for replicas on nodes the member-list has declared dead (or that left) for
    ``replica_replace_after_ms`` (:func:`~multiraft.controller.plan_repair`), then moves off draining nodes
@@ -124,6 +126,12 @@ class OwnController(LoopOwned):
 
 class _NotLeadingError(Exception):
     """This node stopped leading the controller (or lost and regained it) since the round began."""
+
+
+def _takes_replicas(state: ctl.ClusterState, node_id: int) -> bool:
+    """Whether ``node_id`` may be given a new replica: registered and active (not draining, not removed)."""
+    node = state.nodes.get(node_id)
+    return node is not None and node.state is ctl.NodeState.ACTIVE
 
 
 class Rebalancer(LoopOwned):
@@ -314,6 +322,20 @@ class Rebalancer(LoopOwned):
                 continue
             if p.learners:
                 learner = p.learners[0]
+                if learner in dead or not _takes_replicas(state, learner):
+                    # Left by a previous leader towards a node that has since died or started draining: not a
+                    # move to finish; the learner is dropped and the partition planned again.
+                    adopted = True
+                    learners = tuple(n for n in p.learners if n != learner)
+                    await self._propose(
+                        ctl.SetPartitionReplicas(
+                            p.topic, p.partition, p.replicas, learners, p.preferred_leader, p.replicas, p.learners
+                        ),
+                        tenure,
+                    )
+                    log.info("dropped a learner left on a node that takes no replicas", topic=p.topic,
+                             partition=p.partition, node=learner)  # fmt: skip
+                    continue
                 leaving = self._excess_replica(state, p, dead, exclude=learner)
                 move = ctl.ReplicaMove(p.topic, p.partition, leaving, learner)
                 self.moves[p.group_id] = MoveProgress(move, p.group_id, progressed_at=self._clock())
@@ -366,6 +388,11 @@ class Rebalancer(LoopOwned):
                 continue
             if move.to_node in dead or move.to_node not in state.nodes:
                 await self._abort(p, progress, tenure)
+                continue
+            if not _takes_replicas(state, move.to_node) and move.to_node not in p.replicas:
+                # A draining node gets no new replica: a move towards it that is not yet a voter is undone
+                # (else the drain waits for it, and its replicas then have to move off again).
+                await self._abort(p, progress, tenure, "target node is draining")
                 continue
             step = ctl.replica_move_step(state, move)
             if step is None:

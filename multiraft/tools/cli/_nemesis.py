@@ -8,7 +8,15 @@ from pathlib import Path
 import typer
 
 from multiraft.tools.cli._common import console
-from multiraft.tools.nemesis import FAULT_KINDS, RunSettings, load_history, run_once, summarize, summary_markdown
+from multiraft.tools.nemesis import (
+    FAULT_KINDS,
+    RunResult,
+    RunSettings,
+    load_history,
+    run_once,
+    summarize,
+    summary_markdown,
+)
 from multiraft.tools.nemesis.checker import check
 from multiraft.tools.nemesis.report import runs_table, summary_table
 
@@ -49,7 +57,10 @@ def nemesis(
             settings.validate()
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from exc
-        result = run_once(settings, root / f"run-{settings.seed}")
+        try:
+            result = run_once(settings, root / f"run-{settings.seed}")
+        except Exception as exc:  # one run that cannot go on is that run's failure, not the batch's
+            result = RunResult.failed(settings, root / f"run-{settings.seed}", f"run aborted: {exc!r}")
         results.append(result)
         verdict = "ok" if result.check.valid else "FAILED: " + "; ".join(result.check.problems())
         console.print(f"seed {settings.seed}: {verdict} ({result.elapsed_s:.0f} s, history {result.history_path})")

@@ -53,6 +53,8 @@ class CheckResult:
     client_crashes: int = 0
     stalled_drains: int = 0
     """Churn whose drained node still held replicas when the bound ran out (it could not be removed)."""
+    harness_errors: int = 0
+    """Steps of the runner that failed (an exception the run recorded instead of aborting the batch)."""
     retained_replicas: int = 0
     """Logs a node still stored, the removal bound after the final placement, of partitions it no longer
     holds (or stores that could not be looked at)."""
@@ -76,6 +78,7 @@ class CheckResult:
                 ("client_crashes", self.client_crashes),
                 ("stalled_drains", self.stalled_drains),
                 ("retained_replicas", self.retained_replicas),
+                ("harness_errors", self.harness_errors),
             )
             if count
         }
@@ -111,6 +114,9 @@ def check(events: Iterable[Event], *, recovery_bound_s: float = 60.0) -> CheckRe
     for event in history:
         if event.f == "crash":
             result._example("client_crashes", f"{event.process}: {event.value.get('error')}")
+        elif event.f == "harness" and event.type == "fail":
+            result.harness_errors += 1
+            result._example("harness_errors", str(event.value.get("error")))
         elif event.f == "drain" and event.type == "info":
             result.stalled_drains += 1
             result._example("stalled_drains", f"node {event.value.get('node')}: {event.value.get('error')}")

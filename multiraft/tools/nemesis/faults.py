@@ -116,6 +116,8 @@ class Nemesis:
             fault: Fault | None = getattr(self, "_" + kind.replace("-", "_"))()
         except (MultiraftError, OSError, RuntimeError, TimeoutError) as exc:
             self.history.record("nemesis", "fail", "fault", kind=kind, error=repr(exc))
+            # Half applied (a filler written, some nodes' cuts): undone now, since no heal follows a failure.
+            self._undo_leftovers(kind)
             return None
         if fault is None:
             self.history.record("nemesis", "fail", "fault", kind=kind, error="not applicable now")
@@ -130,20 +132,26 @@ class Nemesis:
         if fault is None:
             return
         self.history.record("nemesis", "invoke", "heal", kind=fault.kind)
-        if fault.kind.startswith("pause"):
-            for node_id in fault.nodes:
-                self._signal(node_id, signal.SIGCONT)
-        elif fault.kind.startswith("partition"):
-            self._cut({})
-        elif fault.kind == "disk-full":
-            with contextlib.suppress(FileNotFoundError):
-                self._filler().unlink()
-        elif fault.kind == "churn":
-            self._finish_churn(fault)
-        elif fault.kind == "churn-undrain":
-            self._finish_churn_undrain(fault)
-        elif fault.kind == "churn-rejoin":
-            self._finish_churn_rejoin(fault)
+        try:
+            if fault.kind.startswith("pause"):
+                for node_id in fault.nodes:
+                    self._signal(node_id, signal.SIGCONT)
+            elif fault.kind.startswith("partition"):
+                self._cut({})
+            elif fault.kind == "disk-full":
+                with contextlib.suppress(FileNotFoundError):
+                    self._filler().unlink()
+            elif fault.kind == "churn":
+                self._finish_churn(fault)
+            elif fault.kind == "churn-undrain":
+                self._finish_churn_undrain(fault)
+            elif fault.kind == "churn-rejoin":
+                self._finish_churn_rejoin(fault)
+        except (MultiraftError, OSError, RuntimeError, TimeoutError) as exc:
+            # A heal that cannot be done is recorded; the run goes on (the nodes are still restarted below).
+            undone = repr(exc)
+        else:
+            undone = ""
         error = ""
         for _ in range(2):  # a node that stopped itself (e.g. on a full disk) may die after the first look
             try:
@@ -152,8 +160,12 @@ class Nemesis:
             except (RuntimeError, TimeoutError) as exc:
                 error = str(exc)[-2_000:]
                 continue
-            self.history.record("nemesis", "ok", "heal", kind=fault.kind)
+            if undone:
+                self.history.record("nemesis", "fail", "heal", kind=fault.kind, error=undone)
+            else:
+                self.history.record("nemesis", "ok", "heal", kind=fault.kind)
             return
+        error = f"{undone}; {error}" if undone else error
         # A node that cannot come back is a finding, not a harness crash.
         self.history.record("nemesis", "fail", "heal", kind=fault.kind, error=error)
 
@@ -162,11 +174,28 @@ class Nemesis:
         self.heal()
         for node_id in self.members:
             self._signal(node_id, signal.SIGCONT)
-        self._cut({})
+        try:
+            self._cut({})
+        except OSError as exc:  # a node whose cuts file cannot be written (its disk full): the others are healed
+            self.history.record("nemesis", "fail", "heal", kind="all", error=repr(exc))
         try:
             self._restart_stopped()
         except (RuntimeError, TimeoutError) as exc:
             self.history.record("nemesis", "fail", "heal", kind="all", error=str(exc)[-2_000:])
+
+    def _undo_leftovers(self, kind: str) -> None:
+        """What a fault that failed half way may have left: a filler, cuts on some nodes, paused nodes."""
+        try:
+            if kind == "disk-full" and self.disk_node is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    self._filler().unlink()
+            elif kind.startswith("partition"):
+                self._cut({})
+            elif kind.startswith("pause"):
+                for node_id in self.members:
+                    self._signal(node_id, signal.SIGCONT)
+        except OSError as exc:
+            self.history.record("nemesis", "fail", "heal", kind=kind, error=repr(exc))
 
     # ------------------------------------------------------------------------------------------ faults
 
@@ -280,14 +309,22 @@ class Nemesis:
             return None
         filler = self._filler()
         chunk = b"\0" * (1 << 20)
-        with filler.open("wb") as file:
-            for _ in range(100_000):  # bounded: a filesystem image is far smaller than 100 GiB
-                try:
-                    file.write(chunk)
-                    file.flush()
-                except OSError:
-                    break
-        return Fault("disk-full", (self.disk_node,), {"filler_bytes": filler.stat().st_size})
+        # Unbuffered: a buffered file kept the tail of a chunk the disk had no room for and raised ENOSPC again
+        # when it was closed, so the fault failed with its filler left behind (seed 23052).
+        try:
+            with filler.open("wb", buffering=0) as file:
+                for _ in range(100_000):  # bounded: a filesystem image is far smaller than 100 GiB
+                    try:
+                        if file.write(chunk) < len(chunk):
+                            break  # the disk is full (the next write would fail)
+                    except OSError:
+                        break
+            size = filler.stat().st_size
+        except OSError:
+            with contextlib.suppress(FileNotFoundError):
+                filler.unlink()
+            raise
+        return Fault("disk-full", (self.disk_node,), {"filler_bytes": size})
 
     def _churn(self) -> Fault | None:
         if len(self.members) < 3:
@@ -431,14 +468,23 @@ class Nemesis:
         """Write every member's cuts file ({node: (drop_to, drop_from)}; absent: no cut) and tell it."""
         self._generation += 1
         gossip = {n.node_id: n.gossip_address for n in self.cluster.nodes.values()}
+        failed: OSError | None = None
         for node_id in self.members:
             drop_to, drop_from = cuts.get(node_id, (set(), set()))
             plan = CutPlan(self._generation, frozenset(drop_to), frozenset(drop_from), gossip)
             path = Path(self.cluster.nodes[node_id].directory) / "data" / CUTS_FILE
             temporary = path.with_suffix(".tmp")
-            temporary.write_text(plan.to_json())
-            temporary.replace(path)
+            try:
+                temporary.write_text(plan.to_json())
+                temporary.replace(path)
+            except OSError as exc:  # every other node still gets its file: a heal must reach all it can
+                failed = failed or exc
+                with contextlib.suppress(OSError):
+                    temporary.unlink()
+                continue
             self._signal(node_id, signal.SIGUSR1)
+        if failed is not None:
+            raise failed
 
     def _filler(self) -> Path:
         assert self.disk_node is not None

@@ -18,6 +18,7 @@ import os
 import random
 import subprocess
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +113,13 @@ class RunResult:
     def history_path(self) -> Path:
         return self.directory / "history.jsonl"
 
+    @classmethod
+    def failed(cls, settings: RunSettings, directory: Path, error: str) -> RunResult:
+        """A run that could not be carried out (counted failed, with why)."""
+        result = CheckResult(harness_errors=1)
+        result.examples["harness_errors"] = [error[-2_000:]]
+        return cls(settings, directory, result, 0.0)
+
 
 def disk_faults_possible() -> str | None:
     """None if a small filesystem can be mounted here (root, tmpfs allowed), else why not."""
@@ -156,16 +164,29 @@ def run_once(settings: RunSettings, directory: str | Path) -> RunResult:
             cluster = cluster_up(root / "cluster", settings.nodes, FAST_NODE_SETTINGS)
             ending: tuple[list[int], Placement | None] = (sorted(cluster.nodes), None)
             try:
-                ending = _run(settings, cluster, history, rng, faults, disk_node)
+                try:
+                    ending = _run(settings, cluster, history, rng, faults, disk_node)
+                except Exception as exc:  # a harness failure fails this run, never the batch
+                    history.record("runner", "fail", "harness", error=_failure(exc))
                 history.record("runner", "ok", "stop", nodes=kill_all_at_once(cluster))
             finally:
                 cluster_down(cluster.directory)
             members, placement = ending
-            compare_replicas(load_cluster(cluster.directory), history, members, placement, _COMPARED_TOPICS)
+            try:
+                compare_replicas(load_cluster(cluster.directory), history, members, placement, _COMPARED_TOPICS)
+            except Exception as exc:  # recorded: the checker counts a comparison not made
+                history.record("runner", "fail", "replicas", error=_failure(exc))
         events = history.events()
     return RunResult(
         settings, root, check(events, recovery_bound_s=settings.recovery_bound_s), time.monotonic() - started, skipped
     )
+
+
+def _failure(exc: BaseException) -> str:
+    """What the history keeps of an exception that escaped a step of the run: its repr and where it came from."""
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames))
+    return f"{exc!r} at {where}"[-2_000:]
 
 
 def _run(
@@ -198,13 +219,15 @@ def _run(
             replication=replication,
         )  # fmt: skip
         try:
-            _schedule(settings, nemesis, rng, faults)
-        finally:
-            nemesis.heal_all()
-            history.record("runner", "ok", "heal-all")
-        _await_recovery(history, settings.recovery_bound_s)
-        for worker in workers:
-            worker.stop()
+            try:
+                _schedule(settings, nemesis, rng, faults)
+            finally:
+                nemesis.heal_all()
+                history.record("runner", "ok", "heal-all")
+            _await_recovery(history, settings.recovery_bound_s)
+        finally:  # also when the run fails: no client outlives it
+            for worker in workers:
+                worker.stop()
         _settle(admin, history, nemesis.members, settings.settle_timeout_s)
         _final_read(cluster.bootstrap, admin, history, partitions)
         placement = None
